@@ -1,0 +1,10 @@
+"""aot: an ahead-of-time compiler from ONNX models to object files and C wrappers for embedded targets."""
+
+from aot.api import CheckResult, check, run
+from aot.build import Artifact, build
+from aot.errors import (AotError, MismatchError, ModelError, OptionError, PlanError, RunError, ShapeError,
+                        TargetError, UnsupportedOpError)
+from aot.version import __version__
+
+__all__ = ["Artifact", "CheckResult", "build", "check", "run", "AotError", "MismatchError", "ModelError",
+           "OptionError", "PlanError", "RunError", "ShapeError", "TargetError", "UnsupportedOpError", "__version__"]

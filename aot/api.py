@@ -1,0 +1,59 @@
+"""The Python API: build, run and check models from scripts and notebooks. The CLI is a thin layer on it."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from aot import check as checks
+from aot.build import Artifact, build
+from aot.run import host
+
+
+def _build_for_run(model, target, input_shapes, out_dir, tmp: str) -> Artifact:
+    return build(model, target=target, out_dir=out_dir or os.path.join(tmp, "build"), input_shapes=input_shapes)
+
+
+def run(model: str | os.PathLike | onnx.ModelProto | Artifact, inputs: dict[str, np.ndarray] | None = None,
+        target: str = "host", input_shapes: dict[str, tuple[int, ...]] | None = None,
+        out_dir: str | os.PathLike | None = None, seed: int = 0) -> dict[str, np.ndarray]:
+    """Compile (unless given an Artifact) and run the model through its C entry point.
+
+    Returns the outputs by ONNX name, in graph order. Missing `inputs` are random with `seed`.
+    """
+    return _execute(model, inputs, target, input_shapes, out_dir, seed)[0]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    artifact_dir: str
+    inputs: dict[str, np.ndarray]
+    outputs: dict[str, np.ndarray]
+    reference: dict[str, np.ndarray]
+    comparisons: list[checks.Comparison]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.comparisons)
+
+
+def check(model: str | os.PathLike | onnx.ModelProto, inputs: dict[str, np.ndarray] | None = None,
+          target: str = "host", input_shapes: dict[str, tuple[int, ...]] | None = None,
+          out_dir: str | os.PathLike | None = None, seed: int = 0) -> CheckResult:
+    """Run the compiled model and onnxruntime on the same inputs and compare every output."""
+    outputs, artifact, feeds = _execute(model, inputs, target, input_shapes, out_dir, seed)
+    reference = checks.reference_outputs(artifact.model.proto, feeds)
+    return CheckResult(str(artifact.dir), feeds, outputs, reference, checks.compare(outputs, reference))
+
+
+def _execute(model, inputs, target, input_shapes, out_dir, seed):
+    with tempfile.TemporaryDirectory(prefix="aot-") as tmp:
+        artifact = model if isinstance(model, Artifact) else _build_for_run(model, target, input_shapes, out_dir, tmp)
+        proto = artifact.model.proto
+        feeds = (checks.random_inputs(proto, seed) if inputs is None
+                 else checks.validate_inputs(proto, inputs, artifact.model.label))
+        return host.run(artifact, feeds), artifact, feeds

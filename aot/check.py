@@ -1,0 +1,83 @@
+"""Inputs for a model, the onnxruntime reference, and the comparison with aot's outputs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from aot.errors import OptionError, RunError
+
+# fp32 tolerance: max |aot - reference| <= TOLERANCE * max|reference| for each output.
+TOLERANCE = 1e-4
+
+
+def input_specs(proto: onnx.ModelProto) -> list[tuple[str, tuple[int, ...], str]]:
+    initializers = {t.name for t in proto.graph.initializer}
+    specs = []
+    for vi in proto.graph.input:
+        if vi.name in initializers:
+            continue
+        tt = vi.type.tensor_type
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        specs.append((vi.name, tuple(d.dim_value for d in tt.shape.dim), str(dtype)))
+    return specs
+
+
+def random_inputs(proto: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {name: rng.standard_normal(shape).astype(dtype) for name, shape, dtype in input_specs(proto)}
+
+
+def validate_inputs(proto: onnx.ModelProto, inputs: dict[str, np.ndarray], label: str) -> dict[str, np.ndarray]:
+    result = {}
+    for name, shape, dtype in input_specs(proto):
+        if name not in inputs:
+            raise OptionError(f"{label}: no value given for input '{name}' (inputs given: {', '.join(inputs) or 'none'})")
+        array = np.asarray(inputs[name])
+        if tuple(array.shape) != shape:
+            raise OptionError(f"{label}: input '{name}' has shape {list(array.shape)}, the model expects {list(shape)}")
+        result[name] = array.astype(dtype)
+    return result
+
+
+def reference_outputs(proto: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise RunError("onnxruntime is needed for the reference check: pip install onnxruntime") from None
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(names, inputs)))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    output: str
+    max_abs: float
+    max_rel: float
+    scale: float
+
+    @property
+    def ok(self) -> bool:
+        return self.max_abs <= TOLERANCE * max(self.scale, 1e-30) or self.max_abs == 0.0
+
+
+def compare(outputs: dict[str, np.ndarray], reference: dict[str, np.ndarray]) -> list[Comparison]:
+    result = []
+    for name, ref in reference.items():
+        got = outputs[name].astype(np.float64)
+        ref = ref.astype(np.float64)
+        if got.shape != ref.shape:
+            raise RunError(f"output '{name}' has shape {list(got.shape)}, the reference {list(ref.shape)}")
+        diff = np.abs(got - ref)
+        scale = float(np.max(np.abs(ref))) if ref.size else 0.0
+        max_abs = float(np.max(diff)) if diff.size else 0.0
+        if not np.all(np.isfinite(got)):
+            max_abs = float("inf")
+        rel = diff / np.maximum(np.abs(ref), 1e-6 * max(scale, 1e-30))
+        result.append(Comparison(name, max_abs, float(np.max(rel)) if rel.size else 0.0, scale))
+    return result

@@ -1,0 +1,254 @@
+"""Kernel IR → LLVM IR (through llvmlite's builder) → optimized object file for a target."""
+
+from __future__ import annotations
+
+import functools
+
+import llvmlite.binding as llvm
+import numpy as np
+from llvmlite import ir
+
+from aot.kernel import ir as k
+from aot.target import Target
+
+_F32 = ir.FloatType()
+_I32 = ir.IntType(32)
+_SCALARS = {"f32": _F32, "i32": _I32, "i8": ir.IntType(8), "u8": ir.IntType(8), "i1": ir.IntType(1)}
+_FLOAT_OPS = {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv"}
+_INT_OPS = {"add": "add", "sub": "sub", "mul": "mul", "div": "sdiv", "and": "and_", "or": "or_",
+            "xor": "xor", "shl": "shl", "shr": "ashr"}
+_CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+
+
+@functools.cache
+def _init_llvm() -> None:
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+
+
+def llvm_version() -> str:
+    return ".".join(map(str, llvm.llvm_version_info))
+
+
+def target_machine(target: Target) -> llvm.TargetMachine:
+    _init_llvm()
+    return llvm.Target.from_triple(target.triple).create_target_machine(
+        cpu=target.cpu, features=target.features, opt=3, reloc=target.reloc, codemodel="default")
+
+
+class ModuleBuilder:
+    """One LLVM module for a whole model: kernels as exported functions, weights as const globals."""
+
+    def __init__(self, name: str, target: Target):
+        self.target = target
+        self.tm = target_machine(target)
+        self.module = ir.Module(name=name)
+        self.module.triple = self.tm.triple
+        self.module.data_layout = str(self.tm.target_data)
+        self.index_type = ir.IntType(target.pointer_bits)
+        self._globals: dict[str, ir.GlobalVariable] = {}
+
+    def scalar(self, dtype: str) -> ir.Type:
+        return self.index_type if dtype == "idx" else _SCALARS[dtype]
+
+    def type_of(self, dtype: str, lanes: int) -> ir.Type:
+        return self.scalar(dtype) if lanes == 1 else ir.VectorType(self.scalar(dtype), lanes)
+
+    def constant_global(self, buf: k.Buffer) -> ir.GlobalVariable:
+        if buf.name not in self._globals:
+            data = np.ascontiguousarray(buf.data).reshape(-1)
+            # Stored as raw little-endian bytes: cheap to build and print even for large weights;
+            # kernels address it with typed GEPs (pointers are opaque).
+            arr = ir.ArrayType(ir.IntType(8), data.nbytes)
+            g = ir.GlobalVariable(self.module, arr, name=buf.name)
+            g.global_constant = True
+            g.linkage = "internal"
+            g.align = self.target.align
+            g.section = f"{self.target.weights_section}.{buf.name}"
+            g.initializer = ir.Constant(arr, bytearray(data.astype(data.dtype.newbyteorder("<")).tobytes()))
+            self._globals[buf.name] = g
+        return self._globals[buf.name]
+
+    def intrinsic(self, name: str, ty: ir.Type, arity: int) -> ir.Function:
+        """An overloaded LLVM intrinsic on `ty` (scalar or vector float), declared once."""
+        suffix = f"v{ty.count}f32" if isinstance(ty, ir.VectorType) else "f32"
+        full = f"{name}.{suffix}"
+        if full in self.module.globals:
+            return self.module.globals[full]
+        return ir.Function(self.module, ir.FunctionType(ty, [ty] * arity), name=full)
+
+    def add_kernel(self, kernel: k.Kernel) -> None:
+        fn_type = ir.FunctionType(ir.VoidType(), [ir.PointerType() for _ in kernel.params])
+        fn = ir.Function(self.module, fn_type, name=kernel.name)
+        fn.section = f".text.{kernel.name}"
+        fn.attributes.add("nounwind")
+        set.add(fn.attributes, '"no-builtins"')   # keep LLVM from turning loops into memcpy/memset calls
+        for arg, buf in zip(fn.args, kernel.params):
+            arg.name = buf.name
+            arg.add_attribute("noalias")
+        _FunctionEmitter(self, fn, dict(zip(kernel.params, fn.args))).emit(kernel.body)
+
+    def emit_object(self) -> tuple[bytes, str]:
+        """Optimize at O3 for the target; return (object bytes, optimized LLVM IR text)."""
+        mod = llvm.parse_assembly(str(self.module))
+        mod.verify()
+        pto = llvm.create_pipeline_tuning_options(speed_level=3)
+        pb = llvm.create_pass_builder(self.tm, pto)
+        pb.getModulePassManager().run(mod, pb)
+        return self.tm.emit_object(mod), str(mod)
+
+    def emit_assembly(self) -> str:
+        mod = llvm.parse_assembly(str(self.module))
+        pto = llvm.create_pipeline_tuning_options(speed_level=3)
+        pb = llvm.create_pass_builder(self.tm, pto)
+        pb.getModulePassManager().run(mod, pb)
+        return self.tm.emit_assembly(mod)
+
+
+class _FunctionEmitter:
+    def __init__(self, mb: ModuleBuilder, fn: ir.Function, params: dict[k.Buffer, ir.Argument]):
+        self.mb = mb
+        self.fn = fn
+        self.params = params
+        entry = fn.append_basic_block("entry")
+        self.alloca_builder = ir.IRBuilder(entry)
+        body = fn.append_basic_block("body")
+        self.b = ir.IRBuilder(body)
+        self.env: dict[str, ir.Value] = {}
+        self.slots: dict[str, ir.AllocaInstr] = {}
+        self.memo: dict[int, ir.Value] = {}
+
+    def emit(self, body: k.Block) -> None:
+        self.stmt(body)
+        self.b.ret_void()
+        self.alloca_builder.branch(self.fn.blocks[1])
+
+    # --- statements ---
+    def stmt(self, s: k.Stmt) -> None:
+        self.memo = {}
+        if isinstance(s, k.Block):
+            for inner in s.stmts:
+                self.stmt(inner)
+        elif isinstance(s, k.Store):
+            ptr = self.address(s.buf, s.index)
+            self.b.store(self.expr(s.value), ptr, align=self.align(s.buf))
+        elif isinstance(s, k.For):
+            self.loop(s)
+        elif isinstance(s, k.Let):
+            self.env[s.var.name] = self.expr(s.value)
+        elif isinstance(s, k.Local):
+            slot = self.alloca_builder.alloca(self.mb.type_of(s.var.dtype, s.var.lanes), name=s.var.name)
+            self.slots[s.var.name] = slot
+            self.b.store(self.expr(s.init), slot)
+        elif isinstance(s, k.Assign):
+            self.b.store(self.expr(s.value), self.slots[s.var.name])
+        else:
+            raise TypeError(s)
+
+    def loop(self, s: k.For) -> None:
+        start, stop = self.expr(s.start), self.expr(s.stop)
+        pre = self.b.block
+        header = self.fn.append_basic_block(f"{s.var.name}.head")
+        body = self.fn.append_basic_block(f"{s.var.name}.body")
+        done = self.fn.append_basic_block(f"{s.var.name}.done")
+        self.b.branch(header)
+        self.b.position_at_end(header)
+        i = self.b.phi(self.mb.index_type, name=s.var.name)
+        i.add_incoming(start, pre)
+        self.b.cbranch(self.b.icmp_signed("<", i, stop), body, done)
+        self.b.position_at_end(body)
+        self.env[s.var.name] = i
+        self.stmt(s.body)
+        nxt = self.b.add(i, ir.Constant(self.mb.index_type, s.step), flags=["nsw"])
+        i.add_incoming(nxt, self.b.block)
+        self.b.branch(header)
+        self.b.position_at_end(done)
+        self.memo = {}
+
+    # --- expressions ---
+    def align(self, buf: k.Buffer) -> int:
+        return self.mb.scalar(buf.dtype).get_abi_size(self.mb.tm.target_data) if buf.dtype != "idx" else 4
+
+    def address(self, buf: k.Buffer, index: k.Expr) -> ir.Value:
+        base = self.mb.constant_global(buf) if buf.is_const else self.params[buf]
+        return self.b.gep(base, [self.expr(index)], inbounds=True, source_etype=self.mb.scalar(buf.dtype))
+
+    def expr(self, e: k.Expr) -> ir.Value:
+        key = id(e)
+        if key not in self.memo:
+            self.memo[key] = self._expr(e)
+        return self.memo[key]
+
+    def _expr(self, e: k.Expr) -> ir.Value:
+        b = self.b
+        if isinstance(e, k.Const):
+            scalar = ir.Constant(self.mb.scalar(e.dtype), e.value)
+            return scalar if e.lanes == 1 else ir.Constant(self.mb.type_of(e.dtype, e.lanes), [scalar] * e.lanes)
+        if isinstance(e, k.Var):
+            if e.name in self.slots:
+                return b.load(self.slots[e.name])
+            return self.env[e.name]
+        if isinstance(e, k.Load):
+            ptr = self.address(e.buf, e.index)
+            return b.load(ptr, typ=self.mb.type_of(e.buf.dtype, e.lanes), align=self.align(e.buf))
+        if isinstance(e, k.Broadcast):
+            vt = self.mb.type_of(e.dtype, e.lanes)
+            one = b.insert_element(ir.Constant(vt, ir.Undefined), self.expr(e.value), ir.Constant(_I32, 0))
+            return b.shuffle_vector(one, ir.Constant(vt, ir.Undefined),
+                                    ir.Constant(ir.VectorType(_I32, e.lanes), [0] * e.lanes))
+        if isinstance(e, k.Bin):
+            return self.binary(e.op, e.a.dtype, self.expr(e.a), self.expr(e.b))
+        if isinstance(e, k.Fma):
+            ty = self.mb.type_of(e.dtype, e.lanes)
+            fn = self.mb.intrinsic("llvm.fmuladd", ty, 3)
+            return b.call(fn, [self.expr(e.a), self.expr(e.b), self.expr(e.c)])
+        if isinstance(e, k.Select):
+            return b.select(self.expr(e.cond), self.expr(e.a), self.expr(e.b))
+        if isinstance(e, k.Cast):
+            return self.cast(e)
+        if isinstance(e, k.Reduce):
+            return self.reduce(e)
+        raise TypeError(e)
+
+    def binary(self, op: str, dtype: str, a: ir.Value, b: ir.Value) -> ir.Value:
+        bld = self.b
+        is_float = dtype == "f32"
+        if op in _CMP:
+            return bld.fcmp_ordered(_CMP[op], a, b) if is_float else bld.icmp_signed(_CMP[op], a, b)
+        if op in ("min", "max"):
+            cmp = "<" if op == "min" else ">"
+            cond = bld.fcmp_ordered(cmp, a, b) if is_float else bld.icmp_signed(cmp, a, b)
+            return bld.select(cond, a, b)
+        if is_float:
+            return getattr(bld, _FLOAT_OPS[op])(a, b)
+        return getattr(bld, _INT_OPS[op])(a, b)
+
+    def cast(self, e: k.Cast) -> ir.Value:
+        value = self.expr(e.value)
+        src, dst = e.value.dtype, e.dtype
+        ty = self.mb.type_of(dst, e.lanes)
+        if e.bitcast:
+            return self.b.bitcast(value, ty)
+        if src == "f32" and dst != "f32":
+            return self.b.fptosi(value, ty)
+        if dst == "f32":
+            return self.b.uitofp(value, ty) if src == "u8" else self.b.sitofp(value, ty)
+        width_src, width_dst = self.mb.scalar(src).width, self.mb.scalar(dst).width
+        if width_src == width_dst:
+            return value
+        if width_src > width_dst:
+            return self.b.trunc(value, ty)
+        return self.b.zext(value, ty) if src == "u8" else self.b.sext(value, ty)
+
+    def reduce(self, e: k.Reduce) -> ir.Value:
+        """Pairwise halving with shuffles: deterministic order, no reassociation flags needed."""
+        value = self.expr(e.value)
+        lanes = e.value.lanes
+        while lanes > 1:
+            half = lanes // 2
+            lo = self.b.shuffle_vector(value, value, ir.Constant(ir.VectorType(_I32, half), list(range(half))))
+            hi = self.b.shuffle_vector(value, value, ir.Constant(ir.VectorType(_I32, half),
+                                                                 list(range(half, lanes))))
+            value = self.binary(e.op, e.dtype, lo, hi)
+            lanes = half
+        return self.b.extract_element(value, ir.Constant(_I32, 0)) if e.value.lanes > 1 else value

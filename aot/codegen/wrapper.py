@@ -1,0 +1,103 @@
+"""The C wrapper: `NAME.h` (the API a firmware engineer reads) and `NAME.c` (the call sequence),
+rendered from jinja2 templates."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from aot.program import Location, Program
+
+_TEMPLATES = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+    undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=False, autoescape=False)
+
+_C_KEYWORDS = set("""auto break case char const continue default do double else enum extern float for goto if
+inline int long register restrict return short signed sizeof static struct switch typedef union unsigned
+void volatile while _Bool _Complex _Imaginary""".split())
+_CTYPES = {"float32": "float", "int8": "int8_t", "uint8": "uint8_t", "int32": "int32_t"}
+
+
+def c_identifier(text: str) -> str:
+    ident = re.sub(r"[^0-9A-Za-z_]", "_", text) or "_"
+    if ident[0].isdigit():
+        ident = "_" + ident
+    return ident + "_" if ident in _C_KEYWORDS else ident
+
+
+def unique_identifiers(names: list[str]) -> list[str]:
+    """C identifiers for names, made distinct (case-insensitively, since macros are upper case)."""
+    out, taken = [], set()
+    for name in names:
+        base = ident = c_identifier(name)
+        i = 1
+        while ident.upper() in taken:
+            ident, i = f"{base}_{i}", i + 1
+        taken.add(ident.upper())
+        out.append(ident)
+    return out
+
+
+@dataclass(frozen=True)
+class Tensor:
+    role: str           # "input" or "output"
+    index: int
+    onnx_name: str
+    field: str          # struct field
+    macro: str          # INPUT_<FIELD> / OUTPUT_<FIELD>
+    dtype: str
+    ctype: str
+    shape: tuple[int, ...]
+    size: int
+    bytes: int
+
+
+def io_tensors(program: Program) -> tuple[list[Tensor], list[Tensor]]:
+    graph = program.graph
+    result = []
+    for role, names in (("input", graph.inputs), ("output", graph.outputs)):
+        tensors = []
+        for i, (onnx_name, field) in enumerate(zip(names, unique_identifiers(list(names)))):
+            v = graph.values[onnx_name]
+            tensors.append(Tensor(role, i, onnx_name, field, f"{role.upper()}_{field.upper()}", v.dtype,
+                                  _CTYPES[v.dtype], v.shape, v.size, v.nbytes))
+        result.append(tensors)
+    return result[0], result[1]
+
+
+def _arg(program: Program, value: str, writable: bool, inputs: list[Tensor], outputs: list[Tensor]) -> str:
+    loc: Location = program.locations[value]
+    ctype = _CTYPES[program.graph.values[value].dtype]
+    if loc.kind == "input":
+        return f"in->{inputs[loc.index].field}"
+    if loc.kind == "output":
+        return f"out->{outputs[loc.index].field}"
+    return f"({'' if writable else 'const '}{ctype} *)(ws + {loc.index})"
+
+
+def render(program: Program, banner: str, element_align: int = 4) -> tuple[str, str]:
+    """Return (header, source) text."""
+    name = program.name
+    inputs, outputs = io_tensors(program)
+    calls = []
+    for call in program.calls:
+        n_out = len(call.node.outputs)
+        params, args = [], []
+        for pos, value in enumerate(call.args):
+            writable = pos >= len(call.args) - n_out
+            ctype = _CTYPES[program.graph.values[value].dtype]
+            params.append(f"{'' if writable else 'const '}{ctype} *")
+            args.append(_arg(program, value, writable, inputs, outputs))
+        shapes = " ".join("x".join(map(str, program.graph.shape(v))) for v in call.args)
+        calls.append({"kernel": call.kernel.name, "params": params, "args": args,
+                      "comment": f"{call.node.op} \"{call.node.name}\" {shapes}".replace("*/", "* /")})
+    context = dict(banner=banner.replace("*/", "* /"), name=name, NAME=name.upper(), inputs=inputs,
+                   outputs=outputs, calls=calls, workspace_size=program.plan.size,
+                   workspace_align=program.plan.alignment, lower_bound=program.plan.lower_bound,
+                   element_align=element_align)
+    header = _TEMPLATES.get_template("model.h.j2").render(**context)
+    source = _TEMPLATES.get_template("model.c.j2").render(**context)
+    return header, source

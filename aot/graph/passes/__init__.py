@@ -1,0 +1,34 @@
+"""The default optimization pipeline: one pass per line, each a function Graph -> Graph."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aot.graph.ir import Graph
+from aot.graph.passes.canonicalize import canonicalize
+from aot.graph.passes.eliminate_dead_code import eliminate_dead_code
+from aot.graph.passes.fold_batchnorm import fold_batchnorm
+from aot.graph.passes.fold_constants import fold_constants
+from aot.graph.passes.fuse_epilogues import fuse_epilogues
+from aot.graph.passes.to_nhwc import to_nhwc
+
+Pass = Callable[[Graph], Graph]
+
+PIPELINE: list[Pass] = [
+    fold_constants,       # evaluate constant subgraphs (shape arithmetic, weight transposes)
+    canonicalize,         # ONNX ops -> aot's op set; refuse unsupported ops here
+    eliminate_dead_code,  # drop what no output needs before spending work on it
+    fold_batchnorm,       # BN into the preceding Conv/Gemm weights, else Mul + Add
+    to_nhwc,              # channels-last activations inside
+    fuse_epilogues,       # bias, residual add and activations into their anchor
+    eliminate_dead_code,  # drop constants and nodes the rewrites orphaned
+]
+
+
+def optimize(graph: Graph, on_pass: Callable[[str, Graph], None] | None = None) -> Graph:
+    """Run the pipeline; `on_pass(name, graph)` sees the graph after each pass (for --dump-graph)."""
+    for p in PIPELINE:
+        graph = p(graph)
+        if on_pass is not None:
+            on_pass(p.__name__, graph)
+    return graph

@@ -1,0 +1,69 @@
+"""Fold BatchNormalization into the Conv or Gemm that feeds it; turn a lone one into Mul + Add.
+
+y = (x - mean) / sqrt(var + eps) * gamma + beta  =  x * a + b  with  a = gamma / sqrt(var + eps), b = beta - mean * a.
+Folding scales the producer's output channels by a and adds b to its bias.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from aot.graph.ir import Graph, Node, Rewriter
+
+
+def fold_batchnorm(graph: Graph) -> Graph:
+    users = graph.consumers()
+    producers = graph.producers()
+    folded: dict[str, Node] = {}       # producer name -> its replacement with the BN folded in
+    absorbed: set[str] = set()          # BN nodes folded away
+    rw = Rewriter(graph)
+    for node in graph.nodes:
+        if node.op != "BatchNormalization":
+            continue
+        src = producers.get(node.inputs[0])
+        if (src is not None and src.op in ("Conv", "Gemm") and len(users.get(src.outputs[0], [])) == 1
+                and src.outputs[0] not in graph.outputs and src.name not in folded):
+            a, b = _affine(rw, node)
+            folded[src.name] = _fold_into(rw, src, a, b, node.outputs[0])
+            absorbed.add(node.name)
+    for node in graph.nodes:
+        if node.name in absorbed:
+            continue
+        if node.name in folded:
+            rw.keep(folded[node.name])
+        elif node.op == "BatchNormalization":
+            _to_mul_add(rw, node)
+        else:
+            rw.keep(node)
+    return rw.finish()
+
+
+def _affine(rw: Rewriter, bn: Node) -> tuple[np.ndarray, np.ndarray]:
+    gamma, beta, mean, var = (rw.constants[name].astype(np.float64) for name in bn.inputs[1:5])
+    a = gamma / np.sqrt(var + bn.attrs["epsilon"])
+    return a, beta - mean * a
+
+
+def _fold_into(rw: Rewriter, src: Node, a: np.ndarray, b: np.ndarray, out: str) -> Node:
+    x, w, bias = src.inputs[:3]
+    weight = rw.constants[w].astype(np.float64)
+    old_bias = rw.constants[bias].astype(np.float64) if bias else 0.0
+    if src.op == "Conv":                        # w: (M, C/g, kh, kw), output channel first
+        weight = weight * a.reshape(-1, 1, 1, 1)
+    else:                                       # Gemm w: (K, N), output channel last
+        weight = weight * a.reshape(1, -1)
+    new_w = rw.constant(w + "_bn", weight.astype(np.float32))
+    new_b = rw.constant(src.name + "_bias_bn", (old_bias * a + b).astype(np.float32))
+    return src.with_(inputs=(x, new_w, new_b), outputs=(out,))
+
+
+def _to_mul_add(rw: Rewriter, bn: Node) -> None:
+    a, b = _affine(rw, bn)
+    x, out = bn.inputs[0], bn.outputs[0]
+    shape = rw.values[x].shape
+    channel_shape = (-1,) + (1,) * (len(shape) - 2)
+    scale = rw.constant(bn.name + "_scale", a.astype(np.float32).reshape(channel_shape))
+    shift = rw.constant(bn.name + "_shift", b.astype(np.float32).reshape(channel_shape))
+    scaled = rw.value(out + "_scaled", shape)
+    rw.add("Mul", bn.name + "_mul", [x, scale], [scaled])
+    rw.add("Add", bn.name + "_add", [scaled, shift], [out])

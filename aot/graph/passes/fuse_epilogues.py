@@ -1,0 +1,77 @@
+"""Fuse what follows an anchor op into the anchor's epilogue, so the result is written once.
+
+Anchors: Conv, Gemm, MatMul and elementwise ops. Fused, when the anchor's output has no other use:
+  a per-channel constant Add       -> the anchor's bias (Conv and Gemm)
+  an Add of a same-shaped tensor   -> a residual input, added before the activations (Conv and Gemm)
+  a Unary                          -> appended to attrs["acts"] as (fn, params)
+The fused node takes the position of the node it absorbed, where all of its inputs exist.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from aot.graph.ir import Graph, Node, Rewriter
+
+_MATRIX = {"Conv", "Gemm"}
+_ANCHORS = _MATRIX | {"MatMul", "Add", "Sub", "Mul", "Div", "Max", "Min", "Unary"}
+
+
+def fuse_epilogues(graph: Graph) -> Graph:
+    while True:
+        fused = _fuse_once(graph)
+        if fused is None:
+            return graph
+        graph = fused
+
+
+def _fuse_once(graph: Graph) -> Graph | None:
+    users = graph.consumers()
+    for anchor in graph.nodes:
+        if anchor.op not in _ANCHORS or anchor.outputs[0] in graph.outputs:
+            continue
+        next_users = users.get(anchor.outputs[0], [])
+        if len(next_users) != 1:
+            continue
+        follower = next_users[0]
+        rw = Rewriter(graph)
+        merged = _merge(rw, anchor, follower)
+        if merged is not None:
+            for node in graph.nodes:
+                if node is follower:
+                    rw.keep(merged)
+                elif node is not anchor:
+                    rw.keep(node)
+            return rw.finish()
+    return None
+
+
+def _merge(rw: Rewriter, anchor: Node, follower: Node) -> Node | None:
+    graph = rw.graph
+    out = follower.outputs[0]
+    acts = anchor.attrs.get("acts", ())
+    if follower.op == "Unary":
+        return anchor.with_(outputs=(out,), attrs={**anchor.attrs, "acts": acts + ((follower.attrs["fn"],
+                                                                                   follower.attrs["params"]),)})
+    if follower.op != "Add" or anchor.op not in _MATRIX or acts:
+        return None
+    other = follower.inputs[1] if follower.inputs[0] == anchor.outputs[0] else follower.inputs[0]
+    if other == anchor.outputs[0]:
+        return None
+    shape = graph.shape(anchor.outputs[0])
+    if graph.shape(out) != shape:
+        return None
+    if other in graph.constants:
+        channels = shape[-1]
+        array = graph.constants[other]
+        if array.size not in (1, channels) or (array.size == channels and array.shape[-1:] != (channels,)):
+            return None
+        x, w, bias = anchor.inputs[:3]
+        total = np.broadcast_to(array.reshape(-1), (channels,)).astype(np.float32)
+        if bias:
+            total = total + graph.constants[bias]
+        new_bias = rw.constant(anchor.name + "_bias", total)
+        return anchor.with_(inputs=(x, w, new_bias) + anchor.inputs[3:], outputs=(out,))
+    if len(anchor.inputs) > 3 or graph.shape(other) != shape:
+        return None
+    return anchor.with_(inputs=anchor.inputs[:3] + (other,), outputs=(out,))

@@ -1,0 +1,138 @@
+"""Store 4-D activations channels-last (NHWC) around the ops that want it.
+
+Convolutions and pools always read and write NHWC; elementwise ops, Concat, Pad, Softmax and
+Transpose follow their inputs' layout (remapping axes, permuting constants); everything else sees
+NCHW. Conversions are inserted only where a value crosses between the two, and a conversion that
+moves only size-1 axes becomes a view. Graph inputs and outputs keep the model's layout.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from aot.graph.ir import Graph, Node, Rewriter
+
+TO_NHWC = (0, 2, 3, 1)      # physical axis i holds canonical axis TO_NHWC[i]
+TO_NCHW = (0, 3, 1, 2)
+_NHWC_OPS = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
+_FOLLOW_OPS = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Unary", "Concat", "Pad", "Softmax"}
+
+
+def _permute(shape: tuple[int, ...], perm: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(shape[p] for p in perm)
+
+
+class _Layouts:
+    """For each original 4-D value, the names holding it in NCHW and/or NHWC."""
+
+    def __init__(self, rw: Rewriter):
+        self.rw = rw
+        self.nchw: dict[str, str] = {}
+        self.nhwc: dict[str, str] = {}
+
+    def is_nhwc(self, name: str) -> bool:
+        return name in self.nhwc and name not in self.nchw
+
+    def get_nhwc(self, name: str) -> str:
+        if name not in self.nhwc:
+            shape = _permute(self.rw.values[name].shape, TO_NHWC)
+            out = self.rw.value(name + "_nhwc", shape)
+            self.rw.add("Transpose", name + "_to_nhwc", [self.nchw[name]], [out], perm=TO_NHWC)
+            self.nhwc[name] = out
+        return self.nhwc[name]
+
+    def get_nchw(self, name: str) -> str:
+        if name not in self.nchw:
+            out = self.rw.value(name + "_nchw", self.rw.values[name].shape)
+            self.rw.add("Transpose", name + "_to_nchw", [self.nhwc[name]], [out], perm=TO_NCHW)
+            self.nchw[name] = out
+        return self.nchw[name]
+
+    def produce_nhwc(self, name: str, outputs: tuple[str, ...]) -> str:
+        """Name for the NHWC result of a node computing `name`; a graph output gets a converted copy later."""
+        shape = _permute(self.rw.values[name].shape, TO_NHWC)
+        physical = self.rw.value(name + "_nhwc", shape) if name in outputs else name
+        if physical == name:
+            self.rw.values[name] = self.rw.values[name].__class__(name, shape, self.rw.values[name].dtype)
+        self.nhwc[name] = physical
+        return physical
+
+
+def to_nhwc(graph: Graph) -> Graph:
+    rw = Rewriter(graph)
+    layouts = _Layouts(rw)
+    for name in graph.inputs:
+        layouts.nchw[name] = name
+    for node in graph.nodes:
+        four_d = [n for n in node.inputs if n and n not in graph.constants and len(graph.shape(n)) == 4]
+        out_4d = len(graph.shape(node.outputs[0])) == 4
+        if node.op in _NHWC_OPS:
+            inputs = (layouts.get_nhwc(node.inputs[0]),) + node.inputs[1:]
+            out = layouts.produce_nhwc(node.outputs[0], graph.outputs)
+            rw.keep(node.with_(inputs=inputs, outputs=(out,), attrs={**node.attrs, "layout": "NHWC"}))
+        elif node.op in _FOLLOW_OPS and out_4d and any(layouts.is_nhwc(n) for n in four_d):
+            _follow(rw, layouts, node, graph)
+        elif node.op == "Transpose" and four_d and layouts.is_nhwc(node.inputs[0]):
+            perm = tuple(TO_NHWC.index(q) for q in node.attrs["perm"])
+            rw.keep(node.with_(inputs=(layouts.nhwc[node.inputs[0]],), attrs={"perm": perm}))
+            _produce_nchw(layouts, node)
+        else:
+            inputs = tuple(layouts.get_nchw(n) if layouts.is_nhwc(n) else (layouts.nchw.get(n, n) if n else n)
+                           for n in node.inputs)
+            rw.keep(node.with_(inputs=inputs))
+            _produce_nchw(layouts, node)
+    for name in graph.outputs:
+        if layouts.is_nhwc(name) and layouts.nhwc[name] != name:
+            rw.add("Transpose", name + "_to_nchw", [layouts.nhwc[name]], [name], perm=TO_NCHW)
+    return _transposes_to_views(rw.finish())
+
+
+def _produce_nchw(layouts: _Layouts, node: Node) -> None:
+    for out in node.outputs:
+        if len(layouts.rw.values[out].shape) == 4:
+            layouts.nchw[out] = out
+
+
+def _follow(rw: Rewriter, layouts: _Layouts, node: Node, graph: Graph) -> None:
+    """An op that works in either layout, run in NHWC because an input already is."""
+    out_rank = 4
+    inputs = []
+    for name in node.inputs:
+        if name in graph.constants:
+            array = graph.constants[name]
+            if node.op in ("Concat",) or array.ndim:
+                array = array.reshape((1,) * (out_rank - array.ndim) + array.shape) if array.ndim < out_rank else array
+                array = np.ascontiguousarray(array.transpose(TO_NHWC))
+            inputs.append(rw.constant(name + "_nhwc", array))
+        elif len(graph.shape(name)) == 4:
+            inputs.append(layouts.get_nhwc(name))
+        else:   # a lower-rank computed operand broadcast against a 4-D one: view it as 4-D first
+            shape = graph.shape(name)
+            full = (1,) * (4 - len(shape)) + shape
+            canon = rw.value(name + "_4d", full)
+            rw.add("Reshape", name + "_as_4d", [name], [canon], shape=full)
+            layouts.nchw[canon] = canon
+            inputs.append(layouts.get_nhwc(canon))
+    attrs = dict(node.attrs)
+    if node.op in ("Concat", "Softmax"):
+        attrs["axis"] = TO_NHWC.index(attrs["axis"])
+    if node.op == "Pad":
+        pads = attrs["pads"]
+        attrs["pads"] = _permute(pads[:4], TO_NHWC) + _permute(pads[4:], TO_NHWC)
+    out = layouts.produce_nhwc(node.outputs[0], graph.outputs)
+    rw.keep(node.with_(inputs=tuple(inputs), outputs=(out,), attrs=attrs))
+
+
+def _transposes_to_views(graph: Graph) -> Graph:
+    """A Transpose that keeps the order of all axes longer than 1 moves no data: make it a view."""
+    rw = Rewriter(graph)
+    for node in graph.nodes:
+        if node.op == "Transpose":
+            shape = graph.shape(node.inputs[0])
+            order = [axis for axis in node.attrs["perm"] if shape[axis] != 1]
+            if order == sorted(order):
+                rw.keep(Node("Reshape", node.name, node.inputs, node.outputs,
+                             {"shape": graph.shape(node.outputs[0])}))
+                continue
+        rw.keep(node)
+    return rw.finish()

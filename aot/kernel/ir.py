@@ -1,0 +1,360 @@
+"""Kernel IR: a small loop language between graph ops and LLVM.
+
+Expressions are immutable trees (shared subtrees are emitted once per statement); statements are
+loops, stores and local variables. Element types: "f32", "i32", "i8", "u8", "idx" (pointer-sized
+integer for indexing), "i1" (comparisons). An expression with lanes > 1 is a vector. Arithmetic
+operators build nodes and fold constants, so lowering code reads like the math it implements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+import numpy as np
+
+Number = Union[int, float]
+
+
+class Expr:
+    dtype: str
+    lanes: int
+
+    # Operators build Bin nodes; a Python number becomes a constant of the other operand's type.
+    def __add__(self, o): return binop("add", self, o)
+    def __radd__(self, o): return binop("add", o, self)
+    def __sub__(self, o): return binop("sub", self, o)
+    def __rsub__(self, o): return binop("sub", o, self)
+    def __mul__(self, o): return binop("mul", self, o)
+    def __rmul__(self, o): return binop("mul", o, self)
+    def __truediv__(self, o): return binop("div", self, o)
+    def __rtruediv__(self, o): return binop("div", o, self)
+    def __neg__(self): return binop("sub", 0, self)
+
+
+@dataclass(frozen=True, eq=False)
+class Const(Expr):
+    value: Number
+    dtype: str
+    lanes: int = 1
+
+
+@dataclass(frozen=True, eq=False)
+class Var(Expr):
+    name: str
+    dtype: str = "idx"
+    lanes: int = 1
+
+
+@dataclass(frozen=True, eq=False)
+class Load(Expr):
+    buf: Buffer
+    index: Expr
+    lanes: int = 1
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return self.buf.dtype
+
+
+@dataclass(frozen=True, eq=False)
+class Bin(Expr):
+    op: str            # add sub mul div min max | and or xor shl shr | lt le gt ge eq ne
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return "i1" if self.op in _COMPARE else self.a.dtype
+
+    @property
+    def lanes(self) -> int:  # type: ignore[override]
+        return self.a.lanes
+
+
+@dataclass(frozen=True, eq=False)
+class Fma(Expr):
+    a: Expr
+    b: Expr
+    c: Expr
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return self.c.dtype
+
+    @property
+    def lanes(self) -> int:  # type: ignore[override]
+        return self.c.lanes
+
+
+@dataclass(frozen=True, eq=False)
+class Select(Expr):
+    cond: Expr
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return self.a.dtype
+
+    @property
+    def lanes(self) -> int:  # type: ignore[override]
+        return self.a.lanes
+
+
+@dataclass(frozen=True, eq=False)
+class Broadcast(Expr):
+    value: Expr
+    lanes: int
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return self.value.dtype
+
+
+@dataclass(frozen=True, eq=False)
+class Cast(Expr):
+    """Numeric conversion (int<->float rounds toward zero) or, with bitcast=True, reinterpretation."""
+    value: Expr
+    dtype: str
+    bitcast: bool = False
+
+    @property
+    def lanes(self) -> int:  # type: ignore[override]
+        return self.value.lanes
+
+
+@dataclass(frozen=True, eq=False)
+class Reduce(Expr):
+    """Horizontal reduction of a vector to a scalar: op is "add" or "max"."""
+    op: str
+    value: Expr
+    lanes: int = 1
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return self.value.dtype
+
+
+_COMPARE = {"lt", "le", "gt", "ge", "eq", "ne"}
+_FOLD = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+         "min": min, "max": max}
+
+
+def const(value: Number, dtype: str = "idx", lanes: int = 1) -> Const:
+    return Const(int(value) if dtype != "f32" else float(value), dtype, lanes)
+
+
+def as_expr(value: Expr | Number, like: Expr | None = None) -> Expr:
+    if isinstance(value, Expr):
+        return value
+    if like is not None:
+        return const(value, "idx" if like.dtype == "i1" else like.dtype, like.lanes)
+    return const(value, "f32" if isinstance(value, float) else "idx")
+
+
+def binop(op: str, a: Expr | Number, b: Expr | Number) -> Expr:
+    if not isinstance(a, Expr):
+        a = as_expr(a, b if isinstance(b, Expr) else None)
+    if not isinstance(b, Expr):
+        b = as_expr(b, a)
+    if a.lanes != b.lanes:        # a scalar meets a vector: splat it
+        a, b = (Broadcast(a, b.lanes), b) if a.lanes == 1 else (a, Broadcast(b, a.lanes))
+    if isinstance(a, Const) and isinstance(b, Const) and op in _FOLD and a.lanes == 1:
+        return const(_FOLD[op](a.value, b.value), a.dtype)
+    if a.dtype == "idx":          # keep index arithmetic small: x+0, x*1, x*0
+        if op in ("add", "sub") and isinstance(b, Const) and b.value == 0:
+            return a
+        if op == "add" and isinstance(a, Const) and a.value == 0:
+            return b
+        if op == "mul" and isinstance(b, Const) and b.value in (0, 1):
+            return a if b.value == 1 else b
+        if op == "mul" and isinstance(a, Const) and a.value in (0, 1):
+            return b if a.value == 1 else a
+        if op == "div" and isinstance(b, Const) and b.value == 1:
+            return a
+    return Bin(op, a, b)
+
+
+def minimum(a, b) -> Expr: return binop("min", a, b)
+def maximum(a, b) -> Expr: return binop("max", a, b)
+def fma(a: Expr, b: Expr, c: Expr) -> Expr: return Fma(*_splat(a, b, c))
+def select(cond: Expr, a, b) -> Expr:
+    a, b = as_expr(a, b if isinstance(b, Expr) else None), as_expr(b, a if isinstance(a, Expr) else None)
+    return Select(cond, *_splat(a, b))
+
+
+def _splat(*exprs: Expr) -> list[Expr]:
+    lanes = max(e.lanes for e in exprs)
+    return [Broadcast(e, lanes) if e.lanes != lanes else e for e in exprs]
+
+
+# --- statements --------------------------------------------------------------------------------
+
+class Stmt:
+    pass
+
+
+@dataclass(frozen=True, eq=False)
+class Store(Stmt):
+    buf: Buffer
+    index: Expr
+    value: Expr
+
+
+@dataclass(frozen=True, eq=False)
+class For(Stmt):
+    var: Var
+    start: Expr
+    stop: Expr
+    body: Block
+    step: int = 1
+
+
+@dataclass(frozen=True, eq=False)
+class Let(Stmt):
+    """Bind an immutable value to `var` for the statements that follow in the same block."""
+    var: Var
+    value: Expr
+
+
+@dataclass(frozen=True, eq=False)
+class Local(Stmt):
+    """Declare a mutable local (a register after LLVM's mem2reg), readable through `var`."""
+    var: Var
+    init: Expr
+
+
+@dataclass(frozen=True, eq=False)
+class Assign(Stmt):
+    var: Var
+    value: Expr
+
+
+@dataclass(frozen=True, eq=False)
+class Block(Stmt):
+    stmts: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class Buffer:
+    """A kernel's array: a pointer parameter, or a constant (weights) emitted as read-only data."""
+    name: str
+    dtype: str
+    size: int                              # elements
+    data: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def is_const(self) -> bool:
+        return self.data is not None
+
+    def __getitem__(self, index: Expr | int) -> Load:
+        return Load(self, as_expr(index))
+
+    def vec(self, index: Expr | int, lanes: int) -> Load:
+        return Load(self, as_expr(index), lanes)
+
+
+@dataclass(frozen=True, eq=False)
+class Kernel:
+    name: str
+    params: tuple[Buffer, ...]             # in call order: inputs then outputs
+    body: Block
+
+
+class Builder:
+    """Collects statements; loops nest with `with b.loop(...) as i:`."""
+
+    def __init__(self) -> None:
+        self._stack: list[list[Stmt]] = [[]]
+        self._names: dict[str, int] = {}
+
+    def _fresh(self, hint: str) -> str:
+        n = self._names.get(hint, 0)
+        self._names[hint] = n + 1
+        return f"{hint}{n}"
+
+    def emit(self, stmt: Stmt) -> None:
+        self._stack[-1].append(stmt)
+
+    def store(self, buf: Buffer, index: Expr | int, value: Expr) -> None:
+        self.emit(Store(buf, as_expr(index), value))
+
+    def let(self, hint: str, value: Expr) -> Var:
+        var = Var(self._fresh(hint), value.dtype, value.lanes)
+        self.emit(Let(var, value))
+        return var
+
+    def local(self, hint: str, init: Expr) -> Var:
+        var = Var(self._fresh(hint), init.dtype, init.lanes)
+        self.emit(Local(var, init))
+        return var
+
+    def assign(self, var: Var, value: Expr) -> None:
+        self.emit(Assign(var, value))
+
+    def loop(self, hint: str, start: Expr | int, stop: Expr | int, step: int = 1) -> _LoopScope:
+        return _LoopScope(self, Var(self._fresh(hint)), as_expr(start), as_expr(stop), step)
+
+    def block(self) -> Block:
+        assert len(self._stack) == 1
+        return Block(tuple(self._stack[0]))
+
+
+class _LoopScope:
+    def __init__(self, builder: Builder, var: Var, start: Expr, stop: Expr, step: int):
+        self.b, self.var, self.start, self.stop, self.step = builder, var, start, stop, step
+
+    def __enter__(self) -> Var:
+        self.b._stack.append([])
+        return self.var
+
+    def __exit__(self, *exc) -> None:
+        body = Block(tuple(self.b._stack.pop()))
+        if exc[0] is None:
+            self.b.emit(For(self.var, self.start, self.stop, body, self.step))
+
+
+def dump(kernel: Kernel) -> str:
+    """Readable text of a kernel, for tests and --dump-kernels."""
+    lines = [f"kernel {kernel.name}({', '.join(f'{p.name}: {p.dtype}[{p.size}]' for p in kernel.params)})"]
+
+    def ex(e: Expr) -> str:
+        if isinstance(e, Const):
+            return repr(e.value) if e.lanes == 1 else f"splat({e.value!r}, {e.lanes})"
+        if isinstance(e, Var):
+            return e.name
+        if isinstance(e, Load):
+            return f"{e.buf.name}[{ex(e.index)}]" + (f"<{e.lanes}>" if e.lanes > 1 else "")
+        if isinstance(e, Bin):
+            return f"{e.op}({ex(e.a)}, {ex(e.b)})"
+        if isinstance(e, Fma):
+            return f"fma({ex(e.a)}, {ex(e.b)}, {ex(e.c)})"
+        if isinstance(e, Select):
+            return f"select({ex(e.cond)}, {ex(e.a)}, {ex(e.b)})"
+        if isinstance(e, Broadcast):
+            return f"splat({ex(e.value)}, {e.lanes})"
+        if isinstance(e, Cast):
+            return f"{'bitcast' if e.bitcast else 'cast'}<{e.dtype}>({ex(e.value)})"
+        if isinstance(e, Reduce):
+            return f"reduce_{e.op}({ex(e.value)})"
+        raise TypeError(e)
+
+    def st(s: Stmt, depth: int) -> None:
+        pad = "  " * depth
+        if isinstance(s, Block):
+            for inner in s.stmts:
+                st(inner, depth)
+        elif isinstance(s, For):
+            step = f", step {s.step}" if s.step != 1 else ""
+            lines.append(f"{pad}for {s.var.name} in [{ex(s.start)}, {ex(s.stop)}{step}):")
+            st(s.body, depth + 1)
+        elif isinstance(s, Store):
+            lines.append(f"{pad}{s.buf.name}[{ex(s.index)}] = {ex(s.value)}")
+        elif isinstance(s, (Let, Local, Assign)):
+            kw = {Let: "let ", Local: "var ", Assign: ""}[type(s)]
+            value = s.init if isinstance(s, Local) else s.value
+            lines.append(f"{pad}{kw}{s.var.name} = {ex(value)}")
+
+    st(kernel.body, 1)
+    return "\n".join(lines)

@@ -1,0 +1,317 @@
+"""Conv (NHWC) and Gemm, lowered to register-blocked micro-kernels.
+
+Dense and grouped convolution, and Gemm as a 1x1 convolution over a 1 x M "image", share one
+micro-kernel: a tile of MR output pixels x NR vectors of output channels lives in registers while
+the reduction runs over (kh, kw, c); each step broadcasts one input value per pixel and loads NR
+weight vectors. Weights are packed at compile time in exactly that read order, one panel per block
+of output channels. Depthwise convolution vectorizes along channels instead.
+
+Padding is handled without copies: output columns whose window stays inside the input take the
+fast path; the few border columns (and rows) clip their window with runtime loop bounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from aot.graph.ir import Graph, Node
+from aot.kernel.ir import Buffer, Builder, Expr, Kernel, as_expr, binop, const, fma, maximum, minimum, select
+from aot.ops import LowerContext, register
+from aot.ops.epilogue import apply
+
+
+@dataclass(frozen=True)
+class Geometry:
+    n: int
+    h: int
+    w: int
+    c: int
+    oh: int
+    ow: int
+    m: int
+    kh: int
+    kw: int
+    stride: tuple[int, int]
+    dilation: tuple[int, int]
+    pads: tuple[int, int, int, int]     # top, left, bottom, right
+
+    def in_row(self, o: Expr | int, axis: int) -> Expr:
+        """First input coordinate of output coordinate o along axis 0 (rows) or 1 (columns)."""
+        return as_expr(o) * self.stride[axis] - self.pads[axis]
+
+    def window(self, o: Expr, axis: int) -> tuple[Expr, Expr]:
+        """Taps [lo, hi) of the window at output coordinate o that fall inside the input."""
+        k, d, size = (self.kh, self.dilation[0], self.h) if axis == 0 else (self.kw, self.dilation[1], self.w)
+        first = self.in_row(o, axis)          # input coordinate of tap 0; tap t reads first + t*d
+        lo = maximum(binop("div", (0 - first) + (d - 1), const(d)), 0)
+        hi = minimum(binop("div", (size - first) + (d - 1), const(d)), k)
+        return lo, hi
+
+    def interior(self, axis: int) -> tuple[int, int]:
+        """Output coordinates [lo, hi) whose whole window lies inside the input."""
+        k, d, size, s = ((self.kh, self.dilation[0], self.h, self.stride[0]) if axis == 0
+                         else (self.kw, self.dilation[1], self.w, self.stride[1]))
+        pad, out = self.pads[axis], (self.oh if axis == 0 else self.ow)
+        lo = min(out, -(-pad // s))
+        hi = max(lo, min(out, (size - 1 - (k - 1) * d + pad) // s + 1))
+        return lo, hi
+
+
+def geometry(graph: Graph, node: Node) -> Geometry:
+    n, h, w, c = graph.shape(node.inputs[0])
+    _, oh, ow, m = graph.shape(node.outputs[0])
+    kh, kw = node.attrs["kernel"]
+    return Geometry(n, h, w, c, oh, ow, m, kh, kw, tuple(node.attrs["strides"]),
+                    tuple(node.attrs.get("dilations", (1, 1))), tuple(node.attrs["pads"]))
+
+
+TileFn = Callable[[int, Expr, Expr, Expr, Expr, Expr, Expr], None]
+
+
+def spatial_loops(b: Builder, g: Geometry, mr: int, tile: TileFn, inner: Callable[[TileFn], TileFn] | None = None):
+    """Emit loops over (n, oh, ow) calling tile(mr, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) per output tile.
+
+    Full tiles of `mr` columns where the window is inside the input; every other column alone, with
+    its window clipped at run time (one code copy for both borders and the remainder). Row windows
+    are clipped only if some row needs it.
+    """
+    row_lo, row_hi = g.interior(0)
+    col_lo, col_hi = g.interior(1)
+    with b.loop("n", 0, g.n) as n:
+        with b.loop("oh", 0, g.oh) as oh:
+            if row_lo == 0 and row_hi == g.oh:
+                kh_lo, kh_hi = const(0), const(g.kh)
+            else:
+                kh_lo, kh_hi = b.let("kh_lo", g.window(oh, 0)[0]), b.let("kh_hi", g.window(oh, 0)[1])
+
+            def columns(t: TileFn) -> None:
+                full_end = col_lo + (col_hi - col_lo) // mr * mr
+                if full_end > col_lo:
+                    with b.loop("ow", col_lo, full_end, mr) as ow:
+                        t(mr, n, oh, ow, kh_lo, kh_hi, const(0), const(g.kw))
+                # Every other column, one at a time with its window clipped: [0, col_lo) then [full_end, OW).
+                rest = col_lo + g.ow - full_end
+                if rest:
+                    with b.loop("e", 0, rest) as e:
+                        ow = b.let("ow", select(binop("lt", e, col_lo), e, e + (full_end - col_lo)))
+                        kw_lo, kw_hi = g.window(ow, 1)
+                        t(1, n, oh, ow, kh_lo, kh_hi, b.let("kw_lo", kw_lo), b.let("kw_hi", kw_hi))
+
+            if inner is None:
+                columns(tile)
+            else:
+                inner(columns)
+
+
+# --- channel blocks ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ChannelBlock:
+    start: int      # first output channel (within a group)
+    nr: int         # vectors per tile row
+    lanes: int      # lanes per vector
+    count: int = 1  # identical blocks side by side, walked by a runtime loop (one code copy)
+
+    @property
+    def width(self) -> int:
+        return self.nr * self.lanes
+
+
+def channel_blocks(channels: int, lanes: int, nr_max: int) -> list[ChannelBlock]:
+    """Cover `channels` with runs of blocks of nr_max full vectors, then one of fewer vectors, then
+    narrower vectors, then scalars."""
+    blocks, start = [], 0
+    full = channels // (lanes * nr_max)
+    if full:
+        blocks.append(ChannelBlock(0, nr_max, lanes, full))
+        start = full * lanes * nr_max
+    if channels - start >= lanes:
+        nr = (channels - start) // lanes
+        blocks.append(ChannelBlock(start, nr, lanes))
+        start += nr * lanes
+    half = lanes // 2
+    while half >= 4:
+        if channels - start >= half:
+            blocks.append(ChannelBlock(start, 1, half))
+            start += half
+        half //= 2
+    if channels > start:
+        blocks.append(ChannelBlock(start, channels - start, 1))
+    return blocks
+
+
+def tile_shape(target_lanes: int, registers: int, channels: int, knobs: dict) -> tuple[int, int]:
+    """Default MR x NR: as many accumulators as fit beside NR weight vectors and one broadcast."""
+    nr = min(knobs.get("nr", 3 if registers >= 32 else 2), max(1, -(-channels // target_lanes)))
+    mr = knobs.get("mr", max(1, min(8, (registers - nr - 1) // nr)))
+    return mr, nr
+
+
+# --- dense / grouped convolution --------------------------------------------------------------------
+
+def _pack_dense(weight: np.ndarray, groups: int, blocks: list[ChannelBlock]) -> tuple[np.ndarray, list[int]]:
+    """OIHW weights -> per group, per block: [kh][kw][c][block width] panels, concatenated.
+
+    Returns the packed array and the offset of each (group, block run)."""
+    m, cg, kh, kw = weight.shape
+    mg = m // groups
+    panels, offsets, offset = [], [], 0
+    for g in range(groups):
+        for blk in blocks:
+            offsets.append(offset)
+            for r in range(blk.count):
+                first = g * mg + blk.start + r * blk.width
+                rows = weight[first: first + blk.width]          # (width, cg, kh, kw)
+                panel = np.ascontiguousarray(rows.transpose(2, 3, 1, 0)).reshape(-1)
+                panels.append(panel)
+                offset += panel.size
+    return np.concatenate(panels).astype(np.float32), offsets
+
+
+def lower_dense(ctx: LowerContext, name: str, g: Geometry, groups: int, weight: np.ndarray,
+                bias: np.ndarray | None, acts, x: Buffer, out: Buffer, residual: Buffer | None,
+                params: tuple[Buffer, ...]) -> Kernel:
+    cg, mg = g.c // groups, g.m // groups
+    lanes = ctx.target.lanes
+    mr, nr_max = tile_shape(lanes, ctx.target.vector_registers, mg, ctx.knobs)
+    blocks = channel_blocks(mg, lanes, nr_max)
+    packed, offsets = _pack_dense(weight, groups, blocks)
+    wbuf = ctx.const(packed, "w")
+    bbuf = ctx.const(bias.astype(np.float32), "b") if bias is not None else None
+    b = Builder()
+    dy, dx = g.dilation
+
+    panel_size = g.kh * g.kw * cg
+
+    def block_tile(group: Expr, blk: ChannelBlock, run_offset: Expr):
+        def tile(rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) -> None:
+            with b.loop("cb", 0, blk.count) as cb:
+                ch0 = b.let("ch0", group * mg + blk.start + cb * blk.width)
+                panel = b.let("panel", run_offset + cb * (panel_size * blk.width))
+                block_body(rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi, ch0, panel)
+
+        def block_body(rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi, ch0, panel) -> None:
+            accs = [[b.local("acc", bbuf.vec(ch0 + j * blk.lanes, blk.lanes) if bbuf is not None
+                             else const(0.0, "f32", blk.lanes)) for j in range(blk.nr)] for _ in range(rows)]
+            with b.loop("kh", kh_lo, kh_hi) as kh:
+                ih = g.in_row(oh, 0) + kh * dy
+                with b.loop("kw", kw_lo, kw_hi) as kw:
+                    pixel0 = b.let("px", ((n * g.h + ih) * g.w + g.in_row(ow0, 1) + kw * dx) * g.c + group * cg)
+                    wrow = b.let("wr", panel + (kh * g.kw + kw) * (cg * blk.width))
+                    with b.loop("c", 0, cg) as c:
+                        wv = [b.let("wv", wbuf.vec(wrow + c * blk.width + j * blk.lanes, blk.lanes))
+                              for j in range(blk.nr)]
+                        for i in range(rows):
+                            a = b.let("a", x[pixel0 + (i * g.stride[1] * g.c) + c])
+                            for j in range(blk.nr):
+                                b.assign(accs[i][j], fma(a, wv[j], accs[i][j]))
+            for i in range(rows):
+                base = ((n * g.oh + oh) * g.ow + ow0 + i) * g.m + ch0
+                for j in range(blk.nr):
+                    idx = base + j * blk.lanes
+                    v: Expr = accs[i][j]
+                    if residual is not None:
+                        v = v + residual.vec(idx, blk.lanes)
+                    b.store(out, idx, apply(acts, v))
+        return tile
+
+    def per_group(columns) -> None:
+        with b.loop("g", 0, groups) as group:
+            group_stride = offsets[len(blocks)] if groups > 1 else 0    # panels repeat per group
+            for bi, blk in enumerate(blocks):
+                columns(block_tile(group, blk, group * group_stride + offsets[bi]))
+
+    spatial_loops(b, g, mr, None, inner=per_group)   # type: ignore[arg-type]
+    return Kernel(name, params, b.block())
+
+
+# --- depthwise --------------------------------------------------------------------------------------
+
+def lower_depthwise(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, bias: np.ndarray | None,
+                    acts, x: Buffer, out: Buffer, residual: Buffer | None, params: tuple[Buffer, ...]) -> Kernel:
+    lanes = ctx.target.lanes
+    blocks = channel_blocks(g.c, lanes, ctx.knobs.get("dw_nr", 2))
+    mr = ctx.knobs.get("dw_mr", 4)
+    wbuf = ctx.const(np.ascontiguousarray(weight[:, 0].transpose(1, 2, 0)).astype(np.float32), "w")  # [kh][kw][c]
+    bbuf = ctx.const(bias.astype(np.float32), "b") if bias is not None else None
+    b = Builder()
+    dy, dx = g.dilation
+
+    def block_tile(blk: ChannelBlock):
+        def tile(rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) -> None:
+            with b.loop("cb", 0, blk.count) as cb:
+                block_body(rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi, b.let("ch0", blk.start + cb * blk.width))
+
+        def block_body(rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi, ch0) -> None:
+            accs = [[b.local("acc", bbuf.vec(ch0 + j * blk.lanes, blk.lanes) if bbuf is not None
+                             else const(0.0, "f32", blk.lanes)) for j in range(blk.nr)] for _ in range(rows)]
+            with b.loop("kh", kh_lo, kh_hi) as kh:
+                ih = g.in_row(oh, 0) + kh * dy
+                with b.loop("kw", kw_lo, kw_hi) as kw:
+                    pixel0 = b.let("px", ((n * g.h + ih) * g.w + g.in_row(ow0, 1) + kw * dx) * g.c + ch0)
+                    wrow = (kh * g.kw + kw) * g.c + ch0
+                    wv = [b.let("wv", wbuf.vec(wrow + j * blk.lanes, blk.lanes)) for j in range(blk.nr)]
+                    for i in range(rows):
+                        for j in range(blk.nr):
+                            xv = x.vec(pixel0 + i * g.stride[1] * g.c + j * blk.lanes, blk.lanes)
+                            b.assign(accs[i][j], fma(xv, wv[j], accs[i][j]))
+            for i in range(rows):
+                base = ((n * g.oh + oh) * g.ow + ow0 + i) * g.c + ch0
+                for j in range(blk.nr):
+                    v: Expr = accs[i][j]
+                    if residual is not None:
+                        v = v + residual.vec(base + j * blk.lanes, blk.lanes)
+                    b.store(out, base + j * blk.lanes, apply(acts, v))
+        return tile
+
+    def all_blocks(columns) -> None:
+        for blk in blocks:
+            columns(block_tile(blk))
+
+    spatial_loops(b, g, mr, None, inner=all_blocks)   # type: ignore[arg-type]
+    return Kernel(name, params, b.block())
+
+
+# --- graph ops ---------------------------------------------------------------------------------------
+
+def _conv_macs(graph: Graph, node: Node) -> int:
+    w = graph.constants[node.inputs[1]]
+    return int(np.prod(graph.shape(node.outputs[0]))) * int(np.prod(w.shape[1:]))
+
+
+def _gemm_macs(graph: Graph, node: Node) -> int:
+    k, n = graph.constants[node.inputs[1]].shape
+    return int(np.prod(graph.shape(node.inputs[0])[:-1])) * k * n
+
+
+@register("Conv", macs=_conv_macs)
+def conv(ctx: LowerContext, node: Node, name: str) -> Kernel:
+    ins, outs, params = ctx.io(node)
+    g = geometry(ctx.graph, node)
+    weight = ctx.graph.constants[node.inputs[1]]
+    bias = ctx.graph.constants[node.inputs[2]] if node.inputs[2] else None
+    residual = ins[3] if len(ins) > 3 else None
+    groups = node.attrs["group"]
+    acts = node.attrs.get("acts", ())
+    if groups == g.c and weight.shape[1] == 1 and g.m == g.c:
+        return lower_depthwise(ctx, name, g, weight, bias, acts, ins[0], outs[0], residual, params)
+    return lower_dense(ctx, name, g, groups, weight, bias, acts, ins[0], outs[0], residual, params)
+
+
+@register("Gemm", macs=_gemm_macs)
+def gemm(ctx: LowerContext, node: Node, name: str) -> Kernel:
+    """x (M,K) @ w (K,N): a 1x1 convolution over a 1 x M image with K channels."""
+    ins, outs, params = ctx.io(node)
+    rows, k = ctx.graph.shape(node.inputs[0])
+    weight = ctx.graph.constants[node.inputs[1]]
+    n = weight.shape[1]
+    bias = ctx.graph.constants[node.inputs[2]] if node.inputs[2] else None
+    g = Geometry(1, 1, rows, k, 1, rows, n, 1, 1, (1, 1), (1, 1), (0, 0, 0, 0))
+    residual = ins[3] if len(ins) > 3 else None
+    return lower_dense(ctx, name, g, 1, weight.T.reshape(n, k, 1, 1), bias, node.attrs.get("acts", ()),
+                       ins[0], outs[0], residual, params)
+
+

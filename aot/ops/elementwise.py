@@ -1,0 +1,103 @@
+"""Elementwise ops: binary arithmetic with numpy broadcasting, and unary activations.
+
+Loops run over the output with operands' strides computed at compile time (0 along broadcast
+axes); adjacent axes that are contiguous for every operand are merged, and the innermost axis is
+vectorized (stride 1: vector load, stride 0: one scalar splat).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from aot.graph.ir import Node
+from aot.kernel.ir import Broadcast, Buffer, Builder, Expr, Kernel, binop
+from aot.ops import LowerContext, register
+from aot.ops.epilogue import apply
+
+_BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min"}
+
+
+def broadcast_strides(shape: tuple[int, ...], out: tuple[int, ...]) -> list[int]:
+    """Element strides of a row-major `shape` broadcast to `out` (0 on broadcast axes)."""
+    shape = (1,) * (len(out) - len(shape)) + tuple(shape)
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step if size != 1 else 0)
+        step *= size
+    return list(reversed(strides))
+
+
+def merge_axes(out: tuple[int, ...], strides: list[list[int]]) -> tuple[list[int], list[list[int]]]:
+    """Merge adjacent axes that every operand walks contiguously (or not at all)."""
+    dims, strd = [out[0]] if out else [1], [[s[0]] if out else [0] for s in strides]
+    for axis in range(1, len(out)):
+        size = out[axis]
+        if all(s[axis] * size == t[-1] or (s[axis] == 0 and t[-1] == 0) for s, t in zip(strides, strd)):
+            dims[-1] *= size
+            for s, t in zip(strides, strd):
+                t[-1] = s[axis]
+        else:
+            dims.append(size)
+            for s, t in zip(strides, strd):
+                t.append(s[axis])
+    return dims, strd
+
+
+def elementwise_loops(b: Builder, lanes: int, out_shape: tuple[int, ...], operands: list[tuple[Buffer, tuple]],
+                      out: Buffer, compute) -> None:
+    """out[i] = compute([operand values at i]) over the output, vectorized along the innermost axis."""
+    all_strides = [broadcast_strides(shape, out_shape) for _, shape in operands]
+    out_strides = broadcast_strides(out_shape, out_shape)
+    dims, strides = merge_axes(out_shape, all_strides + [out_strides])
+
+    def body(depth: int, offsets: list[Expr | int]) -> None:
+        if depth < len(dims) - 1:
+            with b.loop("i", 0, dims[depth]) as i:
+                body(depth + 1, [off + i * s[depth] for off, s in zip(offsets, strides)])
+            return
+        inner = dims[-1]
+
+        def step(width: int, start: int, stop: int) -> None:
+            with b.loop("j", start, stop, width) as j:
+                vals = []
+                for (buf, _), off, s in zip(operands, offsets, strides):
+                    if s[-1] == 0:
+                        vals.append(buf[off])
+                    else:
+                        vals.append(buf.vec(off + j, width) if width > 1 else buf[off + j])
+                b.store(out, offsets[-1] + j, _widen(compute(vals), width))
+
+        main = inner - inner % lanes if lanes > 1 else 0
+        if main:
+            step(lanes, 0, main)
+        if inner > main:
+            step(1, main, inner)
+
+    body(0, [0] * len(strides))
+
+
+def _widen(value: Expr, lanes: int) -> Expr:
+    """All operands broadcast along the vector axis: splat the scalar result."""
+    return Broadcast(value, lanes) if lanes > 1 and value.lanes == 1 else value
+
+
+@register("Add", "Sub", "Mul", "Div", "Max", "Min")
+def binary(ctx: LowerContext, node: Node, name: str) -> Kernel:
+    ins, outs, params = ctx.io(node)
+    op = _BINARY[node.op]
+    shapes = [ctx.graph.shape(n) for n in node.inputs]
+    acts = node.attrs.get("acts", ())
+    b = Builder()
+    elementwise_loops(b, ctx.target.lanes, ctx.graph.shape(node.outputs[0]),
+                      list(zip(ins, shapes)), outs[0], lambda v: apply(acts, binop(op, v[0], v[1])))
+    return Kernel(name, params, b.block())
+
+
+@register("Unary")
+def unary(ctx: LowerContext, node: Node, name: str) -> Kernel:
+    ins, outs, params = ctx.io(node)
+    acts = ((node.attrs["fn"], tuple(node.attrs["params"])),) + tuple(node.attrs.get("acts", ()))
+    b = Builder()
+    size = int(np.prod(ctx.graph.shape(node.outputs[0]), dtype=np.int64))
+    elementwise_loops(b, ctx.target.lanes, (size,), [(ins[0], (size,))], outs[0], lambda v: apply(acts, v[0]))
+    return Kernel(name, params, b.block())

@@ -1,0 +1,59 @@
+"""MatMul of two computed tensors (attention-style products), batched with numpy broadcasting of the
+batch dimensions; vectorized along N."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from aot.graph.ir import Graph, Node
+from aot.kernel.ir import Builder, Expr, Kernel, const, fma
+from aot.ops import LowerContext, register
+from aot.ops.conv import channel_blocks
+from aot.ops.elementwise import broadcast_strides
+from aot.ops.epilogue import apply
+
+
+def _macs(graph: Graph, node: Node) -> int:
+    out = graph.shape(node.outputs[0])
+    return int(np.prod(out, dtype=np.int64)) * graph.shape(node.inputs[0])[-1]
+
+
+@register("MatMul", macs=_macs)
+def matmul(ctx: LowerContext, node: Node, name: str) -> Kernel:
+    ins, outs, params = ctx.io(node)
+    a, bm, out = ins[0], ins[1], outs[0]
+    ashape, bshape = ctx.graph.shape(node.inputs[0]), ctx.graph.shape(node.inputs[1])
+    oshape = ctx.graph.shape(node.outputs[0])
+    m, k = ashape[-2:]
+    n = bshape[-1]
+    batch = oshape[:-2]
+    a_strides = broadcast_strides(ashape[:-2], batch)     # in matrices
+    b_strides = broadcast_strides(bshape[:-2], batch)
+    o_strides = broadcast_strides(batch, batch)
+    acts = node.attrs.get("acts", ())
+    b = Builder()
+
+    def product(a_off: Expr, b_off: Expr, o_off: Expr) -> None:
+        with b.loop("m", 0, m) as i:
+            for blk in channel_blocks(n, ctx.target.lanes, 4):
+                with b.loop("cb", 0, blk.count) as cb:
+                    col = b.let("col", blk.start + cb * blk.width)
+                    accs = [b.local("acc", const(0.0, "f32", blk.lanes)) for _ in range(blk.nr)]
+                    with b.loop("k", 0, k) as r:
+                        av = b.let("a", a[a_off + i * k + r])
+                        for j, acc in enumerate(accs):
+                            idx = b_off + r * n + col + j * blk.lanes
+                            b.assign(acc, fma(av, bm.vec(idx, blk.lanes), acc))
+                    for j, acc in enumerate(accs):
+                        b.store(out, o_off + i * n + col + j * blk.lanes, apply(acts, acc))
+
+    def batches(depth: int, a_off, b_off, o_off) -> None:
+        if depth == len(batch):
+            product(a_off, b_off, o_off)
+            return
+        with b.loop("batch", 0, batch[depth]) as t:
+            batches(depth + 1, a_off + t * (a_strides[depth] * m * k), b_off + t * (b_strides[depth] * k * n),
+                    o_off + t * (o_strides[depth] * m * n))
+
+    batches(0, const(0), const(0), const(0))
+    return Kernel(name, params, b.block())

@@ -1,0 +1,135 @@
+"""Data movement: Transpose, Concat, Pad. (Reshape-like ops are views and have no kernel.)"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from aot.graph.ir import Node
+from aot.kernel.ir import Buffer, Builder, Expr, Kernel, binop, const, maximum, minimum, select
+from aot.ops import LowerContext, register
+
+
+def _strides(shape) -> list[int]:
+    out, step = [], 1
+    for size in reversed(shape):
+        out.append(step)
+        step *= size
+    return list(reversed(out))
+
+
+def copy_loops(b: Builder, lanes: int, dims: list[int], src: Buffer, src_strides: list[int], src_off: Expr | int,
+               dst: Buffer, dst_strides: list[int], dst_off: Expr | int) -> None:
+    """dst[...] = src[...] over `dims`; the innermost axis is vectorized where both sides are contiguous."""
+    def body(depth: int, s_off, d_off) -> None:
+        if depth < len(dims) - 1:
+            with b.loop("i", 0, dims[depth]) as i:
+                body(depth + 1, s_off + i * src_strides[depth], d_off + i * dst_strides[depth])
+            return
+        inner = dims[-1] if dims else 1
+        contiguous = not dims or (src_strides[-1] == 1 and dst_strides[-1] == 1)
+        width = lanes if contiguous and inner >= lanes else 1
+        main = inner - inner % width
+        s_step = src_strides[-1] if dims else 0
+        d_step = dst_strides[-1] if dims else 0
+        if main:
+            with b.loop("j", 0, main, width) as j:
+                b.store(dst, d_off + j * d_step, src.vec(s_off + j * s_step, width) if width > 1
+                        else src[s_off + j * s_step])
+        if inner > main:
+            with b.loop("j", main, inner) as j:
+                b.store(dst, d_off + j * d_step, src[s_off + j * s_step])
+    body(0, src_off, dst_off)
+
+
+@register("Transpose")
+def transpose(ctx: LowerContext, node: Node, name: str) -> Kernel:
+    ins, outs, params = ctx.io(node)
+    in_shape = ctx.graph.shape(node.inputs[0])
+    perm = node.attrs["perm"]
+    in_strides = _strides(in_shape)
+    # Merge output axes that are also consecutive in the input.
+    dims: list[int] = []
+    src: list[int] = []
+    for axis, p in enumerate(perm):
+        if dims and perm[axis - 1] == p - 1:
+            dims[-1] *= in_shape[p]
+            src[-1] = in_strides[p]
+        else:
+            dims.append(in_shape[p])
+            src.append(in_strides[p])
+    dst = _strides(dims)
+    b = Builder()
+    copy_loops(b, ctx.target.lanes, dims, ins[0], src, 0, outs[0], dst, 0)
+    return Kernel(name, params, b.block())
+
+
+@register("Concat")
+def concat(ctx: LowerContext, node: Node, name: str) -> Kernel:
+    ins, outs, params = ctx.io(node)
+    axis = node.attrs["axis"]
+    out_shape = ctx.graph.shape(node.outputs[0])
+    outer = int(np.prod(out_shape[:axis], dtype=np.int64))
+    out_inner = int(np.prod(out_shape[axis:], dtype=np.int64))
+    b = Builder()
+    offset = 0
+    for buf, value in zip(ins, node.inputs):
+        inner = int(np.prod(ctx.graph.shape(value)[axis:], dtype=np.int64))
+        if inner:
+            copy_loops(b, ctx.target.lanes, [outer, inner], buf, [inner, 1], 0, outs[0], [out_inner, 1], offset)
+        offset += inner
+    return Kernel(name, params, b.block())
+
+
+@register("Pad")
+def pad(ctx: LowerContext, node: Node, name: str) -> Kernel:
+    ins, outs, params = ctx.io(node)
+    in_shape = list(ctx.graph.shape(node.inputs[0]))
+    out_shape = list(ctx.graph.shape(node.outputs[0]))
+    rank = len(in_shape)
+    begins = node.attrs["pads"][:rank]
+    mode = node.attrs["mode"]
+    b = Builder()
+    lanes = ctx.target.lanes
+    if mode == "constant":
+        total = int(np.prod(out_shape, dtype=np.int64))
+        fill = const(node.attrs["value"], "f32")
+        main = total - total % lanes
+        if main:
+            with b.loop("i", 0, main, lanes) as i:
+                b.store(outs[0], i, const(node.attrs["value"], "f32", lanes))
+        if total > main:
+            with b.loop("i", main, total) as i:
+                b.store(outs[0], i, fill)
+        out_off = sum(p * s for p, s in zip(begins, _strides(out_shape)))
+        copy_loops(b, lanes, in_shape, ins[0], _strides(in_shape), 0, outs[0], _strides(out_shape), out_off)
+        return Kernel(name, params, b.block())
+    # edge / reflect: each output coordinate maps to one input coordinate per axis.
+    in_strides, out_strides = _strides(in_shape), _strides(out_shape)
+
+    def source(o: Expr, axis: int) -> Expr:
+        i = o - begins[axis]
+        size = in_shape[axis]
+        if mode == "edge":
+            return minimum(maximum(i, 0), size - 1)
+        i = select(binop("lt", i, 0), 0 - i, i)
+        return select(binop("ge", i, size), (2 * (size - 1)) - i, i)
+
+    def body(depth: int, s_off, d_off) -> None:
+        with b.loop("o", 0, out_shape[depth]) as o:
+            s = s_off + source(o, depth) * in_strides[depth]
+            d = d_off + o * out_strides[depth]
+            if depth == rank - 1:
+                b.store(outs[0], d, ins[0][s])
+            else:
+                body(depth + 1, s, d)
+    body(0, 0, 0)
+    return Kernel(name, params, b.block())
+
+
+@register("Copy")
+def copy(ctx: LowerContext, node: Node, name: str) -> Kernel:
+    ins, outs, params = ctx.io(node)
+    size = int(np.prod(ctx.graph.shape(node.outputs[0]), dtype=np.int64))
+    b = Builder()
+    copy_loops(b, ctx.target.lanes, [size], ins[0], [1], 0, outs[0], [1], 0)
+    return Kernel(name, params, b.block())

@@ -1,0 +1,75 @@
+"""Pooling in NHWC, vectorized along channels: MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool."""
+
+from __future__ import annotations
+
+from aot.graph.ir import Node
+from aot.kernel.ir import Builder, Cast, Expr, Kernel, const, maximum, minimum
+from aot.ops import LowerContext, register
+from aot.ops.conv import Geometry, channel_blocks, spatial_loops
+
+_LOWEST = -3.4028234663852886e38
+
+
+@register("MaxPool", "AveragePool")
+def pool(ctx: LowerContext, node: Node, name: str) -> Kernel:
+    ins, outs, params = ctx.io(node)
+    x, out = ins[0], outs[0]
+    n, h, w, c = ctx.graph.shape(node.inputs[0])
+    _, oh, ow, _ = ctx.graph.shape(node.outputs[0])
+    kh, kw = node.attrs["kernel"]
+    pads = tuple(node.attrs["pads"])
+    g = Geometry(n, h, w, c, oh, ow, c, kh, kw, tuple(node.attrs["strides"]), (1, 1), pads)
+    is_max = node.op == "MaxPool"
+    include_pad = bool(node.attrs.get("count_include_pad", 0))
+    blocks = channel_blocks(c, ctx.target.lanes, 2)
+    b = Builder()
+
+    def divisor(oh_: Expr, ow_: Expr, kh_lo, kh_hi, kw_lo, kw_hi) -> Expr:
+        if include_pad:     # window clipped to the padded input, pads counted
+            hs, ws = g.in_row(oh_, 0), g.in_row(ow_, 1)
+            rows = minimum(hs + kh, h + pads[2]) - hs
+            cols = minimum(ws + kw, w + pads[3]) - ws
+            return Cast(rows * cols, "f32")
+        return Cast((kh_hi - kh_lo) * (kw_hi - kw_lo), "f32")
+
+    def tile(rows, n_, oh_, ow_, kh_lo, kh_hi, kw_lo, kw_hi) -> None:
+        for blk in blocks:
+            with b.loop("cb", 0, blk.count) as cb:
+                block(blk, blk.start + cb * blk.width, n_, oh_, ow_, kh_lo, kh_hi, kw_lo, kw_hi)
+
+    def block(blk, ch0, n_, oh_, ow_, kh_lo, kh_hi, kw_lo, kw_hi) -> None:
+        accs = [b.local("acc", const(_LOWEST if is_max else 0.0, "f32", blk.lanes)) for _ in range(blk.nr)]
+        with b.loop("kh", kh_lo, kh_hi) as r:
+            with b.loop("kw", kw_lo, kw_hi) as s:
+                base = ((n_ * h + g.in_row(oh_, 0) + r) * w + g.in_row(ow_, 1) + s) * c + ch0
+                for j, acc in enumerate(accs):
+                    v = x.vec(base + j * blk.lanes, blk.lanes) if blk.lanes > 1 else x[base + j]
+                    b.assign(acc, maximum(acc, v) if is_max else acc + v)
+        scale = None if is_max else b.let("inv", 1.0 / divisor(oh_, ow_, kh_lo, kh_hi, kw_lo, kw_hi))
+        obase = ((n_ * oh + oh_) * ow + ow_) * c + ch0
+        for j, acc in enumerate(accs):
+            b.store(out, obase + j * blk.lanes, acc if is_max else acc * scale)
+
+    spatial_loops(b, g, 1, tile)
+    return Kernel(name, params, b.block())
+
+
+@register("GlobalAveragePool", "GlobalMaxPool")
+def global_pool(ctx: LowerContext, node: Node, name: str) -> Kernel:
+    ins, outs, params = ctx.io(node)
+    n, h, w, c = ctx.graph.shape(node.inputs[0])
+    is_max = node.op == "GlobalMaxPool"
+    b = Builder()
+    with b.loop("n", 0, n) as n_:
+        for blk in channel_blocks(c, ctx.target.lanes, 4):
+            with b.loop("cb", 0, blk.count) as cb:
+                ch0 = b.let("ch0", blk.start + cb * blk.width)
+                accs = [b.local("acc", const(_LOWEST if is_max else 0.0, "f32", blk.lanes)) for _ in range(blk.nr)]
+                with b.loop("p", 0, h * w) as p:
+                    base = (n_ * (h * w) + p) * c + ch0
+                    for j, acc in enumerate(accs):
+                        v = ins[0].vec(base + j * blk.lanes, blk.lanes) if blk.lanes > 1 else ins[0][base + j]
+                        b.assign(acc, maximum(acc, v) if is_max else acc + v)
+                for j, acc in enumerate(accs):
+                    b.store(outs[0], n_ * c + ch0 + j * blk.lanes, acc if is_max else acc * (1.0 / (h * w)))
+    return Kernel(name, params, b.block())

@@ -1,0 +1,85 @@
+"""Softmax along one axis: max, sum of exponentials, scale; vectorized along the reduction axis when
+it is innermost, otherwise along the contiguous axes after it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from aot.graph.ir import Node
+from aot.kernel import math as kmath
+from aot.kernel.ir import Builder, Expr, Kernel, Reduce, const, maximum
+from aot.ops import LowerContext, register
+
+_LOWEST = -3.4028234663852886e38
+
+
+@register("Softmax")
+def softmax(ctx: LowerContext, node: Node, name: str) -> Kernel:
+    ins, outs, params = ctx.io(node)
+    x, y = ins[0], outs[0]
+    shape = ctx.graph.shape(node.inputs[0])
+    axis = node.attrs["axis"]
+    outer = int(np.prod(shape[:axis], dtype=np.int64))
+    n = shape[axis]
+    inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
+    lanes = ctx.target.lanes
+    b = Builder()
+    with b.loop("o", 0, outer) as o:
+        if inner == 1:
+            _softmax_row(b, x, y, o * n, n, lanes)
+        else:
+            main = inner - inner % lanes if inner >= lanes else 0
+            if main:
+                with b.loop("i", 0, main, lanes) as i:
+                    _softmax_strided(b, x, y, o * (n * inner) + i, n, inner, lanes)
+            if inner > main:
+                with b.loop("i", main, inner) as i:
+                    _softmax_strided(b, x, y, o * (n * inner) + i, n, inner, 1)
+    return Kernel(name, params, b.block())
+
+
+def _chunks(b: Builder, n: int, lanes: int, body) -> None:
+    """body(index, width) over [0, n): full vectors, then scalars."""
+    main = n - n % lanes if n >= lanes and lanes > 1 else 0
+    if main:
+        with b.loop("j", 0, main, lanes) as j:
+            body(j, lanes)
+    if n > main:
+        with b.loop("j", main, n) as j:
+            body(j, 1)
+
+
+def _softmax_row(b: Builder, x, y, base: Expr, n: int, lanes: int) -> None:
+    """A contiguous row: vector partial results, reduced across lanes once per pass."""
+    vmax = b.local("vmax", const(_LOWEST, "f32", lanes))
+    smax = b.local("smax", const(_LOWEST, "f32"))
+    _chunks(b, n, lanes, lambda j, w: b.assign(vmax, maximum(vmax, x.vec(base + j, w))) if w > 1
+            else b.assign(smax, maximum(smax, x[base + j])))
+    top = b.let("top", maximum(Reduce("max", vmax) if lanes > 1 else vmax, smax))
+    vsum = b.local("vsum", const(0.0, "f32", lanes))
+    ssum = b.local("ssum", const(0.0, "f32"))
+
+    def exp_pass(j, w) -> None:
+        e = b.let("e", kmath.exp((x.vec(base + j, w) if w > 1 else x[base + j]) - top))
+        b.store(y, base + j, e)
+        b.assign(vsum if w > 1 else ssum, (vsum if w > 1 else ssum) + e)
+    _chunks(b, n, lanes, exp_pass)
+    inv = b.let("inv", 1.0 / ((Reduce("add", vsum) if lanes > 1 else vsum) + ssum))
+    _chunks(b, n, lanes, lambda j, w: b.store(y, base + j, (y.vec(base + j, w) if w > 1 else y[base + j]) * inv))
+
+
+def _softmax_strided(b: Builder, x, y, base: Expr, n: int, stride: int, width: int) -> None:
+    """`width` independent softmaxes side by side (the reduction axis is not innermost)."""
+    def at(buf, k):
+        return buf.vec(base + k * stride, width) if width > 1 else buf[base + k * stride]
+    top = b.local("top", const(_LOWEST, "f32", width))
+    with b.loop("k", 0, n) as k:
+        b.assign(top, maximum(top, at(x, k)))
+    total = b.local("sum", const(0.0, "f32", width))
+    with b.loop("k", 0, n) as k:
+        e = b.let("e", kmath.exp(at(x, k) - top))
+        b.store(y, base + k * stride, e)
+        b.assign(total, total + e)
+    inv = b.let("inv", 1.0 / total)
+    with b.loop("k", 0, n) as k:
+        b.store(y, base + k * stride, at(y, k) * inv)

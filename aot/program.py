@@ -1,0 +1,120 @@
+"""Graph → Program: one kernel per node in execution order, where every tensor lives, the memory plan.
+
+A tensor lives in the caller's input or output buffer (graph inputs and outputs, and whatever a
+graph output is a view of), in the workspace at a planned offset, or in read-only data (constants).
+Views (Reshape) share their source's storage and have no kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aot.errors import UnsupportedOpError
+from aot.graph.ir import Graph, Node, Rewriter
+from aot.kernel.ir import Kernel
+from aot.ops import VIEWS, LowerContext, lower
+from aot.plan import memory
+from aot.target import Target
+
+
+@dataclass(frozen=True)
+class Location:
+    kind: str       # "input", "output", "workspace", "constant"
+    index: int      # input/output position, or workspace offset
+
+
+@dataclass(frozen=True)
+class Call:
+    kernel: Kernel
+    node: Node
+    args: tuple[str, ...]     # value names in kernel parameter order: computed inputs, then outputs
+
+
+@dataclass(frozen=True)
+class Program:
+    name: str
+    graph: Graph
+    calls: tuple[Call, ...]
+    locations: dict[str, Location]
+    plan: memory.Plan
+    buffers: tuple[memory.Buffer, ...]
+    roots: dict[str, str]      # value -> the value whose storage it shares (itself if none)
+
+
+def materialize_outputs(graph: Graph) -> Graph:
+    """Give every graph output storage of its own: copy it if it is (a view of) an input, a constant,
+    or storage that another output already uses."""
+    producers = graph.producers()
+
+    def root(name: str) -> str:
+        while name in producers and producers[name].op in VIEWS:
+            name = producers[name].inputs[0]
+        return name
+
+    rw = Rewriter(graph)
+    claimed: set[str] = set()
+    copies: dict[str, str] = {}
+    for out in graph.outputs:
+        if out not in producers:
+            raise UnsupportedOpError(f"graph output '{out}' is a graph input or a constant, not computed by the model")
+        r = root(out)
+        if r in graph.inputs or r in graph.constants or r in claimed:
+            copies[out] = rw.value(out + "_src", graph.shape(out))
+        else:
+            claimed.add(r)
+    for node in graph.nodes:
+        out = node.outputs[0]
+        if out in copies:
+            rw.keep(node.with_(outputs=(copies[out],)))
+            rw.add("Copy", out + "_copy", [copies[out]], [out])
+        else:
+            rw.keep(node)
+    return rw.finish()
+
+
+def build_program(graph: Graph, target: Target, name: str, knobs: dict | None = None) -> Program:
+    graph = materialize_outputs(graph)
+    ctx = LowerContext(graph, target, name, dict(knobs or {}))
+    roots: dict[str, str] = {}
+    calls: list[Call] = []
+    for node in graph.nodes:
+        if node.op in VIEWS:
+            src = node.inputs[0]
+            roots[node.outputs[0]] = roots.get(src, src)
+            continue
+        kernel = lower(ctx, node, f"{name}_k{len(calls)}_{node.op.lower()}")
+        args = tuple(n for n in node.inputs if n and n not in graph.constants) + node.outputs
+        calls.append(Call(kernel, node, args))
+
+    def root(v: str) -> str:
+        return roots.get(v, v)
+
+    locations: dict[str, Location] = {}
+    for i, v in enumerate(graph.inputs):
+        locations[v] = Location("input", i)
+    for i, v in enumerate(graph.outputs):
+        locations[root(v)] = Location("output", i)
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for step, call in enumerate(calls):
+        for v in call.args:
+            r = root(v)
+            if r in locations or r in graph.constants:
+                continue
+            first.setdefault(r, step)
+            last[r] = step
+    align = max(target.align, 16)
+    buffers = tuple(memory.Buffer(r, memory.align_up(graph.values[r].nbytes, align), first[r], last[r])
+                    for r in first)
+    plan = memory.plan(buffers, align)
+    for b in buffers:
+        locations[b.name] = Location("workspace", plan.offsets[b.name])
+    for v in graph.values:
+        if v in graph.constants:
+            locations[v] = Location("constant", 0)
+        elif v not in locations and root(v) in locations:
+            locations[v] = locations[root(v)]
+    steps = [([root(v) for v in call.args[:len(call.args) - len(call.node.outputs)]],
+              [root(v) for v in call.node.outputs]) for call in calls]
+    memory.verify(steps, plan.offsets, {b.name: b.size for b in buffers}, plan.size, align)
+    return Program(name, graph, tuple(calls), locations, plan, buffers, {v: root(v) for v in graph.values})
