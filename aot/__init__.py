@@ -2,8 +2,17 @@
 
 from aot.api import CheckResult, check, run
 from aot.build import Artifact, build
-from aot.errors import (AotError, MismatchError, ModelError, OptionError, PlanError, RunError, ShapeError,
-                        TargetError, UnsupportedOpError)
+from aot.errors import (
+                        AotError,
+                        MismatchError,
+                        ModelError,
+                        OptionError,
+                        PlanError,
+                        RunError,
+                        ShapeError,
+                        TargetError,
+                        UnsupportedOpError,
+)
 from aot.version import __version__
 
 __all__ = ["Artifact", "CheckResult", "build", "check", "run", "AotError", "MismatchError", "ModelError",

@@ -34,7 +34,8 @@ def validate_inputs(proto: onnx.ModelProto, inputs: dict[str, np.ndarray], label
     result = {}
     for name, shape, dtype in input_specs(proto):
         if name not in inputs:
-            raise OptionError(f"{label}: no value given for input '{name}' (inputs given: {', '.join(inputs) or 'none'})")
+            given = ", ".join(inputs) or "none"
+            raise OptionError(f"{label}: no value given for input '{name}' (inputs given: {given})")
         array = np.asarray(inputs[name])
         if tuple(array.shape) != shape:
             raise OptionError(f"{label}: input '{name}' has shape {list(array.shape)}, the model expects {list(shape)}")

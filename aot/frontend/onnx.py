@@ -79,7 +79,8 @@ def _fix_input_shapes(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]
         if vi.name in shapes:
             want = shapes[vi.name]
             if len(dims) and len(dims) != len(want):
-                raise OptionError(f"{label}: --input-shape {vi.name} has rank {len(want)}, the model's input has rank {len(dims)}")
+                raise OptionError(f"{label}: --input-shape {vi.name} has rank {len(want)}, "
+                                  f"the model's input has rank {len(dims)}")
             for dim, size in zip(dims, want):
                 if dim.HasField("dim_value") and dim.dim_value != size:
                     raise OptionError(f"{label}: --input-shape {vi.name}={'x'.join(map(str, want))} contradicts the "

@@ -9,11 +9,10 @@ operators build nodes and fold constants, so lowering code reads like the math i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
 
 import numpy as np
 
-Number = Union[int, float]
+Number = int | float
 
 
 class Expr:
