@@ -116,7 +116,8 @@ def test_object_has_no_undefined_symbols(artifact):
 def test_header_declares_the_documented_api(artifact):
     header = artifact.header.read_text()
     assert "int32_t net_run(const net_inputs *in, net_outputs *out, void *workspace);" in header
-    fields = [line.split("*")[1].split(";")[0] for line in header.splitlines() if line.strip().startswith(("const float *", "float *"))]
+    pointers = [line for line in header.splitlines() if line.strip().startswith(("const float *", "float *"))]
+    fields = [line.split("*")[1].split(";")[0] for line in pointers]
     assert fields == ["input_1", "_1x", "head_b", "head_a"]
     assert "#define NET_WORKSPACE_SIZE" in header and "#define NET_WORKSPACE_ALIGN" in header
     assert "malloc" not in artifact.source.read_text()
