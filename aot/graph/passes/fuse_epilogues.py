@@ -2,6 +2,7 @@
 
 Anchors: Conv, Gemm, MatMul and elementwise ops. Fused, when the anchor's output has no other use:
   a per-channel constant Add       -> the anchor's bias (Conv and Gemm)
+  a per-channel constant Mul       -> scaled weights and bias (Conv and Gemm, before any activation)
   an Add of a same-shaped tensor   -> a residual input, added before the activations (Conv and Gemm)
   a Unary                          -> appended to attrs["acts"] as (fn, params)
 The fused node takes the position of the node it absorbed, where all of its inputs exist.
@@ -53,25 +54,35 @@ def _merge(rw: Rewriter, anchor: Node, follower: Node) -> Node | None:
     if follower.op == "Unary":
         return anchor.with_(outputs=(out,), attrs={**anchor.attrs, "acts": acts + ((follower.attrs["fn"],
                                                                                    follower.attrs["params"]),)})
-    if follower.op != "Add" or anchor.op not in _MATRIX or acts:
+    if follower.op not in ("Add", "Mul") or anchor.op not in _MATRIX or acts:
         return None
     other = follower.inputs[1] if follower.inputs[0] == anchor.outputs[0] else follower.inputs[0]
-    if other == anchor.outputs[0]:
-        return None
     shape = graph.shape(anchor.outputs[0])
-    if graph.shape(out) != shape:
+    if other == anchor.outputs[0] or graph.shape(out) != shape:
         return None
-    if other in graph.constants:
-        channels = shape[-1]
-        array = graph.constants[other]
-        if array.size not in (1, channels) or (array.size == channels and array.shape[-1:] != (channels,)):
+    x, w, bias = anchor.inputs[:3]
+    channels = shape[-1]
+    per_channel = _per_channel(graph.constants.get(other), channels)
+    if follower.op == "Mul":            # scale the output channels: weights and bias
+        if per_channel is None or len(anchor.inputs) > 3:
             return None
-        x, w, bias = anchor.inputs[:3]
-        total = np.broadcast_to(array.reshape(-1), (channels,)).astype(np.float32)
-        if bias:
-            total = total + graph.constants[bias]
+        axis_shape = (-1, 1, 1, 1) if anchor.op == "Conv" else (1, -1)    # Conv OIHW, Gemm (K, N)
+        new_w = rw.constant(w + "_scaled", graph.constants[w] * per_channel.reshape(axis_shape))
+        new_b = rw.constant(anchor.name + "_bias", graph.constants[bias] * per_channel) if bias else ""
+        return anchor.with_(inputs=(x, new_w, new_b), outputs=(out,))
+    if per_channel is not None:
+        total = per_channel + graph.constants[bias] if bias else per_channel
         new_bias = rw.constant(anchor.name + "_bias", total)
         return anchor.with_(inputs=(x, w, new_bias) + anchor.inputs[3:], outputs=(out,))
-    if len(anchor.inputs) > 3 or graph.shape(other) != shape:
+    if other in graph.constants or len(anchor.inputs) > 3 or graph.shape(other) != shape:
         return None
     return anchor.with_(inputs=anchor.inputs[:3] + (other,), outputs=(out,))
+
+
+def _per_channel(array: np.ndarray | None, channels: int) -> np.ndarray | None:
+    """A constant that varies only along the last (channel) axis, as a (channels,) vector."""
+    if array is None or array.size not in (1, channels):
+        return None
+    if array.size == channels and array.shape[-1:] != (channels,):
+        return None
+    return np.broadcast_to(array.reshape(-1), (channels,)).astype(np.float32)
