@@ -1,0 +1,391 @@
+"""The static memory planner (aot/plan/memory.py): lower bound, heuristics, verification, and plan.json."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import aot
+from aot.errors import PlanError
+from aot.plan import memory
+from aot.plan.memory import Buffer
+
+try:
+    from oracle import make_model
+except ImportError:  # tests/ imported as a package
+    from tests.oracle import make_model
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def bufs(*specs: tuple[str, int, int, int]) -> list[Buffer]:
+    """Buffers from (name, size, first, last)."""
+    return [Buffer(name, size, first, last) for name, size, first, last in specs]
+
+
+def steps_for(buffers: list[Buffer]) -> list[tuple[list[str], list[str]]]:
+    """A call sequence with exactly these live ranges: written at `first`, read at `last`."""
+    if not buffers:
+        return []
+    steps: list[tuple[list[str], list[str]]] = [([], []) for _ in range(max(b.last for b in buffers) + 1)]
+    for b in buffers:
+        steps[b.first][1].append(b.name)
+        if b.last > b.first:
+            steps[b.last][0].append(b.name)
+    return steps
+
+
+def sizes_of(buffers: list[Buffer]) -> dict[str, int]:
+    return {b.name: b.size for b in buffers}
+
+
+def extent(buffers: list[Buffer], offsets: dict[str, int]) -> int:
+    return max((offsets[b.name] + b.size for b in buffers), default=0)
+
+
+def assert_no_overlap(buffers: list[Buffer], offsets: dict[str, int]) -> None:
+    """Brute force, independent of memory.verify: buffers live at a common step are disjoint in memory."""
+    for i, a in enumerate(buffers):
+        for b in buffers[i + 1:]:
+            if a.first <= b.last and b.first <= a.last:
+                a_lo, b_lo = offsets[a.name], offsets[b.name]
+                assert a_lo + a.size <= b_lo or b_lo + b.size <= a_lo, (
+                    f"{a} at {a_lo} and {b} at {b_lo} are live together and overlap")
+
+
+def verify(buffers: list[Buffer], offsets: dict[str, int], workspace: int, alignment: int) -> None:
+    memory.verify(steps_for(buffers), offsets, sizes_of(buffers), workspace, alignment)
+
+
+# Hand-made buffer sets with their lower bound (most bytes live at one step; ranges are inclusive).
+HAND_MADE = {
+    # nothing to place
+    "empty": ([], 0),
+    # one buffer: its size
+    "single": (bufs(("a", 64, 0, 0)), 64),
+    # a chain a->b->c: step 1 holds a+b = 64+128, step 2 holds b+c = 128+64, so 192
+    "chain": (bufs(("a", 64, 0, 1), ("b", 128, 1, 2), ("c", 64, 2, 3)), 192),
+    # never live together: the largest one, 512
+    "disjoint": (bufs(("a", 256, 0, 0), ("b", 512, 1, 1), ("c", 128, 2, 2)), 512),
+    # all live at step 5: 64 + 64 + 128 = 256
+    "all-at-once": (bufs(("a", 64, 5, 5), ("b", 64, 5, 5), ("c", 128, 5, 5)), 256),
+    # last is inclusive: a (0..2) and b (2..4) share step 2, so 64 + 64 = 128
+    "touching": (bufs(("a", 64, 0, 2), ("b", 64, 2, 4)), 128),
+    # a ends at step 1, b starts at step 2: never together, so 64
+    "adjacent": (bufs(("a", 64, 0, 1), ("b", 64, 2, 3)), 64),
+    # a long-lived 32 under a sequence of 96s: step 1: 32+96, step 2: 32+96+96 (b and c overlap at 2), so 224
+    "long-lived": (bufs(("a", 32, 0, 4), ("b", 96, 1, 2), ("c", 96, 2, 3), ("d", 96, 4, 4)), 224),
+    # a residual block: x (0..3) skips over y (1..2) and z (2..3); step 2 holds x+y+z = 128+64+64 = 256,
+    # step 3 holds x+z+out = 128+64+128 = 320
+    "residual": (bufs(("x", 128, 0, 3), ("y", 64, 1, 2), ("z", 64, 2, 3), ("out", 128, 3, 4)), 320),
+}
+
+
+# --------------------------------------------------------------------------- lower bound
+
+
+@pytest.mark.parametrize("case", HAND_MADE)
+def test_lower_bound_hand_made(case):
+    buffers, expected = HAND_MADE[case]
+    assert memory.lower_bound(buffers) == expected
+
+
+def test_lower_bound_ignores_order():
+    buffers, expected = HAND_MADE["residual"]
+    assert memory.lower_bound(list(reversed(buffers))) == expected
+
+
+def test_align_up():
+    assert [memory.align_up(n, 64) for n in (0, 1, 63, 64, 65, 128)] == [0, 64, 64, 64, 128, 128]
+    assert memory.align_up(12, 16) == 16
+
+
+# --------------------------------------------------------------------------- heuristics and plan()
+
+
+@pytest.mark.parametrize("heuristic", memory.HEURISTICS)
+@pytest.mark.parametrize("case", HAND_MADE)
+def test_every_heuristic_verifies(case, heuristic):
+    buffers, bound = HAND_MADE[case]
+    offsets = memory.HEURISTICS[heuristic](buffers)
+    assert set(offsets) == {b.name for b in buffers}
+    size = extent(buffers, offsets)
+    assert size >= bound
+    verify(buffers, offsets, size, 32)
+    assert_no_overlap(buffers, offsets)
+
+
+@pytest.mark.parametrize("case", HAND_MADE)
+def test_naive_placement_verifies(case):
+    buffers, _ = HAND_MADE[case]
+    offsets = memory.naive(buffers)
+    total = sum(b.size for b in buffers)
+    assert extent(buffers, offsets) == total
+    verify(buffers, offsets, total, 32)
+
+
+@pytest.mark.parametrize("case", HAND_MADE)
+def test_plan_between_bound_and_naive(case):
+    buffers, bound = HAND_MADE[case]
+    p = memory.plan(buffers, 32)
+    assert p.lower_bound == bound
+    assert bound <= p.size <= sum(b.size for b in buffers)
+    assert p.size == extent(buffers, p.offsets)
+    assert p.alignment == 32
+    assert p.strategy in memory.HEURISTICS
+    verify(buffers, p.offsets, p.size, 32)
+    assert_no_overlap(buffers, p.offsets)
+
+
+@pytest.mark.parametrize("case", ["single", "chain", "disjoint", "all-at-once", "touching", "adjacent", "residual"])
+def test_plan_reaches_bound_on_easy_cases(case):
+    """Cases small enough that the optimum (= the lower bound) is obvious; the planner should find it."""
+    buffers, bound = HAND_MADE[case]
+    assert memory.plan(buffers, 32).size == bound
+
+
+def test_plan_reuses_memory_of_dead_buffers():
+    buffers = bufs(("a", 256, 0, 1), ("b", 256, 1, 2), ("c", 256, 2, 3))
+    p = memory.plan(buffers, 64)
+    assert p.size == 512
+    assert p.offsets["a"] == p.offsets["c"]
+
+
+def test_plan_is_deterministic():
+    buffers, _ = HAND_MADE["long-lived"]
+    assert memory.plan(buffers, 32) == memory.plan(list(buffers), 32)
+
+
+# --------------------------------------------------------------------------- verify rejects bad placements
+
+
+def test_verify_rejects_overlap():
+    buffers = bufs(("a", 64, 0, 2), ("b", 64, 1, 3))
+    with pytest.raises(PlanError, match="overlap"):
+        verify(buffers, {"a": 0, "b": 0}, 128, 64)
+    with pytest.raises(PlanError, match="overlap"):       # partial overlap, not just equal offsets
+        verify(bufs(("a", 128, 0, 2), ("b", 128, 1, 3)), {"a": 0, "b": 64}, 256, 64)
+    # the same offsets are fine once the live ranges no longer meet
+    verify(bufs(("a", 64, 0, 1), ("b", 64, 2, 3)), {"a": 0, "b": 0}, 64, 64)
+
+
+def test_verify_overlap_is_an_aot_error():
+    with pytest.raises(aot.AotError):
+        verify(bufs(("a", 64, 0, 2), ("b", 64, 1, 3)), {"a": 0, "b": 32}, 128, 32)
+
+
+def test_verify_rejects_misaligned_offset():
+    buffers = bufs(("a", 64, 0, 1), ("b", 64, 1, 2))
+    verify(buffers, {"a": 0, "b": 64}, 128, 64)
+    with pytest.raises(PlanError, match="misaligned"):
+        verify(buffers, {"a": 0, "b": 96}, 160, 64)
+    with pytest.raises(PlanError, match="misaligned"):
+        verify(buffers, {"a": 0, "b": 65}, 160, 1 << 6)
+
+
+def test_verify_rejects_outside_workspace():
+    buffers = bufs(("a", 64, 0, 1), ("b", 64, 1, 2))
+    with pytest.raises(PlanError, match="workspace"):
+        verify(buffers, {"a": 0, "b": 64}, 96, 32)
+    with pytest.raises(PlanError):
+        verify(buffers, {"a": -64, "b": 0}, 128, 32)
+
+
+def test_verify_rejects_read_before_write():
+    steps = [(["a"], []), ([], ["a"])]
+    with pytest.raises(PlanError, match="before anything writes"):
+        memory.verify(steps, {"a": 0}, {"a": 64}, 64, 64)
+
+
+def test_verify_derives_liveness_from_steps_not_from_plan():
+    """A read later than the planner thought extends the live range, and verify notices the clash."""
+    buffers = bufs(("a", 64, 0, 1), ("b", 64, 2, 3))
+    offsets = {"a": 0, "b": 0}
+    verify(buffers, offsets, 64, 64)
+    steps = steps_for(buffers)
+    steps[3][0].append("a")          # a is also read at step 3, while b lives
+    with pytest.raises(PlanError, match="overlap"):
+        memory.verify(steps, offsets, sizes_of(buffers), 64, 64)
+
+
+# --------------------------------------------------------------------------- random buffer sets
+
+
+def random_buffers(seed: int) -> tuple[list[Buffer], int]:
+    rng = np.random.default_rng(seed)
+    alignment = int(rng.choice([16, 32, 64]))
+    count = int(rng.integers(1, 40))
+    steps = int(rng.integers(1, 30))
+    buffers = []
+    for i in range(count):
+        first = int(rng.integers(0, steps))
+        last = first + int(rng.geometric(0.35)) - 1          # mostly short lives, a few long
+        units = int(rng.choice([1, 1, 2, 3, 4, 8, 16, 64]) * rng.integers(1, 5))
+        buffers.append(Buffer(f"t{i}", units * alignment, first, last))
+    return buffers, alignment
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_random_buffer_sets(seed):
+    buffers, alignment = random_buffers(seed)
+    bound = memory.lower_bound(buffers)
+    total = sum(b.size for b in buffers)
+
+    p = memory.plan(buffers, alignment)
+    assert p.lower_bound == bound
+    assert bound <= p.size <= total
+    assert all(off % alignment == 0 for off in p.offsets.values())
+    verify(buffers, p.offsets, p.size, alignment)
+    assert_no_overlap(buffers, p.offsets)
+
+    sizes = []
+    for name, heuristic in memory.HEURISTICS.items():
+        offsets = heuristic(buffers)
+        size = extent(buffers, offsets)
+        assert size >= bound, name
+        verify(buffers, offsets, size, alignment)
+        assert_no_overlap(buffers, offsets)
+        sizes.append(size)
+    assert p.size == min(sizes)          # plan() keeps the best heuristic (stopping early only at the bound)
+
+    # corrupt the plan: move one of two buffers that live together onto the other; verify must object
+    pair = next(((a, b) for i, a in enumerate(buffers) for b in buffers[i + 1:]
+                 if a.overlaps_in_time(b)), None)
+    if pair is not None:
+        a, b = pair
+        bad = {**p.offsets, b.name: p.offsets[a.name]}
+        with pytest.raises(PlanError):
+            verify(buffers, bad, max(p.size, extent(buffers, bad)), alignment)
+
+
+def test_random_sets_are_not_degenerate():
+    """The generator above makes sets where reuse is possible and that have buffers live together."""
+    reuse = clashes = 0
+    for seed in range(200):
+        buffers, alignment = random_buffers(seed)
+        reuse += memory.plan(buffers, alignment).size < sum(b.size for b in buffers)
+        clashes += any(a.overlaps_in_time(b) for i, a in enumerate(buffers) for b in buffers[i + 1:])
+    assert reuse > 100
+    assert clashes > 150
+
+
+# --------------------------------------------------------------------------- plan.json of a real build
+
+
+def small_cnn():
+    rng = np.random.default_rng(0)
+    f = lambda *shape: (rng.standard_normal(shape) * 0.3).astype(np.float32)
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        n("Relu", ["c1"], ["r1"], name="relu1"),
+        n("MaxPool", ["r1"], ["p1"], name="pool1", kernel_shape=[2, 2], strides=[2, 2]),
+        n("Conv", ["p1", "w2", "b2"], ["c2"], name="conv2", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        n("Relu", ["c2"], ["r2"], name="relu2"),
+        n("Conv", ["r2", "w3", "b3"], ["c3"], name="conv3", kernel_shape=[1, 1]),
+        n("Add", ["c3", "p1"], ["res"], name="residual"),
+        n("Relu", ["res"], ["r3"], name="relu3"),
+        n("Conv", ["r3", "w4", "b4"], ["c4"], name="conv4", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        n("Sigmoid", ["c4"], ["s4"], name="sigmoid4"),
+        n("Mul", ["c4", "s4"], ["silu"], name="silu"),
+        n("GlobalAveragePool", ["silu"], ["gap"], name="gap"),
+        n("Flatten", ["gap"], ["flat"], name="flatten"),
+        n("Gemm", ["flat", "wf", "bf"], ["logits"], name="fc", transB=1),
+        n("Softmax", ["logits"], ["probs"], name="softmax", axis=1),
+    ]
+    inits = {"w1": f(8, 3, 3, 3), "b1": f(8), "w2": f(8, 8, 3, 3), "b2": f(8), "w3": f(8, 8, 1, 1), "b3": f(8),
+             "w4": f(16, 8, 3, 3), "b4": f(16), "wf": f(10, 16), "bf": f(10)}
+    return make_model(nodes, {"x": (1, 3, 16, 16)}, {"probs": None}, inits)
+
+
+@pytest.fixture(scope="module")
+def built_plan(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cnn") / "build"
+    artifact = aot.build(small_cnn(), out_dir=out, name="cnn")
+    plan = json.loads((out / "plan.json").read_text())
+    metadata = json.loads((out / "metadata.json").read_text())
+    return artifact, plan, metadata
+
+
+def test_plan_json_buffers_never_overlap_when_live(built_plan):
+    _, plan, _ = built_plan
+    buffers = plan["buffers"]
+    assert len(buffers) >= 4
+    for key in ("tensor", "first_use", "last_use", "size", "offset"):
+        assert all(key in b for b in buffers), key
+    workspace, alignment = plan["workspace_size"], plan["alignment"]
+    for b in buffers:
+        assert b["first_use"] <= b["last_use"]
+        assert b["size"] > 0 and b["size"] % alignment == 0
+        assert b["offset"] % alignment == 0
+        assert 0 <= b["offset"] and b["offset"] + b["size"] <= workspace
+    for i, a in enumerate(buffers):
+        for b in buffers[i + 1:]:
+            if a["first_use"] <= b["last_use"] and b["first_use"] <= a["last_use"]:
+                assert (a["offset"] + a["size"] <= b["offset"] or b["offset"] + b["size"] <= a["offset"]), (
+                    f"{a['tensor']} and {b['tensor']} are live together and overlap")
+
+
+def test_plan_json_workspace_against_lower_bound(built_plan):
+    artifact, plan, metadata = built_plan
+    buffers = plan["buffers"]
+    # the lower bound recomputed from the JSON alone: most bytes live at one step
+    steps = max(b["last_use"] for b in buffers) + 1
+    live = [sum(b["size"] for b in buffers if b["first_use"] <= s <= b["last_use"]) for s in range(steps)]
+    assert plan["lower_bound"] == max(live)
+    assert plan["workspace_size"] >= plan["lower_bound"]
+    assert plan["workspace_size"] <= sum(b["size"] for b in buffers)
+    assert metadata["workspace"]["size"] == plan["workspace_size"]
+    assert artifact.plan == plan
+
+
+def test_plan_json_live_ranges_match_steps(built_plan):
+    """first_use/last_use agree with the reads and writes of the listed steps (views resolved to their root)."""
+    _, plan, _ = built_plan
+    root = {}
+    for entry in plan["buffers"] + plan["external"]:
+        root[entry["tensor"]] = entry["tensor"]
+        for view in entry["views"]:
+            root[view] = entry["tensor"]
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for step in plan["steps"]:
+        for name in step["reads"] + step["writes"]:
+            assert name in root, f"step {step['step']} uses {name!r}, which plan.json does not place"
+            r = root[name]
+            first.setdefault(r, step["step"])
+            last[r] = step["step"]
+        for name in step["reads"]:     # nothing is read before it is written (external inputs aside)
+            r = root[name]
+            assert r in {e["tensor"] for e in plan["external"]} or first[r] < step["step"], name
+    for b in plan["buffers"]:
+        assert (first[b["tensor"]], last[b["tensor"]]) == (b["first_use"], b["last_use"]), b["tensor"]
+
+
+def test_plan_json_is_verified_by_memory_verify(built_plan):
+    """Feed plan.json back through memory.verify: it must accept it, and reject it once two live buffers collide."""
+    _, plan, _ = built_plan
+    root = {}
+    for entry in plan["buffers"]:
+        root[entry["tensor"]] = entry["tensor"]
+        for view in entry["views"]:
+            root[view] = entry["tensor"]
+    steps = [([root[v] for v in s["reads"] if v in root], [root[v] for v in s["writes"] if v in root])
+             for s in plan["steps"]]
+    offsets = {b["tensor"]: b["offset"] for b in plan["buffers"]}
+    sizes = {b["tensor"]: b["size"] for b in plan["buffers"]}
+    memory.verify(steps, offsets, sizes, plan["workspace_size"], plan["alignment"])
+    a, b = next((a, b) for i, a in enumerate(plan["buffers"]) for b in plan["buffers"][i + 1:]
+                if a["first_use"] <= b["last_use"] and b["first_use"] <= a["last_use"])
+    with pytest.raises(PlanError):
+        memory.verify(steps, {**offsets, b["tensor"]: a["offset"]}, sizes,
+                      max(plan["workspace_size"], a["offset"] + b["size"]), plan["alignment"])
+
+
+def test_small_cnn_still_correct():
+    result = aot.check(small_cnn())
+    assert result.comparisons and result.ok, result.comparisons
