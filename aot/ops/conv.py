@@ -74,9 +74,9 @@ TileFn = Callable[[int, Expr, Expr, Expr, Expr, Expr, Expr], None]
 def spatial_loops(b: Builder, g: Geometry, mr: int, tile: TileFn, inner: Callable[[TileFn], TileFn] | None = None):
     """Emit loops over (n, oh, ow) calling tile(mr, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) per output tile.
 
-    Full tiles of `mr` columns where the window is inside the input; every other column alone, with
-    its window clipped at run time (one code copy for both borders and the remainder). Row windows
-    are clipped only if some row needs it.
+    Tiles of up to `mr` columns where the window is inside the input (narrower when the interior is);
+    border columns one at a time with the window clipped at run time, one code copy for both sides.
+    Row windows are clipped only if some row needs it.
     """
     row_lo, row_hi = g.interior(0)
     col_lo, col_hi = g.interior(1)
@@ -88,15 +88,21 @@ def spatial_loops(b: Builder, g: Geometry, mr: int, tile: TileFn, inner: Callabl
                 kh_lo, kh_hi = b.let("kh_lo", g.window(oh, 0)[0]), b.let("kh_hi", g.window(oh, 0)[1])
 
             def columns(t: TileFn) -> None:
-                full_end = col_lo + (col_hi - col_lo) // mr * mr
+                # Interior columns in tiles of `width`, the leftover interior columns as one narrower
+                # tile, then every border column alone with its window clipped at run time.
+                width = min(mr, col_hi - col_lo)
+                full_end = col_lo + (col_hi - col_lo) // width * width if width else col_lo
                 if full_end > col_lo:
-                    with b.loop("ow", col_lo, full_end, mr) as ow:
-                        t(mr, n, oh, ow, kh_lo, kh_hi, const(0), const(g.kw))
-                # Every other column, one at a time with its window clipped: [0, col_lo) then [full_end, OW).
-                rest = col_lo + g.ow - full_end
+                    with b.loop("ow", col_lo, full_end, width) as ow:
+                        t(width, n, oh, ow, kh_lo, kh_hi, const(0), const(g.kw))
+                interior_end = full_end
+                if col_hi - full_end > 1:
+                    t(col_hi - full_end, n, oh, const(full_end), kh_lo, kh_hi, const(0), const(g.kw))
+                    interior_end = col_hi
+                rest = col_lo + g.ow - interior_end
                 if rest:
                     with b.loop("e", 0, rest) as e:
-                        ow = b.let("ow", select(binop("lt", e, col_lo), e, e + (full_end - col_lo)))
+                        ow = b.let("ow", select(binop("lt", e, col_lo), e, e + (interior_end - col_lo)))
                         kw_lo, kw_hi = g.window(ow, 1)
                         t(1, n, oh, ow, kh_lo, kh_hi, b.let("kw_lo", kw_lo), b.let("kw_hi", kw_hi))
 
