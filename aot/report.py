@@ -50,7 +50,33 @@ def render(program: Program, obj: bytes, weights_prefix: str, header: str) -> st
               f"bytes; {ratio:.3f}x the bound",
               f"  inputs/outputs    {sum(graph.values[v].nbytes for v in graph.inputs):,} / "
               f"{sum(graph.values[v].nbytes for v in graph.outputs):,} bytes (caller's buffers)"]
+    lines += ["", *plan_picture(program)]
     return "\n".join(lines) + "\n"
+
+
+def plan_picture(program: Program, columns: int = 64) -> list[str]:
+    """The memory plan as text: one row per step, the workspace left to right; each live buffer is
+    drawn with its own letter where it sits."""
+    plan = program.plan
+    if not program.buffers or plan.size == 0:
+        return ["Memory plan: no workspace buffers"]
+    scale = plan.size / columns
+    letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+    order = sorted(program.buffers, key=lambda b: (b.first, b.name))
+    symbol = {b.name: letters[i % len(letters)] for i, b in enumerate(order)}
+    out = [f"Memory plan: step x workspace offset (each column {scale:,.0f} bytes)",
+           f"  {'step':>4} |{'0':<{columns // 2}}{plan.size:>{columns - columns // 2},}|"]
+    for step in range(len(program.calls)):
+        row = [" "] * columns
+        for b in program.buffers:
+            if b.first <= step <= b.last:
+                lo = int(plan.offsets[b.name] / scale)
+                hi = max(lo + 1, int((plan.offsets[b.name] + b.size) / scale + 0.5))
+                for c in range(lo, min(hi, columns)):
+                    row[c] = symbol[b.name]
+        out.append(f"  {step:>4} |{''.join(row)}|")
+    out.append("  " + ", ".join(f"{symbol[b.name]}={b.name}" for b in order))
+    return out
 
 
 def _epilogue(node) -> str:
