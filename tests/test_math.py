@@ -133,11 +133,7 @@ def test_exp_exact_points(compiled):
 ABS_CASES = [
     "sigmoid",
     "tanh",
-    pytest.param("erf", marks=pytest.mark.xfail(
-        strict=True,
-        reason="bug: erf abs error is ~4.8e-7 near |x|=0.5 (Taylor series truncated after x**9, its next term "
-               "2/sqrt(pi)*x**11/1320 is 4.2e-7 at 0.5) and ~2.6e-7 in the Abramowitz-Stegun branch; "
-               "aot/kernel/math.py promises < 2e-7")),
+    "erf",
 ]
 
 

@@ -111,13 +111,15 @@ class Rewriter:
         self.nodes: list[Node] = []
         self.values = dict(graph.values)
         self.constants = dict(graph.constants)
-        self._taken = set(graph.values) | {n.name for n in graph.nodes}
+        self._taken = set(graph.values)       # value names
+        self._node_names: set[str] = set()    # names of the new graph's nodes
 
-    def fresh(self, hint: str) -> str:
+    def fresh(self, hint: str, taken: set[str] | None = None) -> str:
+        taken = self._taken if taken is None else taken
         name, i = hint, 1
-        while name in self._taken:
+        while name in taken:
             name, i = f"{hint}_{i}", i + 1
-        self._taken.add(name)
+        taken.add(name)
         return name
 
     def value(self, hint: str, shape: tuple[int, ...], dtype: str = "float32") -> str:
@@ -133,11 +135,13 @@ class Rewriter:
 
     def add(self, op: str, name: str, inputs: tuple[str, ...] | list[str], outputs: tuple[str, ...] | list[str],
             **attrs: Any) -> Node:
-        node = Node(op, self.fresh(name), tuple(inputs), tuple(outputs), attrs)
+        node = Node(op, self.fresh(name, self._node_names), tuple(inputs), tuple(outputs), attrs)
         self.nodes.append(node)
         return node
 
     def keep(self, node: Node) -> None:
+        """Add a node as it is (a rewritten node keeps its name, so reports match the model)."""
+        self._node_names.add(node.name)
         self.nodes.append(node)
 
     def finish(self, outputs: tuple[str, ...] | None = None) -> Graph:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from aot.graph.ir import Graph, Node, Rewriter
+from aot.graph.ir import Graph, Node, Rewriter, Value
 
 TO_NHWC = (0, 2, 3, 1)      # physical axis i holds canonical axis TO_NHWC[i]
 TO_NCHW = (0, 3, 1, 2)
@@ -23,19 +23,25 @@ def _permute(shape: tuple[int, ...], perm: tuple[int, ...]) -> tuple[int, ...]:
 
 
 class _Layouts:
-    """For each original 4-D value, the names holding it in NCHW and/or NHWC."""
+    """For each original 4-D value, the names holding it in NCHW and/or NHWC.
 
-    def __init__(self, rw: Rewriter):
+    A value keeps its name in the layout its producer writes, except a graph output produced in
+    NHWC: that one is written as `<name>_nhwc` and `<name>` itself is its NCHW copy.
+    """
+
+    def __init__(self, rw: Rewriter, graph: Graph):
         self.rw = rw
+        self.graph = graph
         self.nchw: dict[str, str] = {}
         self.nhwc: dict[str, str] = {}
+        self.produced_nhwc: set[str] = set()
 
     def is_nhwc(self, name: str) -> bool:
-        return name in self.nhwc and name not in self.nchw
+        return name in self.produced_nhwc
 
     def get_nhwc(self, name: str) -> str:
         if name not in self.nhwc:
-            shape = _permute(self.rw.values[name].shape, TO_NHWC)
+            shape = _permute(self.rw.values[self.nchw[name]].shape, TO_NHWC)
             out = self.rw.value(name + "_nhwc", shape)
             self.rw.add("Transpose", name + "_to_nhwc", [self.nchw[name]], [out], perm=TO_NHWC)
             self.nhwc[name] = out
@@ -43,24 +49,30 @@ class _Layouts:
 
     def get_nchw(self, name: str) -> str:
         if name not in self.nchw:
-            out = self.rw.value(name + "_nchw", self.rw.values[name].shape)
+            if name in self.graph.outputs:
+                out = name
+            else:
+                out = self.rw.value(name + "_nchw", self.graph.shape(name))
             self.rw.add("Transpose", name + "_to_nchw", [self.nhwc[name]], [out], perm=TO_NCHW)
             self.nchw[name] = out
         return self.nchw[name]
 
-    def produce_nhwc(self, name: str, outputs: tuple[str, ...]) -> str:
-        """Name for the NHWC result of a node computing `name`; a graph output gets a converted copy later."""
-        shape = _permute(self.rw.values[name].shape, TO_NHWC)
-        physical = self.rw.value(name + "_nhwc", shape) if name in outputs else name
-        if physical == name:
-            self.rw.values[name] = self.rw.values[name].__class__(name, shape, self.rw.values[name].dtype)
+    def produce_nhwc(self, name: str) -> str:
+        """Name for the NHWC result of a node computing `name`."""
+        shape = _permute(self.graph.shape(name), TO_NHWC)
+        if name in self.graph.outputs:
+            physical = self.rw.value(name + "_nhwc", shape)
+        else:
+            physical = name
+            self.rw.values[name] = Value(name, shape, self.graph.values[name].dtype)
         self.nhwc[name] = physical
+        self.produced_nhwc.add(name)
         return physical
 
 
 def to_nhwc(graph: Graph) -> Graph:
     rw = Rewriter(graph)
-    layouts = _Layouts(rw)
+    layouts = _Layouts(rw, graph)
     for name in graph.inputs:
         layouts.nchw[name] = name
     for node in graph.nodes:
@@ -68,7 +80,7 @@ def to_nhwc(graph: Graph) -> Graph:
         out_4d = len(graph.shape(node.outputs[0])) == 4
         if node.op in _NHWC_OPS:
             inputs = (layouts.get_nhwc(node.inputs[0]),) + node.inputs[1:]
-            out = layouts.produce_nhwc(node.outputs[0], graph.outputs)
+            out = layouts.produce_nhwc(node.outputs[0])
             rw.keep(node.with_(inputs=inputs, outputs=(out,), attrs={**node.attrs, "layout": "NHWC"}))
         elif node.op in _FOLLOW_OPS and out_4d and any(layouts.is_nhwc(n) for n in four_d):
             _follow(rw, layouts, node, graph)
@@ -82,8 +94,8 @@ def to_nhwc(graph: Graph) -> Graph:
             rw.keep(node.with_(inputs=inputs))
             _produce_nchw(layouts, node)
     for name in graph.outputs:
-        if layouts.is_nhwc(name) and layouts.nhwc[name] != name:
-            rw.add("Transpose", name + "_to_nchw", [layouts.nhwc[name]], [name], perm=TO_NCHW)
+        if layouts.is_nhwc(name):
+            layouts.get_nchw(name)
     return _transposes_to_views(rw.finish())
 
 
@@ -119,7 +131,7 @@ def _follow(rw: Rewriter, layouts: _Layouts, node: Node, graph: Graph) -> None:
     if node.op == "Pad":
         pads = attrs["pads"]
         attrs["pads"] = _permute(pads[:4], TO_NHWC) + _permute(pads[4:], TO_NHWC)
-    out = layouts.produce_nhwc(node.outputs[0], graph.outputs)
+    out = layouts.produce_nhwc(node.outputs[0])
     rw.keep(node.with_(inputs=tuple(inputs), outputs=(out,), attrs=attrs))
 
 
