@@ -166,3 +166,12 @@ def test_inputs_npz_with_wrong_shape(model_file, tmp_path):
     inputs = tmp_path / "in.npz"
     np.savez(inputs, x=np.zeros((1, 3, 9, 9), np.float32))
     assert_user_error(aot("run", model_file, "--inputs", inputs), "'x'", "[1, 3, 10, 10]")
+
+
+def test_weights_in_external_data_file(tmp_path):
+    path = tmp_path / "ext.onnx"
+    onnx.save(tiny_cnn(), path, save_as_external_data=True, location="ext.onnx.data", size_threshold=0)
+    proc = aot("run", path)
+    assert proc.returncode == 0, proc.stderr
+    (tmp_path / "ext.onnx.data").unlink()
+    assert_user_error(aot("build", path, "-o", tmp_path / "o"), "ext.onnx", "external weight data")

@@ -46,6 +46,11 @@ def load(model: str | os.PathLike | onnx.ModelProto,
             proto = onnx.load_from_string(data)
         except Exception:
             raise ModelError(f"{label}: not an ONNX model (cannot parse it as an ONNX protobuf)") from None
+        try:     # weights saved beside the model (model.onnx.data), as large PyTorch exports do
+            onnx.external_data_helper.load_external_data_for_model(proto, os.path.dirname(os.fspath(model)) or ".")
+        except (OSError, onnx.checker.ValidationError) as err:
+            first = str(err).strip().splitlines()[0]
+            raise ModelError(f"{label}: cannot read its external weight data: {first}") from None
         if not proto.graph.node and not proto.graph.output:
             raise ModelError(f"{label}: not an ONNX model (no graph)")
     try:
