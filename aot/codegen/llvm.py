@@ -88,21 +88,21 @@ class ModuleBuilder:
             arg.add_attribute("noalias")
         _FunctionEmitter(self, fn, dict(zip(kernel.params, fn.args))).emit(kernel.body)
 
-    def emit_object(self) -> tuple[bytes, str]:
-        """Optimize at O3 for the target; return (object bytes, optimized LLVM IR text)."""
+    def optimized(self) -> llvm.ModuleRef:
+        """The module parsed, verified and optimized at O3 for the target."""
         mod = llvm.parse_assembly(str(self.module))
         mod.verify()
-        pto = llvm.create_pipeline_tuning_options(speed_level=3)
-        pb = llvm.create_pass_builder(self.tm, pto)
+        pb = llvm.create_pass_builder(self.tm, llvm.create_pipeline_tuning_options(speed_level=3))
         pb.getModulePassManager().run(mod, pb)
+        return mod
+
+    def emit_object(self) -> tuple[bytes, str]:
+        """Return (object bytes, optimized LLVM IR text)."""
+        mod = self.optimized()
         return self.tm.emit_object(mod), str(mod)
 
     def emit_assembly(self) -> str:
-        mod = llvm.parse_assembly(str(self.module))
-        pto = llvm.create_pipeline_tuning_options(speed_level=3)
-        pb = llvm.create_pass_builder(self.tm, pto)
-        pb.getModulePassManager().run(mod, pb)
-        return self.tm.emit_assembly(mod)
+        return self.tm.emit_assembly(self.optimized())
 
 
 class _FunctionEmitter:

@@ -10,11 +10,8 @@ from aot.ops import LowerContext, register
 
 
 def _strides(shape) -> list[int]:
-    out, step = [], 1
-    for size in reversed(shape):
-        out.append(step)
-        step *= size
-    return list(reversed(out))
+    """Row-major element strides."""
+    return [int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape))]
 
 
 def copy_loops(b: Builder, lanes: int, dims: list[int], src: Buffer, src_strides: list[int], src_off: Expr | int,
