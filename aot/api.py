@@ -11,7 +11,7 @@ import onnx
 
 from aot import check as checks
 from aot.build import Artifact, build
-from aot.run import host
+from aot.run import local
 
 
 def _build_for_run(model, target, input_shapes, out_dir, tmp: str) -> Artifact:
@@ -56,4 +56,4 @@ def _execute(model, inputs, target, input_shapes, out_dir, seed):
         proto = artifact.model.proto
         feeds = (checks.random_inputs(proto, seed) if inputs is None
                  else checks.validate_inputs(proto, inputs, artifact.model.label))
-        return host.run(artifact, feeds), artifact, feeds
+        return local.run(artifact, feeds), artifact, feeds

@@ -23,18 +23,25 @@ _HOST_CANDIDATES = ("x86-64-avx512", "x86-64-avx2", "x86-64")
 class Target:
     name: str
     description: str
-    triple: str
+    triple: str                      # LLVM triple; bare-metal ARM needs all 4 parts for the hard-float ABI
     cpu: str
     features: str
-    reloc: str
+    reloc: str                       # "pic" for Linux (PIE by default), "static" for bare metal
     pointer_bits: int
-    vector_bits: int
-    vector_registers: int
-    align: int
-    weights_section: str
-    cpu_flags: tuple[str, ...] = ()
+    vector_bits: int                 # float SIMD width; 32 means scalar FPU
+    vector_registers: int            # registers the micro-kernel tiles are sized for
+    align: int                       # workspace and weight alignment in bytes
+    weights_section: str             # weights go to <weights_section>.<symbol>, for linker scripts
+    os: str = "linux"                # "linux" or "none" (bare metal)
+    float_abi: str = "hard"
+    int_simd: str = "none"           # integer SIMD style: avx2, avx512-vnni, neon, neon-dotprod, dsp, mve
+    cpu_flags: tuple[str, ...] = ()  # /proc/cpuinfo flags needed to run natively (x86)
     cc: str = "gcc"
     cflags: tuple[str, ...] = ()
+    ldflags: tuple[str, ...] = ()
+    run_command: tuple[str, ...] = ()   # emulator prefix; empty: run natively
+    linker_script: str = ""          # bare metal: file in runtime_c/baremetal/
+    memory: dict = field(default_factory=dict)   # {"flash": bytes, "ram": bytes} limits, if known
     aliases: tuple[str, ...] = ()
     source: str = ""
     knobs: dict = field(default_factory=dict)
@@ -45,7 +52,12 @@ class Target:
         return max(1, self.vector_bits // 32)
 
     def runs_natively(self) -> bool:
-        return not self.cpu_flags or set(self.cpu_flags) <= host_cpu_flags()
+        """True if this machine can run the target's programs without an emulator."""
+        import platform
+
+        if self.run_command:
+            return False
+        return platform.machine() in ("x86_64", "AMD64") and set(self.cpu_flags) <= host_cpu_flags()
 
 
 def _parse(path: Path) -> Target:
@@ -54,17 +66,37 @@ def _parse(path: Path) -> Target:
     except (OSError, tomllib.TOMLDecodeError) as err:
         raise TargetError(f"{path}: cannot read target config: {err}") from None
     toolchain = data.pop("toolchain", {})
+    run = data.pop("run", {})
     try:
+        memory = {k: parse_size(v) for k, v in data.pop("memory", {}).items()}
         return Target(
             cpu_flags=tuple(data.pop("cpu_flags", ())), aliases=tuple(data.pop("aliases", ())),
             knobs=dict(data.pop("knobs", {})), cc=toolchain.get("cc", "gcc"),
-            cflags=tuple(toolchain.get("cflags", ())), source=str(path), **data)
-    except TypeError as err:
+            cflags=tuple(toolchain.get("cflags", ())), ldflags=tuple(toolchain.get("ldflags", ())),
+            linker_script=toolchain.get("linker_script", ""), run_command=tuple(run.get("command", ())),
+            memory=memory, source=str(path), **data)
+    except (TypeError, ValueError) as err:
         raise TargetError(f"{path}: bad target config: {err}") from None
 
 
+_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": 1 << 20, "mb": 1000**2, "mib": 1 << 20,
+          "g": 1 << 30, "gb": 1000**3, "gib": 1 << 30}
+
+
+def parse_size(text: int | str) -> int:
+    """Bytes from 524288, "512K", "512KiB", "2M", "1.5MB"."""
+    if isinstance(text, int):
+        return text
+    import re
+
+    match = re.fullmatch(r"\s*([0-9.]+)\s*([a-zA-Z]*)\s*", str(text))
+    if not match or match.group(2).lower() not in _UNITS:
+        raise ValueError(f"'{text}' is not a size (e.g. 512K, 2MiB, 1048576)")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
 def all_targets() -> list[Target]:
-    return [_parse(p) for p in sorted(TARGETS_DIR.glob("*.toml"))]
+    return sorted((_parse(p) for p in TARGETS_DIR.glob("*.toml")), key=lambda t: t.name)
 
 
 def host_cpu_flags() -> set[str]:

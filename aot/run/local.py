@@ -1,0 +1,106 @@
+"""Run a build on this machine: natively, or under the target's emulator (qemu-user for Linux
+targets, qemu-system-arm with semihosting for bare-metal boards).
+
+The harness (runtime_c/harness.c.j2) is compiled with the target's C compiler against the generated
+wrapper and object; inputs and outputs cross as raw files in the program's working directory.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import jinja2
+import numpy as np
+
+from aot.build import Artifact
+from aot.codegen import wrapper
+from aot.errors import RunError
+from aot.target import Target
+
+RUNTIME_DIR = Path(__file__).resolve().parent.parent.parent / "runtime_c"
+STRICT_CFLAGS = ("-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic")
+EXIT_MEANING = {2: "could not read its inputs or write its outputs", 3: "faulted (a bad memory access or "
+                "an illegal instruction)", 4: "returned an error code"}
+
+
+def render_harness(artifact: Artifact) -> str:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(RUNTIME_DIR), undefined=jinja2.StrictUndefined,
+                             keep_trailing_newline=True)
+    inputs, outputs = wrapper.io_tensors(artifact.program)
+    name = artifact.name
+    return env.get_template("harness.c.j2").render(
+        banner=f"aot harness for {name}", name=name, NAME=name.upper(), inputs=inputs, outputs=outputs,
+        workspace_align=artifact.program.plan.alignment)
+
+
+def link_command(tgt: Target, sources: list[Path], objects: list[Path], include: Path, exe: Path) -> list[str]:
+    """The target compiler's command line that builds a program from C sources and the model object."""
+    cmd = [tgt.cc, *STRICT_CFLAGS, *tgt.cflags, f"-I{include}"]
+    if tgt.os == "none":
+        baremetal = RUNTIME_DIR / "baremetal"
+        cmd += [str(baremetal / "startup.c"), "-T", str(baremetal / tgt.linker_script)]
+    cmd += [*map(str, sources), *map(str, objects), *tgt.ldflags, "-o", str(exe)]
+    return cmd
+
+
+def compile_harness(artifact: Artifact, workdir: Path) -> Path:
+    tgt = artifact.target
+    if shutil.which(tgt.cc) is None:
+        raise RunError(f"target {tgt.name}: C compiler '{tgt.cc}' not found (install the target's toolchain)")
+    main = workdir / "main.c"
+    main.write_text(render_harness(artifact))
+    exe = workdir / ("prog.elf" if tgt.os == "none" else "prog")
+    proc = subprocess.run(link_command(tgt, [main, artifact.source], [artifact.object], artifact.dir, exe),
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RunError(f"compiling the harness for {artifact.name} ({tgt.name}) failed:\n{proc.stderr.strip()}")
+    return exe
+
+
+def run_command(tgt: Target, exe: Path) -> list[str]:
+    if tgt.run_command:
+        if shutil.which(tgt.run_command[0]) is None:
+            raise RunError(f"target {tgt.name}: emulator '{tgt.run_command[0]}' not found")
+        return [*tgt.run_command, str(exe)]
+    if not tgt.runs_natively():
+        raise RunError(f"target {tgt.name} cannot run on this machine (it needs CPU features "
+                       f"{', '.join(tgt.cpu_flags)}); build for a target it can run (see `aot targets`)")
+    return [str(exe)]
+
+
+def run(artifact: Artifact, inputs: dict[str, np.ndarray], timeout: float = 600.0) -> dict[str, np.ndarray]:
+    """Feed `inputs` (by ONNX name) to the compiled model; return its outputs by ONNX name."""
+    tgt = artifact.target
+    ins, outs = wrapper.io_tensors(artifact.program)
+    with tempfile.TemporaryDirectory(prefix="aot-run-") as tmp:
+        work = Path(tmp)
+        exe = compile_harness(artifact, work)
+        cmd = run_command(tgt, exe)
+        for t in ins:
+            array = np.ascontiguousarray(inputs[t.onnx_name], dtype=t.dtype).reshape(t.shape)
+            array.tofile(work / f"input_{t.index}.bin")
+        try:
+            proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=timeout,
+                                  stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise RunError(f"{artifact.name} on {tgt.name}: the program did not finish within {timeout:g} s") from None
+        if proc.returncode != 0:
+            if proc.returncode < 0:
+                what = f"was killed by signal {-proc.returncode}"
+            else:
+                what = f"exited with status {proc.returncode}"
+                if proc.returncode in EXIT_MEANING:
+                    what += f" ({EXIT_MEANING[proc.returncode]})"
+            detail = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+            raise RunError(f"{artifact.name} on {tgt.name}: the program {what}"
+                           + (f": {detail[-1]}" if detail else ""))
+        results = {}
+        for t in outs:
+            path = work / f"output_{t.index}.bin"
+            if not path.exists() or path.stat().st_size != t.bytes:
+                raise RunError(f"{artifact.name} on {tgt.name}: output '{t.onnx_name}' was not written completely")
+            results[t.onnx_name] = np.fromfile(path, dtype=t.dtype).reshape(t.shape)
+        return results
