@@ -13,7 +13,7 @@ import numpy as np
 from aot import api
 from aot.build import build
 from aot.errors import AotError, MismatchError, OptionError
-from aot.target import all_targets, get_target, host_target_name
+from aot.target import all_targets, get_target, host_target_name, parse_size
 from aot.version import __version__
 
 
@@ -28,6 +28,19 @@ def _shape_option(text: str) -> tuple[str, tuple[int, ...]]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"'{text}' is not NAME=DIMS (e.g. input=1x3x224x224)") from None
     return name, shape
+
+
+def _memory_option(text: str) -> dict[str, int]:
+    limits = {}
+    try:
+        for item in text.split(","):
+            kind, _, size = item.partition("=")
+            if kind.strip().lower() not in ("flash", "ram"):
+                raise ValueError
+            limits[kind.strip().lower()] = parse_size(size)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not flash=SIZE,ram=SIZE (e.g. flash=1M,ram=256K)") from None
+    return limits
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -49,6 +62,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="output directory (default: build/NAME)")
     p.add_argument("--name", help="C name prefix (default: the model's file name)")
     p.add_argument("--dump-graph", action="store_true", help="print the graph after import and after each pass")
+    p.add_argument("--memory", type=_memory_option, default={}, metavar="flash=SIZE,ram=SIZE",
+                   help="fail the build if the model needs more (e.g. flash=1M,ram=256K); overrides the target's")
 
     p = sub.add_parser("run", help="build, run through the C entry point, compare with onnxruntime")
     _common(p)
@@ -84,11 +99,12 @@ def _build(args) -> int:
 
     start = time.perf_counter()
     artifact = build(args.model, target=args.target, out_dir=args.output, name=args.name,
-                     input_shapes=_shapes(args), on_pass=dump if args.dump_graph else None)
+                     input_shapes=_shapes(args), memory=args.memory, on_pass=dump if args.dump_graph else None)
     plan = artifact.plan
     print(f"built {artifact.dir}/ for {artifact.target.name} in {time.perf_counter() - start:.2f} s: "
           f"{artifact.name}.o {artifact.object.stat().st_size:,} bytes, workspace {plan['workspace_size']:,} "
-          f"bytes (lower bound {plan['lower_bound']:,})")
+          f"bytes (lower bound {plan['lower_bound']:,}); flash {artifact.metadata['memory']['flash']:,}, "
+          f"RAM {artifact.metadata['memory']['ram']:,} bytes")
     return 0
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import llvmlite.binding as llvm
 
 from aot import ops
+from aot.errors import PlanError
 from aot.program import Program
 
 
@@ -20,7 +23,44 @@ def object_sections(obj: bytes, weights_prefix: str) -> tuple[int, int]:
     return code, weights
 
 
-def render(program: Program, obj: bytes, weights_prefix: str, header: str) -> str:
+@dataclass(frozen=True)
+class Footprint:
+    """What the model needs on the device: flash for code and weights, RAM for the workspace and the
+    caller's input and output buffers."""
+
+    code: int
+    weights: int
+    workspace: int
+    io: int
+
+    @property
+    def flash(self) -> int:
+        return self.code + self.weights
+
+    @property
+    def ram(self) -> int:
+        return self.workspace + self.io
+
+
+def footprint(program: Program, obj: bytes, weights_prefix: str) -> Footprint:
+    code, weights = object_sections(obj, weights_prefix)
+    graph = program.graph
+    io = sum(graph.values[v].nbytes for v in graph.inputs + graph.outputs)
+    return Footprint(code, weights, program.plan.size, io)
+
+
+def check_fits(fp: Footprint, limits: dict, model: str, target_name: str) -> None:
+    """Fail the build when the model needs more flash or RAM than the limits allow."""
+    for kind, need in (("flash", fp.flash), ("ram", fp.ram)):
+        limit = limits.get(kind)
+        if limit is not None and need > limit:
+            detail = (f"code {fp.code:,} + weights {fp.weights:,}" if kind == "flash"
+                      else f"workspace {fp.workspace:,} + inputs/outputs {fp.io:,}")
+            raise PlanError(f"{model} does not fit {target_name}: it needs {need:,} bytes of {kind.upper()} "
+                            f"({detail}), the limit is {limit:,}; raise it with --memory {kind}=SIZE")
+
+
+def render(program: Program, obj: bytes, weights_prefix: str, header: str, limits: dict | None = None) -> str:
     graph = program.graph
     rows = [("#", "op", "node", "inputs -> output", "MACs", "out bytes", "where")]
     total_macs = 0
@@ -39,7 +79,8 @@ def render(program: Program, obj: bytes, weights_prefix: str, header: str) -> st
     for r in rows:
         lines.append("  ".join(cell.rjust(w) if c in (0, 4, 5) else cell.ljust(w)
                                for c, (cell, w) in enumerate(zip(r, widths))).rstrip())
-    code, weights = object_sections(obj, weights_prefix)
+    fp = footprint(program, obj, weights_prefix)
+    code, weights = fp.code, fp.weights
     plan = program.plan
     ratio = plan.size / plan.lower_bound if plan.lower_bound else 1.0
     lines += ["", "Totals",
@@ -49,7 +90,9 @@ def render(program: Program, obj: bytes, weights_prefix: str, header: str) -> st
               f"  workspace         {plan.size:,} bytes ({plan.strategy}); lower bound {plan.lower_bound:,} "
               f"bytes; {ratio:.3f}x the bound",
               f"  inputs/outputs    {sum(graph.values[v].nbytes for v in graph.inputs):,} / "
-              f"{sum(graph.values[v].nbytes for v in graph.outputs):,} bytes (caller's buffers)"]
+              f"{sum(graph.values[v].nbytes for v in graph.outputs):,} bytes (caller's buffers)",
+              f"  flash             {fp.flash:,} bytes (code + weights){_limit(limits, 'flash')}",
+              f"  RAM               {fp.ram:,} bytes (workspace + inputs/outputs){_limit(limits, 'ram')}"]
     lines += ["", *plan_picture(program)]
     return "\n".join(lines) + "\n"
 
@@ -77,6 +120,10 @@ def plan_picture(program: Program, columns: int = 64) -> list[str]:
         out.append(f"  {step:>4} |{''.join(row)}|")
     out.append("  " + ", ".join(f"{symbol[b.name]}={b.name}" for b in order))
     return out
+
+
+def _limit(limits: dict | None, kind: str) -> str:
+    return f" of {limits[kind]:,} available" if limits and kind in limits else ""
 
 
 def _epilogue(node) -> str:

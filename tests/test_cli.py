@@ -175,3 +175,17 @@ def test_weights_in_external_data_file(tmp_path):
     assert proc.returncode == 0, proc.stderr
     (tmp_path / "ext.onnx.data").unlink()
     assert_user_error(aot("build", path, "-o", tmp_path / "o"), "ext.onnx", "external weight data")
+
+
+def test_memory_limits_fail_the_build_clearly(model_file, tmp_path):
+    out = tmp_path / "o"
+    assert_user_error(aot("build", model_file, "-o", out, "--memory", "ram=1K"), "tiny.onnx", "RAM", "1,024")
+    assert_user_error(aot("build", model_file, "-o", out, "--memory", "flash=100"), "FLASH", "--memory flash=")
+    assert not out.exists()
+    assert aot("build", model_file, "-o", out, "--memory", "flash=1M,ram=64K").returncode == 0
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["memory"]["limits"] == {"flash": 1 << 20, "ram": 64 << 10}
+    assert meta["memory"]["flash"] == meta["memory"]["code"] + meta["memory"]["weights"] > 0
+    assert "RAM" in (out / "report.txt").read_text()
+    proc = aot("build", model_file, "--memory", "disk=1M")
+    assert proc.returncode == 2 and "flash=SIZE" in proc.stderr
