@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 from onnx import numpy_helper
+from onnx.reference import ReferenceEvaluator
 
 from aot.errors import ModelError, OptionError, ShapeError, UnsupportedOpError
 from aot.graph.ir import Graph, Node, Value
@@ -21,8 +22,9 @@ from aot.graph.ir import Graph, Node, Value
 class LoadedModel:
     """The checked ONNX model (input shapes fixed) and where it came from."""
 
-    proto: onnx.ModelProto
-    label: str          # file name for messages, e.g. "mobilenet.onnx"
+    proto: onnx.ModelProto      # the user's model with input shapes fixed: what a reference runs
+    inferred: onnx.ModelProto   # the same with every tensor's shape inferred (for to_graph)
+    label: str                  # file name for messages, e.g. "mobilenet.onnx"
     sha256: str
 
 
@@ -59,12 +61,79 @@ def load(model: str | os.PathLike | onnx.ModelProto,
         first = str(err).strip().splitlines()[0]
         raise ModelError(f"{label}: fails the ONNX checker: {first}") from None
     proto = _fix_input_shapes(proto, input_shapes or {}, label)
+    return LoadedModel(proto, _infer_static_shapes(proto, label), label, hashlib.sha256(data).hexdigest())
+
+
+def _infer(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
     try:
-        proto = onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True, data_prop=True)
+        return onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True, data_prop=True)
     except Exception as err:
         first = str(err).strip().splitlines()[0]
         raise ModelError(f"{label}: ONNX shape inference failed: {first}") from None
-    return LoadedModel(proto, label, hashlib.sha256(data).hexdigest())
+
+
+def _infer_static_shapes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
+    """ONNX shape inference, helped where it stops short: exporters compute shapes and pads with
+    chains of small ops (Shape, Gather, Concat, Slice, ...) that inference does not always follow.
+    While some tensor's shape is unknown, fold the nodes computable from constants and infer again."""
+    inferred = _infer(proto, label)
+    for _ in range(16):
+        if not _unknown_shapes(inferred):
+            break
+        folded = _fold_constant_nodes(inferred)
+        if folded is None:
+            break
+        inferred = _infer(folded, label)
+    return inferred
+
+
+def _unknown_shapes(proto: onnx.ModelProto) -> bool:
+    known = {vi.name for vi in list(proto.graph.value_info) + list(proto.graph.output)
+             if vi.type.tensor_type.HasField("shape")
+             and all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim)}
+    known |= {t.name for t in proto.graph.initializer}
+    return any(out and out not in known for node in proto.graph.node for out in node.output)
+
+
+def _fold_constant_nodes(proto: onnx.ModelProto) -> onnx.ModelProto | None:
+    """Replace nodes whose inputs are all constants (and Shape/Size of static tensors) by initializers."""
+    g = proto.graph
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 17)
+    constants = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    shapes = {vi.name: vi.type.tensor_type for vi in list(g.value_info) + list(g.input)}
+    kept, folded = [], False
+    for node in g.node:
+        static = node.op_type in ("Shape", "Size") and _static_shape(shapes.get(node.input[0]))
+        if node.domain in ("", "ai.onnx") and (static or all(i in constants for i in node.input if i)) \
+                and not node.op_type.startswith("Random"):
+            feeds = {i: constants[i] if i in constants else
+                     np.zeros(_static_shape(shapes[i]), onnx.helper.tensor_dtype_to_np_dtype(shapes[i].elem_type))
+                     for i in node.input if i}
+            try:
+                results = ReferenceEvaluator(node, opsets={"": opset}).run(None, feeds)
+            except Exception:
+                kept.append(node)
+                continue
+            for name, value in zip(node.output, results):
+                constants[name] = np.asarray(value)
+                g.initializer.append(numpy_helper.from_array(np.asarray(value), name))
+            folded = True
+        else:
+            kept.append(node)
+    if not folded:
+        return None
+    result = onnx.ModelProto.FromString(proto.SerializeToString())
+    del result.graph.node[:]
+    result.graph.node.extend(kept)
+    del result.graph.value_info[:]
+    return result
+
+
+def _static_shape(ttype) -> tuple[int, ...] | None:
+    if ttype is None or not ttype.HasField("shape"):
+        return None
+    dims = ttype.shape.dim
+    return tuple(d.dim_value for d in dims) if all(d.HasField("dim_value") for d in dims) else None
 
 
 def _graph_inputs(proto: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
@@ -125,9 +194,9 @@ def _attr_value(attr: onnx.AttributeProto):
 
 def to_graph(model: LoadedModel) -> Graph:
     """Map the checked, shape-inferred model to a Graph; every non-constant value needs a static shape."""
-    g = model.proto.graph
+    g = model.inferred.graph
     label = model.label
-    opset = next((o.version for o in model.proto.opset_import if o.domain in ("", "ai.onnx")), 17)
+    opset = next((o.version for o in model.inferred.opset_import if o.domain in ("", "ai.onnx")), 17)
     constants: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     infos = {vi.name: vi for vi in list(g.value_info) + list(g.input) + list(g.output)}
     values: dict[str, Value] = {}
@@ -158,7 +227,7 @@ def to_graph(model: LoadedModel) -> Graph:
 
     for name in constants:
         declare(name, "an initializer")
-    inputs = tuple(vi.name for vi in _graph_inputs(model.proto))
+    inputs = tuple(vi.name for vi in _graph_inputs(model.inferred))
     for name in inputs:
         declare(name, "a graph input")
     nodes = []
