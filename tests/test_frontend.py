@@ -30,20 +30,22 @@ def test_pad_amounts_computed_by_a_constant_chain():
 
 
 def test_reshape_to_a_shape_read_from_the_input_at_old_opsets():
-    """x.view(x.size(0), -1) exported at opset 13: Reshape's shape comes from Shape -> Gather -> Concat."""
-    nodes = [helper.make_node("Shape", ["x"], ["s"]),
-             helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
-             helper.make_node("Unsqueeze", ["n", "axes"], ["n1"]),
-             helper.make_node("Concat", ["n1", "minus1"], ["shape"], axis=0),
-             helper.make_node("Reshape", ["x", "shape"], ["r"]),
-             helper.make_node("Relu", ["r"], ["y"])]
-    inits = [helper.make_tensor("zero", TensorProto.INT64, [], [0]),
-             helper.make_tensor("axes", TensorProto.INT64, [1], [0]),
-             helper.make_tensor("minus1", TensorProto.INT64, [1], [-1])]
+    """x.view(x.size(0), -1) exported at opset 11/13: Reshape's shape comes from Shape -> Gather -> Concat."""
+    zero = helper.make_tensor("zero", TensorProto.INT64, [], [0])
+    minus1 = helper.make_tensor("minus1", TensorProto.INT64, [1], [-1])
+    axes = helper.make_tensor("axes", TensorProto.INT64, [1], [0])
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4) - 9
     for opset in (11, 13):
-        if opset == 11:     # Unsqueeze takes axes as an attribute before opset 13
-            nodes[2] = helper.make_node("Unsqueeze", ["n"], ["n1"], axes=[0])
-        model = _model(nodes, [("x", [2, 3, 4])], [("y", ["n", "m"])], inits if opset == 13 else [inits[0], inits[2]],
-                       opset)
-        got = assert_matches_onnxruntime(model, inputs={"x": np.arange(24, dtype=np.float32).reshape(2, 3, 4) - 9})
+        # Unsqueeze takes its axes as an attribute before opset 13, as an input from then on.
+        unsqueeze = (helper.make_node("Unsqueeze", ["n"], ["n1"], axes=[0]) if opset < 13
+                     else helper.make_node("Unsqueeze", ["n", "axes"], ["n1"]))
+        nodes = [helper.make_node("Shape", ["x"], ["s"]),
+                 helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+                 unsqueeze,
+                 helper.make_node("Concat", ["n1", "minus1"], ["shape"], axis=0),
+                 helper.make_node("Reshape", ["x", "shape"], ["r"]),
+                 helper.make_node("Relu", ["r"], ["y"])]
+        inits = [zero, minus1] + ([axes] if opset >= 13 else [])
+        model = _model(nodes, [("x", [2, 3, 4])], [("y", ["n", "m"])], inits, opset)
+        got = assert_matches_onnxruntime(model, inputs={"x": x})
         assert got["y"].shape == (2, 12)

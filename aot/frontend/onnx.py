@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 from onnx import numpy_helper
-from onnx.reference import ReferenceEvaluator
 
 from aot.errors import ModelError, OptionError, ShapeError, UnsupportedOpError
+from aot.graph.evaluate import evaluate
 from aot.graph.ir import Graph, Node, Value
 
 
@@ -110,7 +110,7 @@ def _fold_constant_nodes(proto: onnx.ModelProto) -> onnx.ModelProto | None:
                      np.zeros(_static_shape(shapes[i]), onnx.helper.tensor_dtype_to_np_dtype(shapes[i].elem_type))
                      for i in node.input if i}
             try:
-                results = ReferenceEvaluator(node, opsets={"": opset}).run(None, feeds)
+                results = evaluate(node, feeds, opset)
             except Exception:
                 kept.append(node)
                 continue

@@ -12,6 +12,9 @@
  *  - rdimon's `_sbrk` grows the heap from `end` and refuses to pass the current SP or the
  *    HEAPINFO limit, which breaks when the stack and heap live in different banks.  Our `_sbrk`
  *    uses the heap the linker script reserves: [__heap_start, __heap_end).
+ *  - Stack overflow is caught: MSPLIM on ARMv8-M mainline (Cortex-M55), a no-access MPU region
+ *    over the lowest 4 KiB of the stack on ARMv6-M/ARMv7-M when the core has an MPU (QEMU's
+ *    Cortex-M3/M4/M7 do; an ARMv6-M build run on mps2-an385's M3 gets it as well).
  *  - A fault must not hang the emulator: every exception prints a line through semihosting
  *    (exception number, stacked PC/LR, fault status registers) and makes QEMU exit with status
  *    AOT_FAULT_EXIT_STATUS (3), distinct from main's own return codes (0 ok, 1 error, 2 usage).
@@ -37,6 +40,9 @@
 #if __ARM_ARCH_ISA_THUMB >= 2
 #define AOT_HAS_CFSR 1 /* ARMv7-M / ARMv8-M mainline: configurable fault status registers */
 #endif
+#if __ARM_ARCH < 8
+#define AOT_PMSAV7_GUARD 1 /* ARMv6-M/v7-M: no MSPLIM; a PMSAv7 MPU region (if any) guards the stack */
+#endif
 
 #define REG32(addr) (*(volatile uint32_t *)(addr))
 #define SCB_CFSR REG32(0xE000ED28u)
@@ -44,6 +50,11 @@
 #define SCB_MMFAR REG32(0xE000ED34u)
 #define SCB_BFAR REG32(0xE000ED38u)
 #define SCB_CPACR REG32(0xE000ED88u)
+#define MPU_TYPE REG32(0xE000ED90u)
+#define MPU_CTRL REG32(0xE000ED94u)
+#define MPU_RNR REG32(0xE000ED98u)
+#define MPU_RBAR REG32(0xE000ED9Cu)
+#define MPU_RASR REG32(0xE000EDA0u)
 
 /* From the linker script. */
 extern char __stack_top[], __stack_limit[], __heap_start[], __heap_end[];
@@ -89,6 +100,18 @@ void Reset_Handler(void)
 #if defined(__ARM_FP) || defined(__ARM_FEATURE_MVE)
     SCB_CPACR |= 0xFu << 20; /* CP10 + CP11 full access: FPU and MVE (Helium) */
     __asm__ volatile("dsb\n\tisb" ::: "memory");
+#endif
+#ifdef AOT_PMSAV7_GUARD
+    /* No-access 4 KiB MPU region at the bottom of the stack (PRIVDEFENA keeps the default map
+       for everything else; the MPU is off in HardFault): a stack overflow faults (status 3)
+       instead of running down through the heap into the mirrored code at 0x00400000. */
+    if ((MPU_TYPE >> 8) & 0xFFu) {
+        MPU_RNR = 0;
+        MPU_RBAR = ((uint32_t)(uintptr_t)__stack_limit + 0xFFFu) & ~0xFFFu;
+        MPU_RASR = (1u << 28) | (11u << 1) | 1u; /* XN, AP=no access, SIZE=2^(11+1), ENABLE */
+        MPU_CTRL = (1u << 2) | 1u;               /* PRIVDEFENA | ENABLE */
+        __asm__ volatile("dsb\n\tisb" ::: "memory");
+    }
 #endif
     _start();
 }
@@ -197,8 +220,12 @@ void aot_fault_report(const uint32_t *frame)
     p = put_str(p, "\n*** aot baremetal: ");
     p = put_str(p, ipsr < sizeof names / sizeof names[0] && ipsr >= 2 ? names[ipsr] : "unexpected exception");
     p = put_hex(p, " ipsr=0x", ipsr);
-    /* Only trust the stacked frame when it lies inside our stack. */
-    if ((f & 3u) == 0 && f >= (uintptr_t)__stack_limit && f + 32 <= (uintptr_t)__stack_top) {
+    /* Only trust the stacked frame when it lies inside our stack and stacking did not fail. */
+    if ((f & 3u) == 0 && f >= (uintptr_t)__stack_limit && f + 32 <= (uintptr_t)__stack_top
+#ifdef AOT_HAS_CFSR
+        && (SCB_CFSR & ((1u << 4) | (1u << 12) | (1u << 20))) == 0 /* MSTKERR, STKERR, STKOF */
+#endif
+    ) {
         p = put_hex(p, " pc=0x", frame[6]);
         p = put_hex(p, " lr=0x", frame[5]);
     }

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 from onnx import numpy_helper
-from onnx.reference import ReferenceEvaluator
 
+from aot.graph.evaluate import evaluate
 from aot.graph.ir import Graph, Node, Rewriter
 
 # Ops whose result is not a function of their inputs, or that only look at shapes.
@@ -24,7 +24,7 @@ def fold_constants(graph: Graph) -> Graph:
             feeds = {name: rw.constants[name] if name in rw.constants
                      else np.zeros(rw.values[name].shape, rw.values[name].dtype)
                      for name in node.inputs if name}
-            results = ReferenceEvaluator(_to_onnx(node), opsets={"": graph.opset}).run(None, feeds)
+            results = evaluate(_to_onnx(node), feeds, graph.opset)
             for name, result in zip(node.outputs, results):
                 array = np.ascontiguousarray(np.asarray(result, dtype=rw.values[name].dtype))
                 rw.constants[name] = array.reshape(rw.values[name].shape)
