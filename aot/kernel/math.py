@@ -43,6 +43,25 @@ def exp(x: Expr) -> Expr:
     return er * scale
 
 
+def log(x: Expr) -> Expr:
+    """Natural log (Cephes logf): x = m * 2**e with m in [sqrt(1/2), sqrt(2)), log m by a polynomial.
+    x <= 0 gives a very negative number rather than NaN/-inf (the inputs aot feeds it are positive)."""
+    x = maximum(x, 1.17549435e-38)
+    bits = Cast(x, "i32", bitcast=True)
+    e = binop("shr", bits, 23) - 126                                   # exponent with m in [0.5, 1)
+    m = Cast(binop("or", binop("and", bits, 0x007FFFFF), 0x3F000000), "f32", bitcast=True)
+    small = binop("lt", m, 0.70710678118654752)
+    e = Cast(select(small, e - 1, e), "f32")
+    m = select(small, m + m, m) - 1.0
+    z = m * m
+    p = _horner(m, (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1,
+                    -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1))
+    y = m * z * p
+    y = fma(e, _c(-2.12194440e-4, m), y)
+    y = y - z * 0.5
+    return fma(e, _c(0.693359375, m), m + y)
+
+
 def sigmoid(x: Expr) -> Expr:
     return 1.0 / (exp(-x) + 1.0)
 

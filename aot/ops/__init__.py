@@ -82,4 +82,4 @@ def macs(graph: Graph, node: Node) -> int:
 
 
 # Importing the op modules fills the tables.
-from aot.ops import conv, elementwise, matmul, movement, pool, softmax  # noqa: E402,F401
+from aot.ops import conv, elementwise, matmul, movement, pool, reduce, softmax  # noqa: E402,F401

@@ -28,7 +28,13 @@ def activation(fn: str, params: tuple[float, ...], x: Expr) -> Expr:
         return -x
     if fn == "abs":
         return select(binop("lt", x, 0.0), -x, x)
-    return {"sigmoid": kmath.sigmoid, "tanh": kmath.tanh, "erf": kmath.erf, "exp": kmath.exp}[fn](x)
+    if fn == "reciprocal":
+        return 1.0 / x
+    if fn == "gelu":        # x * Phi(x)
+        return x * 0.5 * (kmath.erf(x * 0.7071067811865476) + 1.0)
+    if fn == "gelu_tanh":
+        return x * 0.5 * (kmath.tanh((x + x * x * x * 0.044715) * 0.7978845608028654) + 1.0)
+    return {"sigmoid": kmath.sigmoid, "tanh": kmath.tanh, "erf": kmath.erf, "exp": kmath.exp, "log": kmath.log}[fn](x)
 
 
 def apply(acts: tuple[Act, ...], x: Expr) -> Expr:

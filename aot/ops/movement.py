@@ -130,3 +130,18 @@ def copy(ctx: LowerContext, node: Node, name: str) -> Kernel:
     b = Builder()
     copy_loops(b, ctx.target.lanes, [size], ins[0], [1], 0, outs[0], [1], 0)
     return Kernel(name, params, b.block())
+
+
+@register("Slice")
+def slice_(ctx: LowerContext, node: Node, name: str) -> Kernel:
+    """out[i] = in[starts + i * steps] per axis (steps may be negative)."""
+    ins, outs, params = ctx.io(node)
+    in_strides = _strides(ctx.graph.shape(node.inputs[0]))
+    out_shape = list(ctx.graph.shape(node.outputs[0]))
+    starts, steps = node.attrs["starts"], node.attrs["steps"]
+    src = [s * step for s, step in zip(in_strides, steps)]
+    offset = sum(b * s for b, s in zip(starts, in_strides))
+    b = Builder()
+    if all(out_shape):
+        copy_loops(b, ctx.target.lanes, out_shape, ins[0], src, offset, outs[0], _strides(out_shape), 0)
+    return Kernel(name, params, b.block())

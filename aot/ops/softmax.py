@@ -13,8 +13,9 @@ from aot.ops import LowerContext, register
 _LOWEST = -3.4028234663852886e38
 
 
-@register("Softmax")
+@register("Softmax", "LogSoftmax")
 def softmax(ctx: LowerContext, node: Node, name: str) -> Kernel:
+    """Softmax: exp(x - max) / sum. LogSoftmax: x - max - log(sum)."""
     ins, outs, params = ctx.io(node)
     x, y = ins[0], outs[0]
     shape = ctx.graph.shape(node.inputs[0])
@@ -23,18 +24,19 @@ def softmax(ctx: LowerContext, node: Node, name: str) -> Kernel:
     n = shape[axis]
     inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
     lanes = ctx.target.lanes
+    log = node.op == "LogSoftmax"
     b = Builder()
     with b.loop("o", 0, outer) as o:
         if inner == 1:
-            _softmax_row(b, x, y, o * n, n, lanes)
+            _softmax_row(b, x, y, o * n, n, lanes, log)
         else:
             main = inner - inner % lanes if inner >= lanes else 0
             if main:
                 with b.loop("i", 0, main, lanes) as i:
-                    _softmax_strided(b, x, y, o * (n * inner) + i, n, inner, lanes)
+                    _softmax_strided(b, x, y, o * (n * inner) + i, n, inner, lanes, log)
             if inner > main:
                 with b.loop("i", main, inner) as i:
-                    _softmax_strided(b, x, y, o * (n * inner) + i, n, inner, 1)
+                    _softmax_strided(b, x, y, o * (n * inner) + i, n, inner, 1, log)
     return Kernel(name, params, b.block())
 
 
@@ -49,7 +51,7 @@ def _chunks(b: Builder, n: int, lanes: int, body) -> None:
             body(j, 1)
 
 
-def _softmax_row(b: Builder, x, y, base: Expr, n: int, lanes: int) -> None:
+def _softmax_row(b: Builder, x, y, base: Expr, n: int, lanes: int, log: bool) -> None:
     """A contiguous row: vector partial results, reduced across lanes once per pass."""
     vmax = b.local("vmax", const(_LOWEST, "f32", lanes))
     smax = b.local("smax", const(_LOWEST, "f32"))
@@ -61,14 +63,20 @@ def _softmax_row(b: Builder, x, y, base: Expr, n: int, lanes: int) -> None:
 
     def exp_pass(j, w) -> None:
         e = b.let("e", kmath.exp((x.vec(base + j, w) if w > 1 else x[base + j]) - top))
-        b.store(y, base + j, e)
+        if not log:
+            b.store(y, base + j, e)
         b.assign(vsum if w > 1 else ssum, (vsum if w > 1 else ssum) + e)
     _chunks(b, n, lanes, exp_pass)
-    inv = b.let("inv", 1.0 / ((Reduce("add", vsum) if lanes > 1 else vsum) + ssum))
+    total = (Reduce("add", vsum) if lanes > 1 else vsum) + ssum
+    if log:
+        shift = b.let("shift", top + kmath.log(total))
+        _chunks(b, n, lanes, lambda j, w: b.store(y, base + j, (x.vec(base + j, w) if w > 1 else x[base + j]) - shift))
+        return
+    inv = b.let("inv", 1.0 / total)
     _chunks(b, n, lanes, lambda j, w: b.store(y, base + j, (y.vec(base + j, w) if w > 1 else y[base + j]) * inv))
 
 
-def _softmax_strided(b: Builder, x, y, base: Expr, n: int, stride: int, width: int) -> None:
+def _softmax_strided(b: Builder, x, y, base: Expr, n: int, stride: int, width: int, log: bool) -> None:
     """`width` independent softmaxes side by side (the reduction axis is not innermost)."""
     def at(buf, k):
         return buf.vec(base + k * stride, width) if width > 1 else buf[base + k * stride]
@@ -78,8 +86,14 @@ def _softmax_strided(b: Builder, x, y, base: Expr, n: int, stride: int, width: i
     total = b.local("sum", const(0.0, "f32", width))
     with b.loop("k", 0, n) as k:
         e = b.let("e", kmath.exp(at(x, k) - top))
-        b.store(y, base + k * stride, e)
+        if not log:
+            b.store(y, base + k * stride, e)
         b.assign(total, total + e)
+    if log:
+        shift = b.let("shift", top + kmath.log(total))
+        with b.loop("k", 0, n) as k:
+            b.store(y, base + k * stride, at(x, k) - shift)
+        return
     inv = b.let("inv", 1.0 / total)
     with b.loop("k", 0, n) as k:
         b.store(y, base + k * stride, at(y, k) * inv)

@@ -8,7 +8,8 @@ After this pass (shapes are NCHW, semantics ONNX's):
   Unary(x)               attrs fn, params: relu, clip, leaky_relu, sigmoid, tanh, hard_sigmoid, ...
   BatchNormalization     left for fold_batchnorm
   MaxPool/AveragePool    2-D, attrs kernel/strides/pads(t,l,b,r)/count_include_pad
-  GlobalAveragePool/GlobalMaxPool, Transpose(perm), Concat(axis>=0), Pad(pads, mode, value), Softmax(axis>=0)
+  GlobalAveragePool/GlobalMaxPool, Transpose(perm), Concat(axis>=0), Pad(pads, mode, value),
+  Softmax/LogSoftmax(axis>=0), Reduce(fn, axes) keeping dims, Slice(starts, steps) per axis
   Reshape(x)             a view: same bytes, new shape (Flatten, Squeeze, Unsqueeze, Identity, Dropout)
 Anything else is refused with an error naming the node and its op.
 """
@@ -306,14 +307,73 @@ def softmax(rw: Rewriter, node: Node) -> None:
     shape = rw.values[node.inputs[0]].shape
     axis = int(node.attrs.get("axis", -1 if rw.graph.opset >= 13 else 1)) % len(shape)
     if rw.graph.opset >= 13 or axis == len(shape) - 1:
-        rw.add("Softmax", node.name, node.inputs, node.outputs, axis=axis)
+        rw.add(node.op, node.name, node.inputs, node.outputs, axis=axis)
         return
     # Before opset 13 the input is coerced to 2-D at `axis` and normalized over the second dimension.
     rows, cols = int(np.prod(shape[:axis], dtype=np.int64)), int(np.prod(shape[axis:], dtype=np.int64))
     flat = _view(rw, node, node.inputs[0], (rows, cols))
     out = rw.value(node.outputs[0] + "_2d", (rows, cols))
-    rw.add("Softmax", node.name, [flat], [out], axis=1)
+    rw.add(node.op, node.name, [flat], [out], axis=1)
     _view(rw, node, out, shape, node.outputs[0])
+
+
+def reduce(rw: Rewriter, node: Node) -> None:
+    x, out = node.inputs[0], node.outputs[0]
+    shape = rw.values[x].shape
+    axes_input = _const(rw, node, 1, "axes")
+    axes = axes_input if axes_input is not None else node.attrs.get("axes")
+    if axes is None or len(axes) == 0:
+        if node.attrs.get("noop_with_empty_axes", 0):
+            _view(rw, node, x, shape, out)
+            return
+        axes = range(len(shape))
+    axes = tuple(sorted({int(a) % len(shape) for a in axes}))
+    fn = node.op[len("Reduce"):].lower()
+    kept = tuple(1 if i in axes else d for i, d in enumerate(shape))
+    keepdims = bool(node.attrs.get("keepdims", 1))
+    target = out if keepdims else rw.value(out + "_keepdims", kept)
+    if len(shape) == 4 and axes == (2, 3) and fn in ("mean", "max"):      # global pooling
+        rw.add("GlobalAveragePool" if fn == "mean" else "GlobalMaxPool", node.name, [x], [target])
+    else:
+        rw.add("Reduce", node.name, [x], [target], fn=fn, axes=axes)
+    if not keepdims:
+        _view(rw, node, target, rw.values[out].shape, out)
+
+
+def slice_(rw: Rewriter, node: Node) -> None:
+    x = node.inputs[0]
+    shape = rw.values[x].shape
+    starts, ends = _const(rw, node, 1, "starts"), _const(rw, node, 2, "ends")
+    if starts is None:      # before opset 10 they are attributes
+        starts, ends = node.attrs["starts"], node.attrs["ends"]
+        axes, steps = node.attrs.get("axes"), None
+    else:
+        axes, steps = _const(rw, node, 3, "axes"), _const(rw, node, 4, "steps")
+    axes = range(len(starts)) if axes is None else axes
+    steps = [1] * len(starts) if steps is None else steps
+    begin, step = [0] * len(shape), [1] * len(shape)
+    for axis, b, e, s in zip(axes, starts, ends, steps):
+        axis = int(axis) % len(shape)
+        begin[axis], _, step[axis] = slice(int(b), int(e), int(s)).indices(shape[axis])
+    rw.add("Slice", node.name, [x], node.outputs[:1], starts=tuple(begin), steps=tuple(step))
+
+
+def split(rw: Rewriter, node: Node) -> None:
+    """Split becomes one Slice per output."""
+    shape = rw.values[node.inputs[0]].shape
+    axis = int(node.attrs.get("axis", 0)) % len(shape)
+    start = 0
+    for i, out in enumerate(node.outputs):
+        size = rw.values[out].shape[axis]
+        begin = tuple(start if a == axis else 0 for a in range(len(shape)))
+        rw.add("Slice", f"{node.name}_{i}", [node.inputs[0]], [out], starts=begin, steps=(1,) * len(shape))
+        start += size
+
+
+def gelu(rw: Rewriter, node: Node) -> None:
+    approximate = node.attrs.get("approximate", "none")
+    rw.add("Unary", node.name, node.inputs[:1], node.outputs, fn="gelu_tanh" if approximate == "tanh" else "gelu",
+           params=())
 
 
 RULES: dict[str, Rule] = {
@@ -328,5 +388,7 @@ RULES: dict[str, Rule] = {
     "Neg": _unary("neg"), "Abs": _unary("abs"),
     "BatchNormalization": batchnorm,
     "Reshape": view, "Flatten": view, "Squeeze": view, "Unsqueeze": view, "Identity": view, "Dropout": view,
-    "Transpose": transpose, "Concat": concat, "Pad": pad, "Softmax": softmax,
+    "Transpose": transpose, "Concat": concat, "Pad": pad, "Softmax": softmax, "LogSoftmax": softmax,
+    "ReduceMean": reduce, "ReduceMax": reduce, "ReduceMin": reduce, "ReduceSum": reduce,
+    "Slice": slice_, "Split": split, "Reciprocal": _unary("reciprocal"), "Gelu": gelu, "Log": _unary("log"),
 }

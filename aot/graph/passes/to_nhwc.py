@@ -15,7 +15,8 @@ from aot.graph.ir import Graph, Node, Rewriter, Value
 TO_NHWC = (0, 2, 3, 1)      # physical axis i holds canonical axis TO_NHWC[i]
 TO_NCHW = (0, 3, 1, 2)
 _NHWC_OPS = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
-_FOLLOW_OPS = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Unary", "Concat", "Pad", "Softmax"}
+_FOLLOW_OPS = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Unary", "Concat", "Pad", "Softmax", "LogSoftmax",
+               "Reduce", "Slice"}
 
 
 def _permute(shape: tuple[int, ...], perm: tuple[int, ...]) -> tuple[int, ...]:
@@ -126,8 +127,13 @@ def _follow(rw: Rewriter, layouts: _Layouts, node: Node, graph: Graph) -> None:
             layouts.nchw[canon] = canon
             inputs.append(layouts.get_nhwc(canon))
     attrs = dict(node.attrs)
-    if node.op in ("Concat", "Softmax"):
+    if "axis" in attrs:
         attrs["axis"] = TO_NHWC.index(attrs["axis"])
+    if "axes" in attrs:
+        attrs["axes"] = tuple(sorted(TO_NHWC.index(a) for a in attrs["axes"]))
+    for key in ("starts", "steps"):
+        if key in attrs:
+            attrs[key] = _permute(attrs[key], TO_NHWC)
     if node.op == "Pad":
         pads = attrs["pads"]
         attrs["pads"] = _permute(pads[:4], TO_NHWC) + _permute(pads[4:], TO_NHWC)
