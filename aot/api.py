@@ -20,12 +20,12 @@ def _build_for_run(model, target, input_shapes, out_dir, tmp: str) -> Artifact:
 
 def run(model: str | os.PathLike | onnx.ModelProto | Artifact, inputs: dict[str, np.ndarray] | None = None,
         target: str = "host", input_shapes: dict[str, tuple[int, ...]] | None = None,
-        out_dir: str | os.PathLike | None = None, seed: int = 0) -> dict[str, np.ndarray]:
-    """Compile (unless given an Artifact) and run the model through its C entry point.
-
-    Returns the outputs by ONNX name, in graph order. Missing `inputs` are random with `seed`.
+        out_dir: str | os.PathLike | None = None, seed: int = 0, timeout: float = 600.0) -> dict[str, np.ndarray]:
+    """Compile (unless given an Artifact) and run the model through its C entry point, natively or
+    under the target's emulator. Returns the outputs by ONNX name, in graph order. Missing `inputs`
+    are random with `seed`; a run longer than `timeout` seconds is stopped (RunError).
     """
-    return _execute(model, inputs, target, input_shapes, out_dir, seed)[0]
+    return _execute(model, inputs, target, input_shapes, out_dir, seed, timeout)[0]
 
 
 @dataclass(frozen=True)
@@ -43,17 +43,17 @@ class CheckResult:
 
 def check(model: str | os.PathLike | onnx.ModelProto, inputs: dict[str, np.ndarray] | None = None,
           target: str = "host", input_shapes: dict[str, tuple[int, ...]] | None = None,
-          out_dir: str | os.PathLike | None = None, seed: int = 0) -> CheckResult:
+          out_dir: str | os.PathLike | None = None, seed: int = 0, timeout: float = 600.0) -> CheckResult:
     """Run the compiled model and onnxruntime on the same inputs and compare every output."""
-    outputs, artifact, feeds = _execute(model, inputs, target, input_shapes, out_dir, seed)
+    outputs, artifact, feeds = _execute(model, inputs, target, input_shapes, out_dir, seed, timeout)
     reference = checks.reference_outputs(artifact.model.proto, feeds)
     return CheckResult(str(artifact.dir), feeds, outputs, reference, checks.compare(outputs, reference))
 
 
-def _execute(model, inputs, target, input_shapes, out_dir, seed):
+def _execute(model, inputs, target, input_shapes, out_dir, seed, timeout):
     with tempfile.TemporaryDirectory(prefix="aot-") as tmp:
         artifact = model if isinstance(model, Artifact) else _build_for_run(model, target, input_shapes, out_dir, tmp)
         proto = artifact.model.proto
         feeds = (checks.random_inputs(proto, seed) if inputs is None
                  else checks.validate_inputs(proto, inputs, artifact.model.label))
-        return local.run(artifact, feeds), artifact, feeds
+        return local.run(artifact, feeds, timeout), artifact, feeds

@@ -19,6 +19,7 @@ import onnx
 
 from aot import report
 from aot.codegen import wrapper
+from aot.codegen.elf import undefined_symbols
 from aot.codegen.llvm import ModuleBuilder, llvm_version
 from aot.errors import OptionError
 from aot.frontend.onnx import LoadedModel, load, to_graph
@@ -91,7 +92,8 @@ def _render(program: Program, tgt: Target, loaded: LoadedModel, limits: dict[str
     obj, _ = mb.emit_object()
     fp = report.footprint(program, obj, tgt.weights_section)
     report.check_fits(fp, limits, loaded.label, tgt.name)
-    header, source = wrapper.render(program, banner)
+    requires = undefined_symbols(obj)
+    header, source = wrapper.render(program, banner, requires)
     inputs, outputs = wrapper.io_tensors(program)
     files = {f"{name}.o": obj, f"{name}.h": header.encode(), f"{name}.c": source.encode(),
              "plan.json": _json(plan_json(program)),
@@ -101,6 +103,7 @@ def _render(program: Program, tgt: Target, loaded: LoadedModel, limits: dict[str
         "model": {"file": loaded.label, "sha256": loaded.sha256},
         "target": {"name": tgt.name, "triple": tgt.triple, "cpu": tgt.cpu, "features": tgt.features},
         "workspace": {"size": program.plan.size, "align": program.plan.alignment},
+        "requires": requires,
         "memory": {"flash": fp.flash, "code": fp.code, "weights": fp.weights, "ram": fp.ram,
                    "limits": dict(sorted(limits.items()))},
         "inputs": [_io(t) for t in inputs], "outputs": [_io(t) for t in outputs],

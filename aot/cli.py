@@ -71,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--outputs", help="write the compiled model's outputs to this .npz file")
     p.add_argument("-o", "--output", help="keep the build in this directory")
     p.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
+    p.add_argument("--timeout", type=float, default=600.0, help="stop the program after this many seconds")
 
     p = sub.add_parser("targets", help="list the target configs, or show one")
     p.add_argument("name", nargs="?", help="show this target's whole config")
@@ -117,7 +118,7 @@ def _run(args) -> int:
         except (OSError, ValueError) as err:
             raise OptionError(f"--inputs {args.inputs}: cannot read it as .npz: {err}") from None
     result = api.check(args.model, inputs=inputs, target=args.target, input_shapes=_shapes(args),
-                       out_dir=args.output, seed=args.seed)
+                       out_dir=args.output, seed=args.seed, timeout=args.timeout)
     if args.outputs:
         Path(args.outputs).parent.mkdir(parents=True, exist_ok=True)
         np.savez(args.outputs, **result.outputs)

@@ -30,6 +30,7 @@ class Target:
     pointer_bits: int
     vector_bits: int                 # float SIMD width; 32 means scalar FPU
     vector_registers: int            # registers the micro-kernel tiles are sized for
+    fma: bool                        # fused multiply-add in hardware (else a*b+c may stay unfused)
     align: int                       # workspace and weight alignment in bytes
     weights_section: str             # weights go to <weights_section>.<symbol>, for linker scripts
     os: str = "linux"                # "linux" or "none" (bare metal)

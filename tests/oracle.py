@@ -12,6 +12,9 @@ from onnx import helper, numpy_helper
 Shape = Sequence[int]
 
 
+TARGET = "host"
+
+
 def make_model(
     nodes: Sequence[onnx.NodeProto],
     inputs: Mapping[str, Shape],
@@ -93,9 +96,11 @@ def assert_matches_onnxruntime(
     model,
     inputs: Mapping[str, np.ndarray] | None = None,
     tol: float = 1e-4,
-    target: str = "host",
+    target: str | None = None,
 ) -> dict[str, np.ndarray]:
     """Run aot and onnxruntime on the same inputs and compare every output.
+
+    `target` defaults to TARGET, which a test module may switch (see test_ops.py).
 
     Error bound per output: max|aot - ort| <= tol * max(1e-6, max|ort|).
     Returns the aot outputs.
@@ -108,7 +113,7 @@ def assert_matches_onnxruntime(
     inputs = {k: np.array(v, copy=True) for k, v in inputs.items()}
 
     expected = onnxruntime_outputs(proto, inputs)
-    got = aot.run(model, inputs={k: v.copy() for k, v in inputs.items()}, target=target)
+    got = aot.run(model, inputs={k: v.copy() for k, v in inputs.items()}, target=target or TARGET)
 
     names = [o.name for o in proto.graph.output]
     assert list(got) == names, f"aot returned outputs {list(got)}, expected {names} (graph order)"

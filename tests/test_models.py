@@ -9,15 +9,27 @@ SMALL = ["ds_cnn", "mobilenet_v1", "resnet8", "fc_autoencoder"]
 LARGE = ["mobilenet_v2", "resnet18"]
 
 
+CROSS = ["aarch64", "aarch64-dotprod", "armv7-neon", "cortex-m4", "cortex-m7", "cortex-m55", "cortex-m0plus"]
+
+
 @pytest.mark.parametrize("name", SMALL)
 def test_mlperf_tiny(name):
     assert_matches_onnxruntime(zoo.ZOO[name]())
 
 
+@pytest.mark.qemu
+@pytest.mark.parametrize("target", CROSS + ["x86-64-avx2", "x86-64"])
+@pytest.mark.parametrize("name", SMALL)
+def test_mlperf_tiny_on_every_target(name, target):
+    assert_matches_onnxruntime(zoo.ZOO[name](), target=target)
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("target", ["host", pytest.param("aarch64", marks=pytest.mark.qemu),
+                                    pytest.param("armv7-neon", marks=pytest.mark.qemu)])
 @pytest.mark.parametrize("name", LARGE)
-def test_large_cnn(name):
-    assert_matches_onnxruntime(zoo.ZOO[name]())
+def test_large_cnn(name, target):
+    assert_matches_onnxruntime(zoo.ZOO[name](), target=target)
 
 
 def test_reduced_mobilenet_v2_at_odd_resolution():

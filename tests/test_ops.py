@@ -5,8 +5,17 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import oracle
 import pytest
 from onnx import helper
+
+
+# Every op test runs on the host and, under emulation, on AArch64 Linux and a bare-metal Cortex-M4.
+@pytest.fixture(autouse=True, params=["host", pytest.param("aarch64", marks=pytest.mark.qemu),
+                                      pytest.param("cortex-m4", marks=pytest.mark.qemu)])
+def target(request, monkeypatch):
+    monkeypatch.setattr(oracle, "TARGET", request.param)
+    return request.param
 
 try:
     from oracle import assert_matches_onnxruntime, make_model, random_inputs

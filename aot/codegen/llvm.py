@@ -200,7 +200,9 @@ class _FunctionEmitter:
             return self.binary(e.op, e.a.dtype, self.expr(e.a), self.expr(e.b))
         if isinstance(e, k.Fma):
             ty = self.mb.type_of(e.dtype, e.lanes)
-            fn = self.mb.intrinsic("llvm.fmuladd", ty, 3)
+            # llvm.fma forces the fused instruction; without FMA hardware it would become a libm call,
+            # so there fmuladd lets LLVM pick a multiply and an add.
+            fn = self.mb.intrinsic("llvm.fma" if self.mb.target.fma else "llvm.fmuladd", ty, 3)
             return b.call(fn, [self.expr(e.a), self.expr(e.b), self.expr(e.c)])
         if isinstance(e, k.Select):
             return b.select(self.expr(e.cond), self.expr(e.a), self.expr(e.b))

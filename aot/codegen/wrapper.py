@@ -78,8 +78,8 @@ def _arg(program: Program, value: str, writable: bool, inputs: list[Tensor], out
     return f"({'' if writable else 'const '}{ctype} *)(ws + {loc.index})"
 
 
-def render(program: Program, banner: str, element_align: int = 4) -> tuple[str, str]:
-    """Return (header, source) text."""
+def render(program: Program, banner: str, requires: list[str], element_align: int = 4) -> tuple[str, str]:
+    """Return (header, source) text. `requires`: symbols the object leaves to the toolchain's runtime."""
     name = program.name
     inputs, outputs = io_tensors(program)
     calls = []
@@ -97,7 +97,7 @@ def render(program: Program, banner: str, element_align: int = 4) -> tuple[str, 
     context = dict(banner=banner.replace("*/", "* /"), name=name, NAME=name.upper(), inputs=inputs,
                    outputs=outputs, calls=calls, workspace_size=program.plan.size,
                    workspace_align=program.plan.alignment, lower_bound=program.plan.lower_bound,
-                   element_align=element_align)
+                   element_align=element_align, requires=requires)
     header = _TEMPLATES.get_template("model.h.j2").render(**context)
     source = _TEMPLATES.get_template("model.c.j2").render(**context)
     return header, source

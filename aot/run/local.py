@@ -71,6 +71,25 @@ def run_command(tgt: Target, exe: Path) -> list[str]:
     return [str(exe)]
 
 
+def execute(tgt: Target, exe: Path, workdir: Path, timeout: float, what: str) -> subprocess.CompletedProcess:
+    """Run a program built for `tgt` in `workdir`; a crash, hang or non-zero exit raises a RunError."""
+    try:
+        proc = subprocess.run(run_command(tgt, exe), cwd=workdir, capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise RunError(f"{what} on {tgt.name}: the program did not finish within {timeout:g} s") from None
+    if proc.returncode != 0:
+        if proc.returncode < 0:
+            status = f"was killed by signal {-proc.returncode}"
+        else:
+            status = f"exited with status {proc.returncode}"
+            if proc.returncode in EXIT_MEANING:
+                status += f" ({EXIT_MEANING[proc.returncode]})"
+        detail = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+        raise RunError(f"{what} on {tgt.name}: the program {status}" + (f": {detail[-1]}" if detail else ""))
+    return proc
+
+
 def run(artifact: Artifact, inputs: dict[str, np.ndarray], timeout: float = 600.0) -> dict[str, np.ndarray]:
     """Feed `inputs` (by ONNX name) to the compiled model; return its outputs by ONNX name."""
     tgt = artifact.target
@@ -78,25 +97,10 @@ def run(artifact: Artifact, inputs: dict[str, np.ndarray], timeout: float = 600.
     with tempfile.TemporaryDirectory(prefix="aot-run-") as tmp:
         work = Path(tmp)
         exe = compile_harness(artifact, work)
-        cmd = run_command(tgt, exe)
         for t in ins:
             array = np.ascontiguousarray(inputs[t.onnx_name], dtype=t.dtype).reshape(t.shape)
             array.tofile(work / f"input_{t.index}.bin")
-        try:
-            proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=timeout,
-                                  stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            raise RunError(f"{artifact.name} on {tgt.name}: the program did not finish within {timeout:g} s") from None
-        if proc.returncode != 0:
-            if proc.returncode < 0:
-                what = f"was killed by signal {-proc.returncode}"
-            else:
-                what = f"exited with status {proc.returncode}"
-                if proc.returncode in EXIT_MEANING:
-                    what += f" ({EXIT_MEANING[proc.returncode]})"
-            detail = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
-            raise RunError(f"{artifact.name} on {tgt.name}: the program {what}"
-                           + (f": {detail[-1]}" if detail else ""))
+        execute(tgt, exe, work, timeout, artifact.name)
         results = {}
         for t in outs:
             path = work / f"output_{t.index}.bin"

@@ -1,0 +1,119 @@
+"""Every target config: objects for the right CPU with its vector unit, wrappers that compile warning-free
+with the target's gcc, no undefined symbols, deterministic cross builds, clean failures under emulation."""
+
+import filecmp
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from onnx import helper
+from oracle import make_model
+
+import aot
+from aot.codegen.elf import undefined_symbols
+from aot.codegen.llvm import ModuleBuilder
+from aot.program import build_program
+from aot.run import local
+from aot.target import all_targets, get_target
+
+TARGETS = [t.name for t in all_targets()]
+CROSS = [t for t in TARGETS if not t.startswith("x86-64")]
+# A vector FMA (or the scalar FPU's) that must appear in a convolution's code, per target.
+VECTOR_CODE = {
+    "x86-64-avx512": "vfmadd231ps\t%zmm", "x86-64-avx2": "vfmadd231ps\t%ymm", "x86-64": "mulps\t%xmm",
+    "aarch64": "fmla\tv", "aarch64-dotprod": "fmla\tv", "armv7-neon": ".f32\tq",
+    "cortex-m4": "vfma.f32\ts", "cortex-m7": "vfma.f32\ts",                 # scalar FPU, fused
+    "cortex-m55": "vfma.f32\tq", "cortex-m0plus": "bl\t__aeabi_fmul",       # Helium; soft float
+}
+SOFT_FLOAT = {"__aeabi_fadd", "__aeabi_fsub", "__aeabi_fmul", "__aeabi_fdiv", "__aeabi_fcmplt", "__aeabi_fcmpgt",
+              "__aeabi_fcmpge", "__aeabi_fcmple", "__aeabi_fcmpeq", "__aeabi_f2iz", "__aeabi_i2f", "__aeabi_fcmpun"}
+
+
+def small_cnn():
+    rng = np.random.default_rng(3)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["c", "lo", "hi"], ["r"], name="relu6"),
+             helper.make_node("GlobalAveragePool", ["r"], ["p"], name="gap"),
+             helper.make_node("Flatten", ["p"], ["f"], name="flat"),
+             helper.make_node("Gemm", ["f", "fc"], ["g"], name="fc"),
+             helper.make_node("Softmax", ["g"], ["y"], name="softmax")]
+    inits = {"w": rng.standard_normal((24, 3, 3, 3)).astype(np.float32),
+             "b": rng.standard_normal(24).astype(np.float32),
+             "lo": np.array(0, np.float32), "hi": np.array(6, np.float32),
+             "fc": rng.standard_normal((24, 5)).astype(np.float32)}
+    return make_model(nodes, {"x": (1, 3, 11, 13)}, {"y": (1, 5)}, inits)
+
+
+def test_targets_command_lists_every_config():
+    proc = subprocess.run([sys.executable, "-m", "aot", "targets"], capture_output=True, text=True)
+    for name in ("aarch64", "aarch64-dotprod", "armv7-neon", "cortex-m4", "cortex-m7", "cortex-m55", "x86-64-avx2",
+                 "x86-64-avx512"):
+        assert name in proc.stdout
+    shown = subprocess.run([sys.executable, "-m", "aot", "targets", "cortex-m55"], capture_output=True, text=True)
+    assert "thumbv8.1m.main-unknown-none-eabihf" in shown.stdout and "mps3-an547" in shown.stdout
+
+
+def test_aliases_and_unknown_names():
+    assert get_target("arm").name == "aarch64" and get_target("rpi4").name == "aarch64"
+    with pytest.raises(aot.TargetError, match="cortex-m4.*cortex-m55|cortex-m55.*cortex-m4"):
+        get_target("cortex-m99")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_kernels_use_the_vector_unit(target, tmp_path):
+    tgt = get_target(target)
+    artifact = aot.build(small_cnn(), target=tgt, out_dir=tmp_path / target)
+    mb = ModuleBuilder("m", tgt)
+    program = build_program(artifact.program.graph, tgt, "m")
+    for call in program.calls:
+        mb.add_kernel(call.kernel)
+    assert VECTOR_CODE[target] in mb.emit_assembly()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_object_and_wrapper(target, tmp_path):
+    tgt = get_target(target)
+    a = aot.build(small_cnn(), target=tgt, out_dir=tmp_path / "a", name="net")
+    b = aot.build(small_cnn(), target=tgt, out_dir=tmp_path / "b", name="net")
+    files = sorted(p.name for p in a.dir.iterdir())
+    match, mismatch, errors = filecmp.cmpfiles(a.dir, b.dir, files, shallow=False)
+    assert match == files, (mismatch, errors)
+    missing = set(undefined_symbols(a.object.read_bytes()))
+    assert missing <= (SOFT_FLOAT if tgt.float_abi == "soft" else set()), missing
+    assert a.metadata["requires"] == sorted(missing)
+    sections = subprocess.run(["objdump", "-h", str(a.object)], capture_output=True, text=True).stdout
+    if "not recognized" not in sections:
+        assert ".rodata.aot.net_" in sections
+    if shutil.which(tgt.cc) is None:
+        pytest.skip(f"{tgt.cc} not installed")
+    compile_only = [tgt.cc, *local.STRICT_CFLAGS, *tgt.cflags, "-c", str(a.source), "-o", str(tmp_path / "net_c.o")]
+    proc = subprocess.run(compile_only, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("target", CROSS)
+def test_small_cnn_runs_under_emulation(target):
+    from oracle import assert_matches_onnxruntime
+    assert_matches_onnxruntime(small_cnn(), target=target)
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("target", ["aarch64", "cortex-m4"])
+def test_faults_and_error_exits_are_reported(target, tmp_path):
+    """A program that faults, returns an error or hangs ends with one clear RunError, never a hang."""
+    tgt = get_target(target)
+    program = tmp_path / "bad.c"
+    body = "*(volatile unsigned *)0xF0000000u = 1u; return 0;" if tgt.os == "none" else "return 4;"
+    program.write_text(f"int main(void) {{ {body} }}\n")
+    exe = tmp_path / "bad.elf"
+    subprocess.run(local.link_command(tgt, [program], [], tmp_path, exe), check=True, capture_output=True)
+    with pytest.raises(aot.RunError, match="faulted" if tgt.os == "none" else "returned an error code"):
+        local.execute(tgt, exe, tmp_path, 60, "bad")
+    spin = tmp_path / "spin.c"
+    spin.write_text("int main(void) { volatile int x = 1; while (x) { } return 0; }\n")
+    subprocess.run(local.link_command(tgt, [spin], [], tmp_path, exe), check=True, capture_output=True)
+    with pytest.raises(aot.RunError, match="did not finish within 2 s"):
+        local.execute(tgt, exe, tmp_path, 2, "spin")
