@@ -41,7 +41,7 @@ class CheckResult:
         return all(c.ok for c in self.comparisons)
 
 
-def check(model: str | os.PathLike | onnx.ModelProto, inputs: dict[str, np.ndarray] | None = None,
+def check(model: str | os.PathLike | onnx.ModelProto | Artifact, inputs: dict[str, np.ndarray] | None = None,
           target: str = "host", input_shapes: dict[str, tuple[int, ...]] | None = None,
           out_dir: str | os.PathLike | None = None, seed: int = 0, timeout: float = 600.0) -> CheckResult:
     """Run the compiled model and onnxruntime on the same inputs and compare every output."""
