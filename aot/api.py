@@ -47,7 +47,23 @@ def check(model: str | os.PathLike | onnx.ModelProto | Artifact, inputs: dict[st
     """Run the compiled model and onnxruntime on the same inputs and compare every output."""
     outputs, artifact, feeds = _execute(model, inputs, target, input_shapes, out_dir, seed, timeout)
     reference = checks.reference_outputs(artifact.model.proto, feeds)
-    return CheckResult(str(artifact.dir), feeds, outputs, reference, checks.compare(outputs, reference))
+    steps = quantization_steps(artifact.program)
+    return CheckResult(str(artifact.dir), feeds, outputs, reference, checks.compare(outputs, reference, steps))
+
+
+def quantization_steps(program) -> dict[str, float]:
+    """For outputs made by quantized arithmetic: the size of one step (1 for integer outputs)."""
+    producers = program.graph.producers()
+    steps = {}
+    for out in program.graph.outputs:
+        node = producers.get(out)
+        while node is not None and node.op in ("Reshape", "Transpose", "Copy"):
+            node = producers.get(node.inputs[0])
+        if program.graph.values[out].dtype != "float32":
+            steps[out] = 1.0
+        elif node is not None and node.op == "Dequantize":
+            steps[out] = node.attrs["scale"]
+    return steps
 
 
 def _execute(model, inputs, target, input_shapes, out_dir, seed, timeout):

@@ -9,7 +9,8 @@ import onnx
 
 from aot.errors import OptionError, RunError
 
-# fp32 tolerance: max |aot - reference| <= TOLERANCE * max|reference| for each output.
+# fp32 tolerance: max |aot - reference| <= TOLERANCE * max|reference| for each output. An output that
+# comes out of quantized arithmetic may also differ by one quantization step (its `step`).
 TOLERANCE = 1e-4
 
 
@@ -61,13 +62,18 @@ class Comparison:
     max_abs: float
     max_rel: float
     scale: float
+    step: float = 0.0       # quantization step of the output (0: computed in float)
+    off_by_one: int = 0     # elements a whole step away from the reference
+    size: int = 0
 
     @property
     def ok(self) -> bool:
-        return self.max_abs <= TOLERANCE * max(self.scale, 1e-30) or self.max_abs == 0.0
+        return (self.max_abs <= TOLERANCE * max(self.scale, 1e-30) or self.max_abs == 0.0
+                or self.max_abs <= self.step * 1.001)
 
 
-def compare(outputs: dict[str, np.ndarray], reference: dict[str, np.ndarray]) -> list[Comparison]:
+def compare(outputs: dict[str, np.ndarray], reference: dict[str, np.ndarray],
+            steps: dict[str, float] | None = None) -> list[Comparison]:
     result = []
     for name, ref in reference.items():
         got = outputs[name].astype(np.float64)
@@ -80,5 +86,7 @@ def compare(outputs: dict[str, np.ndarray], reference: dict[str, np.ndarray]) ->
         if not np.all(np.isfinite(got)):
             max_abs = float("inf")
         rel = diff / np.maximum(np.abs(ref), 1e-6 * max(scale, 1e-30))
-        result.append(Comparison(name, max_abs, float(np.max(rel)) if rel.size else 0.0, scale))
+        step = (steps or {}).get(name, 0.0)
+        off = int(np.count_nonzero(diff > step * 0.5)) if step else 0
+        result.append(Comparison(name, max_abs, float(np.max(rel)) if rel.size else 0.0, scale, step, off, diff.size))
     return result

@@ -125,10 +125,13 @@ def _run(args) -> int:
     print(f"{os.path.basename(str(args.model))} on {get_target(args.target).name} vs onnxruntime:")
     for c in result.comparisons:
         status = "ok" if c.ok else "MISMATCH"
+        quantized = (f"; {c.off_by_one} of {c.size} elements one quantization step ({c.step:.3g}) off"
+                     if c.step else "")
         print(f"  {c.output}: max abs error {c.max_abs:.3g} (output scale {c.scale:.3g}), "
-              f"max rel error {c.max_rel:.3g}: {status}")
+              f"max rel error {c.max_rel:.3g}{quantized}: {status}")
     if not result.ok:
-        raise MismatchError("outputs differ from onnxruntime beyond the tolerance (1e-4 of the output's scale)")
+        raise MismatchError("outputs differ from onnxruntime beyond the tolerance (1e-4 of the output's scale, "
+                            "or one quantization step for quantized outputs)")
     return 0
 
 

@@ -59,7 +59,7 @@ def materialize_outputs(graph: Graph) -> Graph:
             raise UnsupportedOpError(f"graph output '{out}' is a graph input or a constant, not computed by the model")
         r = root(out)
         if r in graph.inputs or r in graph.constants or r in claimed:
-            copies[out] = rw.value(out + "_src", graph.shape(out))
+            copies[out] = rw.like(out + "_src", out)
         else:
             claimed.add(r)
     for node in graph.nodes:

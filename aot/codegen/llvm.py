@@ -13,7 +13,9 @@ from aot.target import Target
 
 _F32 = ir.FloatType()
 _I32 = ir.IntType(32)
-_SCALARS = {"f32": _F32, "i32": _I32, "i8": ir.IntType(8), "u8": ir.IntType(8), "i1": ir.IntType(1)}
+_SCALARS = {"f32": _F32, "i32": _I32, "i64": ir.IntType(64), "i16": ir.IntType(16), "i8": ir.IntType(8),
+            "u8": ir.IntType(8),
+            "i1": ir.IntType(1)}
 _FLOAT_OPS = {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv"}
 _INT_OPS = {"add": "add", "sub": "sub", "mul": "mul", "div": "sdiv", "and": "and_", "or": "or_",
             "xor": "xor", "shl": "shl", "shr": "ashr"}

@@ -80,11 +80,78 @@ def _infer_static_shapes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
     for _ in range(16):
         if not _unknown_shapes(inferred):
             break
-        folded = _fold_constant_nodes(inferred)
-        if folded is None:
+        helped = _fold_constant_nodes(inferred) or _contrib_shapes(inferred)
+        if helped is None:
             break
-        inferred = _infer(folded, label)
+        inferred = _infer(helped, label)
     return inferred
+
+
+def _contrib_shapes(proto: onnx.ModelProto) -> onnx.ModelProto | None:
+    """Output types of onnxruntime's quantized contrib ops (com.microsoft), which ONNX inference does not
+    know, from their inputs' shapes; None if no new shape could be given."""
+    g = proto.graph
+    types = {vi.name: vi.type.tensor_type for vi in list(g.value_info) + list(g.input) + list(g.output)}
+    types.update({t.name: onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims)).tensor_type
+                  for t in g.initializer})
+    known = {name: _static_shape(t) for name, t in types.items()}
+    added = []
+    for node in g.node:
+        if node.domain != "com.microsoft" or not node.output or known.get(node.output[0]):
+            continue
+        shape = _contrib_shape(node, known)
+        if shape is None:
+            continue
+        index = _Y_ZERO_POINT.get(node.op_type, 4)
+        zp = node.input[index] if index < len(node.input) else ""       # QGemm without it outputs float
+        elem = types[zp].elem_type if zp in types else onnx.TensorProto.FLOAT
+        added.append(onnx.helper.make_tensor_value_info(node.output[0], elem, list(shape)))
+        known[node.output[0]] = shape
+    if not added:
+        return None
+    result = onnx.ModelProto.FromString(proto.SerializeToString())
+    result.graph.value_info.extend(added)
+    return result
+
+
+_Y_ZERO_POINT = {"QLinearAdd": 7, "QLinearMul": 7, "QLinearConcat": 1, "QGemm": 8}   # others: (x, xs, xz, ys, yz)
+
+
+def _contrib_shape(node: onnx.NodeProto, known: dict) -> tuple[int, ...] | None:
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    x = known.get(node.input[0]) if node.input else None
+    op = node.op_type
+    if op in ("QLinearAdd", "QLinearMul"):
+        b = known.get(node.input[3])
+        return tuple(np.broadcast_shapes(x, b)) if x is not None and b is not None else None
+    if op in ("QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax"):
+        return x
+    if x is None and op != "QLinearConcat":
+        return None
+    if op == "QLinearGlobalAveragePool":
+        return (x[0], x[-1]) + (1,) * (len(x) - 2) if attrs.get("channels_last") else x[:2] + (1,) * (len(x) - 2)
+    if op == "QLinearAveragePool":
+        kernel, rank = attrs["kernel_shape"], len(attrs["kernel_shape"])
+        strides = attrs.get("strides", [1] * rank)
+        pads = attrs.get("pads", [0] * 2 * rank)
+        rounding = np.ceil if attrs.get("ceil_mode", 0) else np.floor
+        spatial = [int(rounding((x[2 + i] + pads[i] + pads[rank + i] - kernel[i]) / strides[i])) + 1
+                   for i in range(rank)]
+        return tuple(x[:2]) + tuple(spatial)
+    if op == "QGemm":
+        b = known.get(node.input[3])
+        if b is None:
+            return None
+        m = x[1] if attrs.get("transA", 0) else x[0]
+        n = b[0] if attrs.get("transB", 0) else b[1]
+        return (m, n)
+    if op == "QLinearConcat":
+        parts = [known.get(node.input[i]) for i in range(2, len(node.input), 3)]
+        if any(p is None for p in parts):
+            return None
+        axis = attrs["axis"] % len(parts[0])
+        return tuple(sum(p[axis] for p in parts) if i == axis else d for i, d in enumerate(parts[0]))
+    return None
 
 
 def _unknown_shapes(proto: onnx.ModelProto) -> bool:

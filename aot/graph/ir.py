@@ -127,6 +127,11 @@ class Rewriter:
         self.values[name] = Value(name, tuple(int(d) for d in shape), dtype)
         return name
 
+    def like(self, hint: str, src: str, shape: tuple[int, ...] | None = None) -> str:
+        """A new value with the dtype of `src` (and its shape unless given)."""
+        value = self.values[src]
+        return self.value(hint, value.shape if shape is None else shape, value.dtype)
+
     def constant(self, hint: str, array: np.ndarray) -> str:
         array = np.ascontiguousarray(array)
         name = self.value(hint, array.shape, str(array.dtype))

@@ -16,7 +16,7 @@ from aot.graph.ir import Graph, Node
 from aot.kernel.ir import Buffer, Kernel
 from aot.target import Target
 
-DTYPES = {"float32": "f32", "int32": "i32", "int8": "i8", "uint8": "u8"}
+DTYPES = {"float32": "f32", "int32": "i32", "int16": "i16", "int8": "i8", "uint8": "u8"}
 
 
 @dataclass

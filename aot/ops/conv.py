@@ -18,9 +18,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from aot.graph.ir import Graph, Node
+from aot.graph.quant import Quant, fixed_point
 from aot.kernel.ir import Buffer, Builder, Expr, Kernel, as_expr, binop, const, fma, maximum, minimum, select
 from aot.ops import LowerContext, register
 from aot.ops.epilogue import apply
+from aot.ops.quantized import requantize_fixed, widen
 
 
 @dataclass(frozen=True)
@@ -174,19 +176,84 @@ def _pack_dense(weight: np.ndarray, groups: int, blocks: list[ChannelBlock]) -> 
                 panel = np.ascontiguousarray(rows.transpose(2, 3, 1, 0)).reshape(-1)
                 panels.append(panel)
                 offset += panel.size
-    return np.concatenate(panels).astype(np.float32), offsets
+    return np.concatenate(panels), offsets
 
 
-def lower_dense(ctx: LowerContext, name: str, g: Geometry, groups: int, weight: np.ndarray,
-                bias: np.ndarray | None, acts, x: Buffer, out: Buffer, residual: Buffer | None,
-                params: tuple[Buffer, ...]) -> Kernel:
+class FloatArith:
+    """fp32: FMA into fp32 accumulators; the epilogue adds the residual and applies the activations."""
+
+    acc_dtype = "f32"
+
+    def __init__(self, ctx: LowerContext, bias: np.ndarray | None, acts, residual: Buffer | None):
+        self.bias = ctx.const(bias.astype(np.float32), "b") if bias is not None else None
+        self.acts, self.residual = acts, residual
+
+    def weights(self, packed: np.ndarray) -> np.ndarray:
+        return packed.astype(np.float32)
+
+    def init(self, ch: Expr, lanes: int) -> Expr:
+        return self.bias.vec(ch, lanes) if self.bias is not None else const(0.0, "f32", lanes)
+
+    def load_x(self, value: Expr) -> Expr:
+        return value
+
+    def load_w(self, value: Expr) -> Expr:
+        return value
+
+    def mac(self, acc: Expr, a: Expr, w: Expr) -> Expr:
+        return fma(a, w, acc)
+
+    def result(self, acc: Expr, ch: Expr, idx: Expr, lanes: int) -> Expr:
+        if self.residual is not None:
+            acc = acc + self.residual.vec(idx, lanes)
+        return apply(self.acts, acc)
+
+
+class IntArith:
+    """int8: (x - x_zp) * (w - w_zp) summed in int32 (weight zero points subtracted at compile time),
+    int32 bias; the epilogue requantizes each channel by a fixed-point multiplier and clamps."""
+
+    acc_dtype = "i32"
+
+    def __init__(self, ctx: LowerContext, quant: Quant, bias: np.ndarray | None):
+        self.q = quant
+        m0, shift = fixed_point(quant.x_scale * quant.w_scale / quant.y_scale)
+        self.m0 = ctx.const(m0.astype(np.int32), "m")
+        self.shift = ctx.const(shift.astype(np.int32), "s")
+        self.bias = ctx.const(bias.astype(np.int32), "b") if bias is not None else None
+
+    def weights(self, packed: np.ndarray) -> np.ndarray:
+        return packed.astype(np.int8 if packed.min() >= -128 and packed.max() <= 127 else np.int16)
+
+    def init(self, ch: Expr, lanes: int) -> Expr:
+        return self.bias.vec(ch, lanes) if self.bias is not None else const(0, "i32", lanes)
+
+    def load_x(self, value: Expr) -> Expr:
+        return widen(value) - self.q.x_zp
+
+    def load_w(self, value: Expr) -> Expr:
+        return widen(value)
+
+    def mac(self, acc: Expr, a: Expr, w: Expr) -> Expr:
+        return acc + a * w
+
+    def result(self, acc: Expr, ch: Expr, idx: Expr, lanes: int) -> Expr:
+        q = self.q
+        return requantize_fixed(acc, self.m0.vec(ch, lanes), self.shift.vec(ch, lanes), q.y_zp, q.qmin, q.qmax,
+                                q.y_dtype)
+
+
+Arith = FloatArith | IntArith
+
+
+def lower_dense(ctx: LowerContext, name: str, g: Geometry, groups: int, weight: np.ndarray, arith: Arith,
+                x: Buffer, out: Buffer, params: tuple[Buffer, ...]) -> Kernel:
     cg, mg = g.c // groups, g.m // groups
     lanes = ctx.target.lanes
     mr, nr_max = tile_shape(lanes, ctx.target.vector_registers, mg, ctx.knobs)
     blocks = channel_blocks(mg, lanes, nr_max)
     packed, offsets = _pack_dense(weight, groups, blocks)
-    wbuf = ctx.const(packed, "w")
-    bbuf = ctx.const(bias.astype(np.float32), "b") if bias is not None else None
+    wbuf = ctx.const(arith.weights(packed), "w")
     b = Builder()
     dy, dx = g.dilation
 
@@ -200,28 +267,25 @@ def lower_dense(ctx: LowerContext, name: str, g: Geometry, groups: int, weight: 
                 block_body(rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi, ch0, panel)
 
         def block_body(rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi, ch0, panel) -> None:
-            accs = [[b.local("acc", bbuf.vec(ch0 + j * blk.lanes, blk.lanes) if bbuf is not None
-                             else const(0.0, "f32", blk.lanes)) for j in range(blk.nr)] for _ in range(rows)]
+            accs = [[b.local("acc", arith.init(ch0 + j * blk.lanes, blk.lanes)) for j in range(blk.nr)]
+                    for _ in range(rows)]
             with b.loop("kh", kh_lo, kh_hi) as kh:
                 ih = g.in_row(oh, 0) + kh * dy
                 with b.loop("kw", kw_lo, kw_hi) as kw:
                     pixel0 = b.let("px", ((n * g.h + ih) * g.w + g.in_row(ow0, 1) + kw * dx) * g.c + group * cg)
                     wrow = b.let("wr", panel + (kh * g.kw + kw) * (cg * blk.width))
                     with b.loop("c", 0, cg) as c:
-                        wv = [b.let("wv", wbuf.vec(wrow + c * blk.width + j * blk.lanes, blk.lanes))
+                        wv = [b.let("wv", arith.load_w(wbuf.vec(wrow + c * blk.width + j * blk.lanes, blk.lanes)))
                               for j in range(blk.nr)]
                         for i in range(rows):
-                            a = b.let("a", x[pixel0 + (i * g.stride[1] * g.c) + c])
+                            a = b.let("a", arith.load_x(x[pixel0 + (i * g.stride[1] * g.c) + c]))
                             for j in range(blk.nr):
-                                b.assign(accs[i][j], fma(a, wv[j], accs[i][j]))
+                                b.assign(accs[i][j], arith.mac(accs[i][j], a, wv[j]))
             for i in range(rows):
                 base = ((n * g.oh + oh) * g.ow + ow0 + i) * g.m + ch0
                 for j in range(blk.nr):
                     idx = base + j * blk.lanes
-                    v: Expr = accs[i][j]
-                    if residual is not None:
-                        v = v + residual.vec(idx, blk.lanes)
-                    b.store(out, idx, apply(acts, v))
+                    b.store(out, idx, arith.result(accs[i][j], ch0 + j * blk.lanes, idx, blk.lanes))
         return tile
 
     def per_group(columns) -> None:
@@ -236,13 +300,12 @@ def lower_dense(ctx: LowerContext, name: str, g: Geometry, groups: int, weight: 
 
 # --- depthwise --------------------------------------------------------------------------------------
 
-def lower_depthwise(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, bias: np.ndarray | None,
-                    acts, x: Buffer, out: Buffer, residual: Buffer | None, params: tuple[Buffer, ...]) -> Kernel:
+def lower_depthwise(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, arith: Arith, x: Buffer,
+                    out: Buffer, params: tuple[Buffer, ...]) -> Kernel:
     lanes = ctx.target.lanes
     blocks = channel_blocks(g.c, lanes, ctx.knobs.get("dw_nr", 2))
     mr = ctx.knobs.get("dw_mr", 4)
-    wbuf = ctx.const(np.ascontiguousarray(weight[:, 0].transpose(1, 2, 0)).astype(np.float32), "w")  # [kh][kw][c]
-    bbuf = ctx.const(bias.astype(np.float32), "b") if bias is not None else None
+    wbuf = ctx.const(arith.weights(np.ascontiguousarray(weight[:, 0].transpose(1, 2, 0))), "w")  # [kh][kw][c]
     b = Builder()
     dy, dx = g.dilation
 
@@ -252,25 +315,24 @@ def lower_depthwise(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarra
                 block_body(rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi, b.let("ch0", blk.start + cb * blk.width))
 
         def block_body(rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi, ch0) -> None:
-            accs = [[b.local("acc", bbuf.vec(ch0 + j * blk.lanes, blk.lanes) if bbuf is not None
-                             else const(0.0, "f32", blk.lanes)) for j in range(blk.nr)] for _ in range(rows)]
+            accs = [[b.local("acc", arith.init(ch0 + j * blk.lanes, blk.lanes)) for j in range(blk.nr)]
+                    for _ in range(rows)]
             with b.loop("kh", kh_lo, kh_hi) as kh:
                 ih = g.in_row(oh, 0) + kh * dy
                 with b.loop("kw", kw_lo, kw_hi) as kw:
                     pixel0 = b.let("px", ((n * g.h + ih) * g.w + g.in_row(ow0, 1) + kw * dx) * g.c + ch0)
                     wrow = (kh * g.kw + kw) * g.c + ch0
-                    wv = [b.let("wv", wbuf.vec(wrow + j * blk.lanes, blk.lanes)) for j in range(blk.nr)]
+                    wv = [b.let("wv", arith.load_w(wbuf.vec(wrow + j * blk.lanes, blk.lanes)))
+                          for j in range(blk.nr)]
                     for i in range(rows):
                         for j in range(blk.nr):
-                            xv = x.vec(pixel0 + i * g.stride[1] * g.c + j * blk.lanes, blk.lanes)
-                            b.assign(accs[i][j], fma(xv, wv[j], accs[i][j]))
+                            xv = arith.load_x(x.vec(pixel0 + i * g.stride[1] * g.c + j * blk.lanes, blk.lanes))
+                            b.assign(accs[i][j], arith.mac(accs[i][j], xv, wv[j]))
             for i in range(rows):
                 base = ((n * g.oh + oh) * g.ow + ow0 + i) * g.c + ch0
                 for j in range(blk.nr):
-                    v: Expr = accs[i][j]
-                    if residual is not None:
-                        v = v + residual.vec(base + j * blk.lanes, blk.lanes)
-                    b.store(out, base + j * blk.lanes, apply(acts, v))
+                    idx = base + j * blk.lanes
+                    b.store(out, idx, arith.result(accs[i][j], ch0 + j * blk.lanes, idx, blk.lanes))
         return tile
 
     def all_blocks(columns) -> None:
@@ -298,13 +360,27 @@ def conv(ctx: LowerContext, node: Node, name: str) -> Kernel:
     ins, outs, params = ctx.io(node)
     g = geometry(ctx.graph, node)
     weight = ctx.graph.constants[node.inputs[1]]
-    bias = ctx.graph.constants[node.inputs[2]] if node.inputs[2] else None
-    residual = ins[3] if len(ins) > 3 else None
     groups = node.attrs["group"]
-    acts = node.attrs.get("acts", ())
+    arith = _arith(ctx, node, ins, channel_axis=0)
+    if "quant" in node.attrs:
+        weight = _minus_zero_point(weight, node.attrs["quant"], axis=0)
     if groups == g.c and weight.shape[1] == 1 and g.m == g.c:
-        return lower_depthwise(ctx, name, g, weight, bias, acts, ins[0], outs[0], residual, params)
-    return lower_dense(ctx, name, g, groups, weight, bias, acts, ins[0], outs[0], residual, params)
+        return lower_depthwise(ctx, name, g, weight, arith, ins[0], outs[0], params)
+    return lower_dense(ctx, name, g, groups, weight, arith, ins[0], outs[0], params)
+
+
+def _arith(ctx: LowerContext, node: Node, ins, channel_axis: int) -> Arith:
+    bias = ctx.graph.constants[node.inputs[2]] if node.inputs[2] else None
+    if "quant" in node.attrs:
+        return IntArith(ctx, node.attrs["quant"], bias)
+    return FloatArith(ctx, bias, node.attrs.get("acts", ()), ins[3] if len(ins) > 3 else None)
+
+
+def _minus_zero_point(weight: np.ndarray, quant: Quant, axis: int) -> np.ndarray:
+    """Integer weights with their per-channel zero point subtracted (int16, narrowed when packed)."""
+    shape = [1] * weight.ndim
+    shape[axis] = -1
+    return weight.astype(np.int16) - quant.w_zp.reshape(shape).astype(np.int16)
 
 
 @register("Gemm", macs=_gemm_macs)
@@ -314,10 +390,10 @@ def gemm(ctx: LowerContext, node: Node, name: str) -> Kernel:
     rows, k = ctx.graph.shape(node.inputs[0])
     weight = ctx.graph.constants[node.inputs[1]]
     n = weight.shape[1]
-    bias = ctx.graph.constants[node.inputs[2]] if node.inputs[2] else None
     g = Geometry(1, 1, rows, k, 1, rows, n, 1, 1, (1, 1), (1, 1), (0, 0, 0, 0))
-    residual = ins[3] if len(ins) > 3 else None
-    return lower_dense(ctx, name, g, 1, weight.T.reshape(n, k, 1, 1), bias, node.attrs.get("acts", ()),
-                       ins[0], outs[0], residual, params)
+    arith = _arith(ctx, node, ins, channel_axis=1)
+    if "quant" in node.attrs:
+        weight = _minus_zero_point(weight, node.attrs["quant"], axis=1)
+    return lower_dense(ctx, name, g, 1, weight.T.reshape(n, k, 1, 1), arith, ins[0], outs[0], params)
 
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 import numpy as np
 
 from aot.graph.ir import Node
+from aot.graph.quant import RANGES, Quant
 from aot.kernel.ir import Broadcast, Buffer, Builder, Expr, Kernel, binop
 from aot.ops import LowerContext, register
 from aot.ops.epilogue import apply
+from aot.ops.quantized import dequantize, quantize
 
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min"}
 
@@ -87,9 +89,35 @@ def binary(ctx: LowerContext, node: Node, name: str) -> Kernel:
     op = _BINARY[node.op]
     shapes = [ctx.graph.shape(n) for n in node.inputs]
     acts = node.attrs.get("acts", ())
+    quant: Quant | None = node.attrs.get("quant")
+
+    def compute(v: list[Expr]) -> Expr:
+        if quant is None:
+            return apply(acts, binop(op, v[0], v[1]))
+        # Quantized Add/Mul: dequantize, operate in float, quantize (as onnxruntime's QLinearAdd/Mul).
+        a = dequantize(v[0], quant.x_zp, quant.x_scale)
+        c = dequantize(v[1], quant.b_zp, quant.b_scale)
+        return quantize(binop(op, a, c) * (1.0 / quant.y_scale), quant.y_zp, quant.qmin, quant.qmax, quant.y_dtype)
+
     b = Builder()
-    elementwise_loops(b, ctx.target.lanes, ctx.graph.shape(node.outputs[0]),
-                      list(zip(ins, shapes)), outs[0], lambda v: apply(acts, binop(op, v[0], v[1])))
+    elementwise_loops(b, ctx.target.lanes, ctx.graph.shape(node.outputs[0]), list(zip(ins, shapes)), outs[0], compute)
+    return Kernel(name, params, b.block())
+
+
+@register("Quantize", "Dequantize")
+def quantize_linear(ctx: LowerContext, node: Node, name: str) -> Kernel:
+    """Quantize: saturate(round(x / scale) + zero_point); Dequantize: (q - zero_point) * scale."""
+    ins, outs, params = ctx.io(node)
+    scale, zp = node.attrs["scale"], node.attrs["zero_point"]
+    out_dtype = ctx.graph.values[node.outputs[0]].dtype
+    if node.op == "Quantize":
+        lo, hi = RANGES[out_dtype]
+        fn = lambda v: quantize(v[0] / scale, zp, lo, hi, out_dtype)
+    else:
+        fn = lambda v: dequantize(v[0], zp, scale)
+    size = int(np.prod(ctx.graph.shape(node.outputs[0]), dtype=np.int64))
+    b = Builder()
+    elementwise_loops(b, ctx.target.lanes, (size,), [(ins[0], (size,))], outs[0], fn)
     return Kernel(name, params, b.block())
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from aot.graph.ir import Node
+from aot.graph.quant import Quant
 from aot.kernel.ir import Buffer, Builder, Expr, Kernel, binop, const, maximum, minimum, select
 from aot.ops import LowerContext, register
+from aot.ops.quantized import dequantize, quantize
 
 
 def _strides(shape) -> list[int]:
@@ -15,8 +17,9 @@ def _strides(shape) -> list[int]:
 
 
 def copy_loops(b: Builder, lanes: int, dims: list[int], src: Buffer, src_strides: list[int], src_off: Expr | int,
-               dst: Buffer, dst_strides: list[int], dst_off: Expr | int) -> None:
-    """dst[...] = src[...] over `dims`; the innermost axis is vectorized where both sides are contiguous."""
+               dst: Buffer, dst_strides: list[int], dst_off: Expr | int, convert=lambda v: v) -> None:
+    """dst[...] = convert(src[...]) over `dims`; the innermost axis is vectorized where both sides are
+    contiguous."""
     def body(depth: int, s_off, d_off) -> None:
         if depth < len(dims) - 1:
             with b.loop("i", 0, dims[depth]) as i:
@@ -30,11 +33,10 @@ def copy_loops(b: Builder, lanes: int, dims: list[int], src: Buffer, src_strides
         d_step = dst_strides[-1] if dims else 0
         if main:
             with b.loop("j", 0, main, width) as j:
-                b.store(dst, d_off + j * d_step, src.vec(s_off + j * s_step, width) if width > 1
-                        else src[s_off + j * s_step])
+                b.store(dst, d_off + j * d_step, convert(src.vec(s_off + j * s_step, width)))
         if inner > main:
             with b.loop("j", main, inner) as j:
-                b.store(dst, d_off + j * d_step, src[s_off + j * s_step])
+                b.store(dst, d_off + j * d_step, convert(src[s_off + j * s_step]))
     body(0, src_off, dst_off)
 
 
@@ -67,14 +69,25 @@ def concat(ctx: LowerContext, node: Node, name: str) -> Kernel:
     out_shape = ctx.graph.shape(node.outputs[0])
     outer = int(np.prod(out_shape[:axis], dtype=np.int64))
     out_inner = int(np.prod(out_shape[axis:], dtype=np.int64))
+    quant = node.attrs.get("quant")
     b = Builder()
     offset = 0
-    for buf, value in zip(ins, node.inputs):
+    for i, (buf, value) in enumerate(zip(ins, node.inputs)):
         inner = int(np.prod(ctx.graph.shape(value)[axis:], dtype=np.int64))
+        convert = _requantize(quant, *node.attrs["input_quant"][i]) if quant else (lambda v: v)
         if inner:
-            copy_loops(b, ctx.target.lanes, [outer, inner], buf, [inner, 1], 0, outs[0], [out_inner, 1], offset)
+            copy_loops(b, ctx.target.lanes, [outer, inner], buf, [inner, 1], 0, outs[0], [out_inner, 1], offset,
+                       convert)
         offset += inner
     return Kernel(name, params, b.block())
+
+
+def _requantize(quant: Quant, scale: float, zero_point: int):
+    """Convert an input quantized with (scale, zero_point) to the output's quantization."""
+    if (scale, zero_point) == (quant.y_scale, quant.y_zp):
+        return lambda v: v
+    return lambda v: quantize(dequantize(v, zero_point, scale / quant.y_scale), quant.y_zp, quant.qmin, quant.qmax,
+                              quant.y_dtype)
 
 
 @register("Pad")

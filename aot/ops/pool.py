@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from aot.graph.ir import Node
+from aot.graph.quant import RANGES, Quant
 from aot.kernel.ir import Builder, Cast, Expr, Kernel, const, maximum, minimum
 from aot.ops import LowerContext, register
 from aot.ops.conv import Geometry, channel_blocks, spatial_loops
+from aot.ops.quantized import int_dtype, quantize, widen
 
 _LOWEST = -3.4028234663852886e38
 
@@ -22,6 +24,7 @@ def pool(ctx: LowerContext, node: Node, name: str) -> Kernel:
     is_max = node.op == "MaxPool"
     include_pad = bool(node.attrs.get("count_include_pad", 0))
     blocks = channel_blocks(c, ctx.target.lanes, 2)
+    values = _Values(ctx.graph.values[node.inputs[0]].dtype, is_max, node.attrs.get("quant"))
     b = Builder()
 
     def divisor(oh_: Expr, ow_: Expr, kh_lo, kh_hi, kw_lo, kw_hi) -> Expr:
@@ -38,20 +41,47 @@ def pool(ctx: LowerContext, node: Node, name: str) -> Kernel:
                 block(blk, blk.start + cb * blk.width, n_, oh_, ow_, kh_lo, kh_hi, kw_lo, kw_hi)
 
     def block(blk, ch0, n_, oh_, ow_, kh_lo, kh_hi, kw_lo, kw_hi) -> None:
-        accs = [b.local("acc", const(_LOWEST if is_max else 0.0, "f32", blk.lanes)) for _ in range(blk.nr)]
+        accs = [b.local("acc", values.init(blk.lanes)) for _ in range(blk.nr)]
         with b.loop("kh", kh_lo, kh_hi) as r:
             with b.loop("kw", kw_lo, kw_hi) as s:
                 base = ((n_ * h + g.in_row(oh_, 0) + r) * w + g.in_row(ow_, 1) + s) * c + ch0
                 for j, acc in enumerate(accs):
-                    v = x.vec(base + j * blk.lanes, blk.lanes) if blk.lanes > 1 else x[base + j]
-                    b.assign(acc, maximum(acc, v) if is_max else acc + v)
-        scale = None if is_max else b.let("inv", 1.0 / divisor(oh_, ow_, kh_lo, kh_hi, kw_lo, kw_hi))
+                    b.assign(acc, values.combine(acc, x.vec(base + j * blk.lanes, blk.lanes)))
+        inv = None if is_max else b.let("inv", 1.0 / divisor(oh_, ow_, kh_lo, kh_hi, kw_lo, kw_hi))
         obase = ((n_ * oh + oh_) * ow + ow_) * c + ch0
         for j, acc in enumerate(accs):
-            b.store(out, obase + j * blk.lanes, acc if is_max else acc * scale)
+            b.store(out, obase + j * blk.lanes, values.finish(acc, inv))
 
     spatial_loops(b, g, 1, tile)
     return Kernel(name, params, b.block())
+
+
+class _Values:
+    """What a pool accumulates: floats, or integers (int32 sums of x - zero point for averages,
+    requantized at the end; maxima compared as integers, same scale in and out)."""
+
+    def __init__(self, dtype: str, is_max: bool, quant: Quant | None):
+        self.dtype, self.is_max, self.quant = dtype, is_max, quant
+        self.integer = dtype != "float32"
+
+    def init(self, lanes: int) -> Expr:
+        if not self.integer:
+            return const(_LOWEST if self.is_max else 0.0, "f32", lanes)
+        return const(RANGES[self.dtype][0] if self.is_max else 0, "i32", lanes)
+
+    def combine(self, acc: Expr, v: Expr) -> Expr:
+        if self.integer:
+            v = widen(v) if self.is_max else widen(v) - self.quant.x_zp
+        return maximum(acc, v) if self.is_max else acc + v
+
+    def finish(self, acc: Expr, inv: Expr | float | None) -> Expr:
+        if self.is_max:
+            return Cast(acc, int_dtype(self.dtype)) if self.integer else acc
+        if not self.integer:
+            return acc * inv
+        q = self.quant
+        real_over_scale = Cast(acc, "f32") * inv * (q.x_scale / q.y_scale)
+        return quantize(real_over_scale, q.y_zp, q.qmin, q.qmax, q.y_dtype)
 
 
 @register("GlobalAveragePool", "GlobalMaxPool")
@@ -59,17 +89,17 @@ def global_pool(ctx: LowerContext, node: Node, name: str) -> Kernel:
     ins, outs, params = ctx.io(node)
     n, h, w, c = ctx.graph.shape(node.inputs[0])
     is_max = node.op == "GlobalMaxPool"
+    values = _Values(ctx.graph.values[node.inputs[0]].dtype, is_max, node.attrs.get("quant"))
     b = Builder()
     with b.loop("n", 0, n) as n_:
         for blk in channel_blocks(c, ctx.target.lanes, 4):
             with b.loop("cb", 0, blk.count) as cb:
                 ch0 = b.let("ch0", blk.start + cb * blk.width)
-                accs = [b.local("acc", const(_LOWEST if is_max else 0.0, "f32", blk.lanes)) for _ in range(blk.nr)]
+                accs = [b.local("acc", values.init(blk.lanes)) for _ in range(blk.nr)]
                 with b.loop("p", 0, h * w) as p:
                     base = (n_ * (h * w) + p) * c + ch0
                     for j, acc in enumerate(accs):
-                        v = ins[0].vec(base + j * blk.lanes, blk.lanes) if blk.lanes > 1 else ins[0][base + j]
-                        b.assign(acc, maximum(acc, v) if is_max else acc + v)
+                        b.assign(acc, values.combine(acc, ins[0].vec(base + j * blk.lanes, blk.lanes)))
                 for j, acc in enumerate(accs):
-                    b.store(outs[0], n_ * c + ch0 + j * blk.lanes, acc if is_max else acc * (1.0 / (h * w)))
+                    b.store(outs[0], n_ * c + ch0 + j * blk.lanes, values.finish(acc, 1.0 / (h * w)))
     return Kernel(name, params, b.block())

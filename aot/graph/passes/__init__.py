@@ -10,11 +10,13 @@ from aot.graph.passes.eliminate_dead_code import eliminate_dead_code
 from aot.graph.passes.fold_batchnorm import fold_batchnorm
 from aot.graph.passes.fold_constants import fold_constants
 from aot.graph.passes.fuse_epilogues import fuse_epilogues
+from aot.graph.passes.lower_quantized import lower_quantized
 from aot.graph.passes.to_nhwc import to_nhwc
 
 Pass = Callable[[Graph], Graph]
 
 PIPELINE: list[Pass] = [
+    lower_quantized,      # QOperator and QDQ patterns -> integer ops; the rest runs in float
     fold_constants,       # evaluate constant subgraphs (shape arithmetic, weight transposes)
     canonicalize,         # ONNX ops -> aot's op set; refuse unsupported ops here
     eliminate_dead_code,  # drop what no output needs before spending work on it

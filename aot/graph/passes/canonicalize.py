@@ -34,13 +34,25 @@ def canonicalize(graph: Graph) -> Graph:
         if rule is None or node.attrs.get("domain"):
             domain = f" from domain '{node.attrs['domain']}'" if node.attrs.get("domain") else ""
             raise UnsupportedOpError(f"node '{node.name}': op {node.op}{domain} is not supported "
-                                     f"(supported: {', '.join(sorted(RULES))})")
+                                     "(the README lists the supported ops)")
         for name in node.inputs:
-            if name and name not in rw.constants and rw.values[name].dtype != "float32":
-                raise UnsupportedOpError(f"node '{node.name}' ({node.op}): input '{name}' is "
-                                         f"{rw.values[name].dtype}; only float32 tensors are supported")
+            dtype = rw.values[name].dtype if name and name not in rw.constants else "float32"
+            integer_ok = node.op in _INTEGER_OK or "quant" in node.attrs
+            if dtype != "float32" and not (dtype in ("int8", "uint8") and integer_ok):
+                raise UnsupportedOpError(f"node '{node.name}' ({node.op}): input '{name}' is {dtype}; only float32 "
+                                         "tensors, and int8/uint8 ones of quantized ops, are supported")
         rule(rw, node)
     return rw.finish()
+
+
+# Ops that move integer tensors without arithmetic (or convert them), so need no quantization parameters.
+_INTEGER_OK = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Transpose", "MaxPool", "Concat",
+               "Slice", "Split", "DequantizeLinear"}
+
+
+def _quant(node: Node) -> dict:
+    """The node's quantization attributes, to carry over to its rewritten form."""
+    return {k: node.attrs[k] for k in ("quant", "input_quant") if k in node.attrs}
 
 
 def _refuse(node: Node, why: str) -> UnsupportedOpError:
@@ -58,7 +70,7 @@ def _const(rw: Rewriter, node: Node, index: int, what: str) -> np.ndarray | None
 
 
 def _view(rw: Rewriter, node: Node, src: str, shape: tuple[int, ...], out: str | None = None) -> str:
-    out = out or rw.value(f"{src}_view", shape)
+    out = out or rw.like(f"{src}_view", src, shape)
     rw.add("Reshape", node.name + "_view", [src], [out], shape=tuple(shape))
     return out
 
@@ -92,7 +104,7 @@ def _lift_1d(rw: Rewriter, node: Node, attrs: dict, weight: str | None = None) -
     n, c, length = rw.values[x].shape
     x2 = _view(rw, node, x, (n, c, 1, length))
     on, oc, ol = rw.values[node.outputs[0]].shape
-    out2 = rw.value(node.outputs[0] + "_2d", (on, oc, 1, ol))
+    out2 = rw.like(node.outputs[0] + "_2d", node.outputs[0], (on, oc, 1, ol))
     w2 = None
     if weight is not None:
         w = rw.constants[weight]
@@ -111,6 +123,7 @@ def conv(rw: Rewriter, node: Node) -> None:
         raise _refuse(node, f"{rank}-D convolution is not supported (1-D and 2-D are)")
     attrs = _spatial_attrs(rw, node, tuple(w.shape[2:]))
     attrs["group"] = int(node.attrs.get("group", 1))
+    attrs.update(_quant(node))
     bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else ""
     if bias:
         _const(rw, node, 2, "the bias")
@@ -130,6 +143,7 @@ def pool(rw: Rewriter, node: Node) -> None:
         raise _refuse(node, "dilated pooling is not supported")
     attrs = _spatial_attrs(rw, node, kernel)
     del attrs["dilations"]
+    attrs.update(_quant(node))
     if node.op == "AveragePool":
         attrs["count_include_pad"] = int(node.attrs.get("count_include_pad", 0))
     if len(kernel) == 1:
@@ -147,11 +161,11 @@ def pool(rw: Rewriter, node: Node) -> None:
 def global_pool(rw: Rewriter, node: Node) -> None:
     shape = rw.values[node.inputs[0]].shape
     if len(shape) == 4:
-        rw.keep(node.with_(attrs={}))
+        rw.keep(node.with_(attrs=_quant(node)))
     elif len(shape) == 3:
         x2 = _view(rw, node, node.inputs[0], shape[:2] + (1, shape[2]))
-        out2 = rw.value(node.outputs[0] + "_2d", shape[:2] + (1, 1))
-        rw.add(node.op, node.name, [x2], [out2])
+        out2 = rw.like(node.outputs[0] + "_2d", node.outputs[0], shape[:2] + (1, 1))
+        rw.add(node.op, node.name, [x2], [out2], **_quant(node))
         _view(rw, node, out2, rw.values[node.outputs[0]].shape, node.outputs[0])
     else:
         raise _refuse(node, f"input of rank {len(shape)} is not supported (rank 3 or 4)")
@@ -160,6 +174,9 @@ def global_pool(rw: Rewriter, node: Node) -> None:
 # --- matrix products -----------------------------------------------------------------------------
 
 def gemm(rw: Rewriter, node: Node) -> None:
+    if "quant" in node.attrs:       # already x (M,K) @ w (K,N) + int32 bias (lower_quantized)
+        rw.keep(node)
+        return
     a, b = node.inputs[:2]
     c = node.inputs[2] if len(node.inputs) > 2 else ""
     alpha, beta = float(node.attrs.get("alpha", 1.0)), float(node.attrs.get("beta", 1.0))
@@ -222,7 +239,7 @@ def matmul(rw: Rewriter, node: Node) -> None:
         k, n = bshape
         rows = int(np.prod(ashape[:-1], dtype=np.int64))
         a2 = a if len(ashape) == 2 else _view(rw, node, a, (rows, k))
-        out2 = out if len(ashape) == 2 else rw.value(out + "_2d", (rows, n))
+        out2 = out if len(ashape) == 2 else rw.like(out + "_2d", out, (rows, n))
         rw.add("Gemm", node.name, [a2, b, ""], [out2])
         if out2 != out:
             _view(rw, node, out2, oshape, out)
@@ -237,7 +254,7 @@ def matmul(rw: Rewriter, node: Node) -> None:
 def binary(rw: Rewriter, node: Node) -> None:
     if len(node.inputs) != 2:
         raise _refuse(node, "only two operands are supported")
-    rw.keep(node.with_(attrs={}))
+    rw.keep(node.with_(attrs=_quant(node)))
 
 
 def _unary(fn: str, *defaults: tuple[str, float]) -> Rule:
@@ -279,7 +296,7 @@ def transpose(rw: Rewriter, node: Node) -> None:
 
 def concat(rw: Rewriter, node: Node) -> None:
     rank = len(rw.values[node.outputs[0]].shape)
-    rw.add("Concat", node.name, node.inputs, node.outputs, axis=int(node.attrs["axis"]) % rank)
+    rw.add("Concat", node.name, node.inputs, node.outputs, axis=int(node.attrs["axis"]) % rank, **_quant(node))
 
 
 def pad(rw: Rewriter, node: Node) -> None:
@@ -376,6 +393,18 @@ def gelu(rw: Rewriter, node: Node) -> None:
            params=())
 
 
+def quantize(rw: Rewriter, node: Node) -> None:
+    """QuantizeLinear / DequantizeLinear of a computed tensor, per-tensor: y = saturate(round(x / s) + zp),
+    x = (q - zp) * s. (Those of constants were folded; per-channel weights belong to integer ops.)"""
+    scale = _const(rw, node, 1, "the scale")
+    zp = _const(rw, node, 2, "the zero point")
+    if scale is None or scale.size != 1 or (zp is not None and zp.size != 1):
+        raise _refuse(node, "only per-tensor quantization of activations is supported")
+    zp_value = int(zp.reshape(-1)[0]) if zp is not None else 0
+    op = "Quantize" if node.op == "QuantizeLinear" else "Dequantize"
+    rw.add(op, node.name, node.inputs[:1], node.outputs, scale=float(scale.reshape(-1)[0]), zero_point=zp_value)
+
+
 RULES: dict[str, Rule] = {
     "Conv": conv,
     "MaxPool": pool, "AveragePool": pool,
@@ -390,5 +419,6 @@ RULES: dict[str, Rule] = {
     "Reshape": view, "Flatten": view, "Squeeze": view, "Unsqueeze": view, "Identity": view, "Dropout": view,
     "Transpose": transpose, "Concat": concat, "Pad": pad, "Softmax": softmax, "LogSoftmax": softmax,
     "ReduceMean": reduce, "ReduceMax": reduce, "ReduceMin": reduce, "ReduceSum": reduce,
+    "QuantizeLinear": quantize, "DequantizeLinear": quantize,
     "Slice": slice_, "Split": split, "Reciprocal": _unary("reciprocal"), "Gelu": gelu, "Log": _unary("log"),
 }

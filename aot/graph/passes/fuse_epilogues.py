@@ -29,7 +29,7 @@ def fuse_epilogues(graph: Graph) -> Graph:
 def _fuse_once(graph: Graph) -> Graph | None:
     users = graph.consumers()
     for anchor in graph.nodes:
-        if anchor.op not in _ANCHORS or anchor.outputs[0] in graph.outputs:
+        if anchor.op not in _ANCHORS or anchor.outputs[0] in graph.outputs or "quant" in anchor.attrs:
             continue
         next_users = users.get(anchor.outputs[0], [])
         if len(next_users) != 1:

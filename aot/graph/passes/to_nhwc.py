@@ -16,7 +16,7 @@ TO_NHWC = (0, 2, 3, 1)      # physical axis i holds canonical axis TO_NHWC[i]
 TO_NCHW = (0, 3, 1, 2)
 _NHWC_OPS = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
 _FOLLOW_OPS = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Unary", "Concat", "Pad", "Softmax", "LogSoftmax",
-               "Reduce", "Slice"}
+               "Reduce", "Slice", "Quantize", "Dequantize"}
 
 
 def _permute(shape: tuple[int, ...], perm: tuple[int, ...]) -> tuple[int, ...]:
@@ -43,7 +43,7 @@ class _Layouts:
     def get_nhwc(self, name: str) -> str:
         if name not in self.nhwc:
             shape = _permute(self.rw.values[self.nchw[name]].shape, TO_NHWC)
-            out = self.rw.value(name + "_nhwc", shape)
+            out = self.rw.like(name + "_nhwc", self.nchw[name], shape)
             self.rw.add("Transpose", name + "_to_nhwc", [self.nchw[name]], [out], perm=TO_NHWC)
             self.nhwc[name] = out
         return self.nhwc[name]
@@ -53,7 +53,7 @@ class _Layouts:
             if name in self.graph.outputs:
                 out = name
             else:
-                out = self.rw.value(name + "_nchw", self.graph.shape(name))
+                out = self.rw.like(name + "_nchw", self.nhwc[name], self.graph.shape(name))
             self.rw.add("Transpose", name + "_to_nchw", [self.nhwc[name]], [out], perm=TO_NCHW)
             self.nchw[name] = out
         return self.nchw[name]
@@ -62,7 +62,7 @@ class _Layouts:
         """Name for the NHWC result of a node computing `name`."""
         shape = _permute(self.graph.shape(name), TO_NHWC)
         if name in self.graph.outputs:
-            physical = self.rw.value(name + "_nhwc", shape)
+            physical = self.rw.value(name + "_nhwc", shape, self.graph.values[name].dtype)
         else:
             physical = name
             self.rw.values[name] = Value(name, shape, self.graph.values[name].dtype)
@@ -122,7 +122,7 @@ def _follow(rw: Rewriter, layouts: _Layouts, node: Node, graph: Graph) -> None:
         else:   # a lower-rank computed operand broadcast against a 4-D one: view it as 4-D first
             shape = graph.shape(name)
             full = (1,) * (4 - len(shape)) + shape
-            canon = rw.value(name + "_4d", full)
+            canon = rw.like(name + "_4d", name, full)
             rw.add("Reshape", name + "_as_4d", [name], [canon], shape=full)
             layouts.nchw[canon] = canon
             inputs.append(layouts.get_nhwc(canon))

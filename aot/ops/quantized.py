@@ -1,0 +1,53 @@
+"""Integer arithmetic shared by the quantized kernels, as kernel-IR expressions.
+
+Rounding is to nearest with ties to even where a float is rounded (as ONNX QuantizeLinear and
+onnxruntime's requantization do); the fixed-point requantization of Conv/Gemm accumulators rounds
+ties up, which differs only on exact ties.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from aot.kernel.ir import Cast, Expr, binop, const, maximum, minimum
+
+_MAGIC = 12582912.0      # 1.5 * 2**23: x + magic - magic rounds |x| < 2**22 to an integer, ties to even
+_INT = {"int8": "i8", "uint8": "u8", "int32": "i32"}
+
+
+def round_even(x: Expr) -> Expr:
+    """Round float x to the nearest integer (ties to even), as a float; |x| is clamped below 2**22."""
+    x = minimum(maximum(x, -4194304.0), 4194304.0)
+    return (x + _MAGIC) - _MAGIC
+
+
+def widen(x: Expr) -> Expr:
+    """An int8/uint8 value (or vector) as int32."""
+    return Cast(x, "i32") if x.dtype in ("i8", "u8", "i16") else x
+
+
+def quantize(real_over_scale: Expr, zero_point: int, qmin: int, qmax: int, dtype: str) -> Expr:
+    """saturate(round(v) + zero_point) as `dtype` ("int8"/"uint8"), v already divided by the scale."""
+    q = Cast(round_even(real_over_scale), "i32") + zero_point
+    return Cast(minimum(maximum(q, qmin), qmax), _INT[dtype])
+
+
+def dequantize(q: Expr, zero_point: int, scale: float) -> Expr:
+    return Cast(widen(q) - zero_point, "f32") * scale
+
+
+def requantize_fixed(acc: Expr, m0: Expr, shift: Expr, zero_point: int, qmin: int, qmax: int, dtype: str) -> Expr:
+    """int32 accumulator * real multiplier (m0 * 2**-shift, per lane) + zero point, saturated."""
+    wide = Cast(acc, "i64") * Cast(m0, "i64")
+    shift64 = Cast(shift, "i64")
+    half = binop("shl", const(1, "i64", acc.lanes), shift64 - 1)
+    scaled = binop("shr", wide + half, shift64) + zero_point
+    return Cast(minimum(maximum(scaled, qmin), qmax), _INT[dtype])
+
+
+def int_dtype(dtype: str) -> str:
+    return _INT[dtype]
+
+
+def as_int32(array: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(array, dtype=np.int32)
