@@ -19,10 +19,10 @@ import numpy as np
 
 from aot.graph.ir import Graph, Node
 from aot.graph.quant import Quant, fixed_point
-from aot.kernel.ir import Buffer, Builder, Expr, Kernel, as_expr, binop, const, fma, maximum, minimum, select
+from aot.kernel.ir import Buffer, Builder, Cast, Expr, Kernel, as_expr, binop, const, fma, maximum, minimum, select
 from aot.ops import LowerContext, register
 from aot.ops.epilogue import apply
-from aot.ops.quantized import requantize_fixed, widen
+from aot.ops.quantized import quantize, requantize_fixed, widen
 
 
 @dataclass(frozen=True)
@@ -211,15 +211,29 @@ class FloatArith:
 
 class IntArith:
     """int8: (x - x_zp) * (w - w_zp) summed in int32 (weight zero points subtracted at compile time),
-    int32 bias; the epilogue requantizes each channel by a fixed-point multiplier and clamps."""
+    int32 bias. The epilogue requantizes each channel: with an FPU as onnxruntime does (float32 scale,
+    round to nearest even), which keeps deep networks within a step of it; without one by a fixed-point
+    multiplier and shift (TFLite's way)."""
 
     acc_dtype = "i32"
 
     def __init__(self, ctx: LowerContext, quant: Quant, bias: np.ndarray | None):
         self.q = quant
-        m0, shift = fixed_point(quant.x_scale * quant.w_scale / quant.y_scale)
-        self.m0 = ctx.const(m0.astype(np.int32), "m")
-        self.shift = ctx.const(shift.astype(np.int32), "s")
+        self.fixed = ctx.target.float_abi == "soft"
+        self.float_bias = None
+        if bias is not None and bias.dtype == np.float32:
+            if self.fixed:      # no FPU: fold the float bias into the integer accumulator
+                bias = np.round(bias / (quant.x_scale * quant.w_scale)).astype(np.int32)
+            else:               # added after scaling, in units of the output scale
+                self.float_bias = ctx.const((bias / np.float32(quant.y_scale)).astype(np.float32), "fb")
+                bias = None
+        if self.fixed:
+            m0, shift = fixed_point(quant.x_scale * quant.w_scale / quant.y_scale)
+            self.m0 = ctx.const(m0.astype(np.int32), "m")
+            self.shift = ctx.const(shift.astype(np.int32), "s")
+        else:
+            scale = np.float32(quant.x_scale) * quant.w_scale.astype(np.float32) / np.float32(quant.y_scale)
+            self.scale = ctx.const(scale.astype(np.float32), "s")
         self.bias = ctx.const(bias.astype(np.int32), "b") if bias is not None else None
 
     def weights(self, packed: np.ndarray) -> np.ndarray:
@@ -239,8 +253,13 @@ class IntArith:
 
     def result(self, acc: Expr, ch: Expr, idx: Expr, lanes: int) -> Expr:
         q = self.q
-        return requantize_fixed(acc, self.m0.vec(ch, lanes), self.shift.vec(ch, lanes), q.y_zp, q.qmin, q.qmax,
-                                q.y_dtype)
+        if self.fixed:
+            return requantize_fixed(acc, self.m0.vec(ch, lanes), self.shift.vec(ch, lanes), q.y_zp, q.qmin, q.qmax,
+                                    q.y_dtype)
+        value = Cast(acc, "f32") * self.scale.vec(ch, lanes)
+        if self.float_bias is not None:
+            value = value + self.float_bias.vec(ch, lanes)
+        return quantize(value, q.y_zp, q.qmin, q.qmax, q.y_dtype)
 
 
 Arith = FloatArith | IntArith

@@ -94,10 +94,15 @@ def binary(ctx: LowerContext, node: Node, name: str) -> Kernel:
     def compute(v: list[Expr]) -> Expr:
         if quant is None:
             return apply(acts, binop(op, v[0], v[1]))
-        # Quantized Add/Mul: dequantize, operate in float, quantize (as onnxruntime's QLinearAdd/Mul).
-        a = dequantize(v[0], quant.x_zp, quant.x_scale)
-        c = dequantize(v[1], quant.b_zp, quant.b_scale)
-        return quantize(binop(op, a, c) * (1.0 / quant.y_scale), quant.y_zp, quant.qmin, quant.qmax, quant.y_dtype)
+        # Quantized Add/Mul in float with onnxruntime's scale ratios (QLinearAdd/QLinearMul), then rounded.
+        y_scale = np.float32(quant.y_scale)
+        if op == "add":
+            value = (dequantize(v[0], quant.x_zp, float(np.float32(quant.x_scale) / y_scale))
+                     + dequantize(v[1], quant.b_zp, float(np.float32(quant.b_scale) / y_scale)))
+        else:
+            ratio = float(np.float32(quant.x_scale) * np.float32(quant.b_scale) / y_scale)
+            value = dequantize(v[0], quant.x_zp, 1.0) * dequantize(v[1], quant.b_zp, ratio)
+        return quantize(value, quant.y_zp, quant.qmin, quant.qmax, quant.y_dtype)
 
     b = Builder()
     elementwise_loops(b, ctx.target.lanes, ctx.graph.shape(node.outputs[0]), list(zip(ins, shapes)), outs[0], compute)

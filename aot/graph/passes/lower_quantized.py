@@ -312,7 +312,9 @@ def _match_matrix(chains: _Chains, rw: Rewriter, node: Node, y: str, y_scale: fl
 
 
 def _bias(chains: _Chains, rw: Rewriter, node: Node, x_scale: float, w_scale: np.ndarray):
-    """The bias as int32 in units of x_scale * w_scale (None if absent, False if not usable)."""
+    """The bias: int32 in units of x_scale * w_scale when the model quantized it, float32 when the model
+    keeps it in float (added in float by the kernel, as onnxruntime does); None if absent, False if
+    not usable."""
     name = node.inputs[2] if len(node.inputs) > 2 else ""
     if not name:
         return None
@@ -324,7 +326,8 @@ def _bias(chains: _Chains, rw: Rewriter, node: Node, x_scale: float, w_scale: np
         s = chains.const(producer.inputs[1]).astype(np.float64)
         real = (q - (chains.const(producer.inputs[2]) if len(producer.inputs) > 2 and producer.inputs[2] else 0)) * s
     elif name in chains.graph.constants:
-        real = chains.graph.constants[name].astype(np.float64)
+        return np.ascontiguousarray(np.broadcast_to(chains.graph.constants[name].reshape(-1), w_scale.shape),
+                                    dtype=np.float32)
     else:
         return False
     real = np.broadcast_to(real.reshape(-1), w_scale.shape)

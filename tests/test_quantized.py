@@ -1,0 +1,109 @@
+"""int8 models quantized by onnxruntime's own tools (QDQ and QOperator, per-tensor and per-channel),
+compiled to integer kernels and compared with onnxruntime running the same quantized model."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+import zoo
+from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+from onnxruntime.quantization.shape_inference import quant_pre_process
+
+import aot
+
+
+class Calibration(CalibrationDataReader):
+    """A fixed random calibration set."""
+
+    def __init__(self, model: onnx.ModelProto, count: int = 8):
+        rng = np.random.default_rng(0)
+        inp = model.graph.input[0]
+        shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+        self.batches = iter([{inp.name: rng.standard_normal(shape).astype(np.float32)} for _ in range(count)])
+
+    def get_next(self):
+        return next(self.batches, None)
+
+
+def quantized(model: onnx.ModelProto, tmp_path, fmt: str, per_channel: bool,
+              activations: QuantType = QuantType.QInt8) -> str:
+    """The model as onnxruntime's documented flow quantizes it: pre-process, then quantize_static."""
+    src, pre, out = tmp_path / "float.onnx", tmp_path / "pre.onnx", tmp_path / f"{fmt}_{int(per_channel)}.onnx"
+    onnx.save(model, src)
+    quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
+    quantize_static(str(pre), str(out), Calibration(model), quant_format=getattr(QuantFormat, fmt),
+                    per_channel=per_channel, activation_type=activations, weight_type=QuantType.QInt8)
+    return str(out)
+
+
+def assert_within_one_step(path: str, target: str = "host", steps: int = 1):
+    result = aot.check(path, target=target)
+    for c in result.comparisons:
+        assert c.step > 0, f"{c.output} is not computed by quantized arithmetic"
+        assert c.max_abs <= steps * c.step * 1.001, f"{c.output}: max error {c.max_abs} > {steps} step(s) {c.step}"
+        if c.size >= 100 and steps == 1:       # a fraction says little about a dozen class scores
+            assert c.off_by_one <= c.size // 10, f"{c.output}: {c.off_by_one} of {c.size} elements off by one"
+    return result
+
+
+def integer_ops(path: str) -> dict[str, int]:
+    """Count of ops compiled as integer kernels (with quantization parameters), by op."""
+    artifact = aot.build(path, out_dir=None)
+    counts: dict[str, int] = {}
+    for call in artifact.program.calls:
+        if "quant" in call.node.attrs:
+            counts[call.node.op] = counts.get(call.node.op, 0) + 1
+    return counts
+
+
+@pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("name", ["ds_cnn", "mobilenet_v1", "resnet8", "fc_autoencoder"])
+def test_mlperf_tiny_int8(name, fmt, per_channel, tmp_path):
+    path = quantized(zoo.ZOO[name](), tmp_path, fmt, per_channel)
+    assert_within_one_step(path)
+
+
+@pytest.mark.parametrize("activations", [QuantType.QInt8, QuantType.QUInt8])
+def test_activation_types(activations, tmp_path):
+    path = quantized(zoo.resnet8(), tmp_path, "QOperator", True, activations)
+    assert_within_one_step(path)
+
+
+def test_convolutions_and_products_run_in_integers(tmp_path):
+    path = quantized(zoo.resnet8(), tmp_path, "QDQ", True)
+    counts = integer_ops(path)
+    assert counts.get("Conv") == 9 and counts.get("Gemm") == 1 and counts.get("Add") == 3, counts
+
+
+def test_int8_weights_take_a_quarter_of_the_flash(tmp_path):
+    model = zoo.mobilenet_v1()
+    float_build = aot.build(model, out_dir=tmp_path / "f32")
+    int8_build = aot.build(quantized(model, tmp_path, "QDQ", True), out_dir=tmp_path / "i8")
+    ratio = int8_build.metadata["memory"]["weights"] / float_build.metadata["memory"]["weights"]
+    assert 0.2 < ratio < 0.35, ratio
+    assert int8_build.plan["workspace_size"] < float_build.plan["workspace_size"] / 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["mobilenet_v2", "resnet18"])
+def test_large_int8_qoperator(name, tmp_path):
+    assert_within_one_step(quantized(zoo.ZOO[name](), tmp_path, "QOperator", True))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["mobilenet_v2", "resnet18"])
+def test_large_int8_qdq(name, tmp_path):
+    """onnxruntime does not fuse every QDQ convolution of these into an integer kernel (MobileNetV2: 15 of
+    52 run in float between Dequantize and Quantize); float accumulation rounds a value to the other side
+    of a step now and then, and over 20-50 layers that compounds. So two steps here; the same networks in
+    QOperator form, integer throughout in onnxruntime too, stay within one (above)."""
+    assert_within_one_step(quantized(zoo.ZOO[name](), tmp_path, "QDQ", True), steps=2)
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("target", ["cortex-m4", "cortex-m55", "aarch64", "armv7-neon", "cortex-m0plus"])
+@pytest.mark.parametrize("name", ["ds_cnn", "mobilenet_v1", "resnet8", "fc_autoencoder"])
+def test_mlperf_tiny_int8_on_arm(name, target, tmp_path):
+    assert_within_one_step(quantized(zoo.ZOO[name](), tmp_path, "QDQ", True), target=target)
