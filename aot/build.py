@@ -114,7 +114,10 @@ def _render(program: Program, tgt: Target, loaded: LoadedModel, limits: dict[str
 
 
 def _io(t: wrapper.Tensor) -> dict:
-    return {"name": t.onnx_name, "c_name": t.field, "dtype": t.dtype, "shape": list(t.shape), "bytes": t.bytes}
+    io = {"name": t.onnx_name, "c_name": t.field, "dtype": t.dtype, "shape": list(t.shape), "bytes": t.bytes}
+    if t.scale is not None:
+        io["scale"], io["zero_point"] = t.scale, t.zero_point
+    return io
 
 
 def _json(data: dict) -> bytes:

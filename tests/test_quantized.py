@@ -107,3 +107,32 @@ def test_large_int8_qdq(name, tmp_path):
 @pytest.mark.parametrize("name", ["ds_cnn", "mobilenet_v1", "resnet8", "fc_autoencoder"])
 def test_mlperf_tiny_int8_on_arm(name, target, tmp_path):
     assert_within_one_step(quantized(zoo.ZOO[name](), tmp_path, "QDQ", True), target=target)
+
+
+def test_integer_inputs_and_outputs_keep_their_dtype_and_document_quantization(tmp_path):
+    """A model taking and returning int8 (Dequantize at the input, Quantize at the output): the C API
+    keeps int8 and the header gives each tensor's scale and zero point."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(4)
+    w = rng.integers(-100, 100, (8, 3, 3, 3)).astype(np.int8)
+    nodes = [helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"]),
+             helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"], axis=0),
+             helper.make_node("Conv", ["xf", "wf"], ["yf"], pads=[1, 1, 1, 1]),
+             helper.make_node("QuantizeLinear", ["yf", "ys", "yz"], ["y"])]
+    inits = [helper.make_tensor("xs", TensorProto.FLOAT, [], [0.05]), helper.make_tensor("xz", TensorProto.INT8, [], [3]),
+             onnx.numpy_helper.from_array(w, "w"),
+             onnx.numpy_helper.from_array(rng.uniform(0.001, 0.01, 8).astype(np.float32), "ws"),
+             onnx.numpy_helper.from_array(np.zeros(8, np.int8), "wz"),
+             helper.make_tensor("ys", TensorProto.FLOAT, [], [0.2]), helper.make_tensor("yz", TensorProto.INT8, [], [-5])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.INT8, [1, 3, 6, 7])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT8, [1, 8, 6, 7])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    result = aot.check(model, inputs={"x": rng.integers(-128, 127, (1, 3, 6, 7)).astype(np.int8)})
+    assert result.outputs["y"].dtype == np.int8
+    assert result.comparisons[0].max_abs <= 1
+    artifact = aot.build(model, out_dir=tmp_path / "b", name="net")
+    header = artifact.header.read_text()
+    assert "const int8_t *x;" in header and "int8_t *y;" in header
+    assert "#define NET_INPUT_X_SCALE 0.0500000007f" in header and "#define NET_INPUT_X_ZERO_POINT 3" in header
+    assert "#define NET_OUTPUT_Y_SCALE 0.200000003f" in header and "#define NET_OUTPUT_Y_ZERO_POINT -5" in header

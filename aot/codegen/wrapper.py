@@ -53,6 +53,12 @@ class Tensor:
     shape: tuple[int, ...]
     size: int
     bytes: int
+    scale: float | None = None      # quantized tensors: real = scale * (q - zero_point)
+    zero_point: int | None = None
+
+    @property
+    def align(self) -> int:
+        return {"int8": 1, "uint8": 1}.get(self.dtype, 4)
 
 
 def io_tensors(program: Program) -> tuple[list[Tensor], list[Tensor]]:
@@ -62,10 +68,38 @@ def io_tensors(program: Program) -> tuple[list[Tensor], list[Tensor]]:
         tensors = []
         for i, (onnx_name, field) in enumerate(zip(names, unique_identifiers(list(names)))):
             v = graph.values[onnx_name]
+            scale, zp = _quantization(program, onnx_name) if v.dtype != "float32" else (None, None)
             tensors.append(Tensor(role, i, onnx_name, field, f"{role.upper()}_{field.upper()}", v.dtype,
-                                  _CTYPES[v.dtype], v.shape, v.size, v.nbytes))
+                                  _CTYPES[v.dtype], v.shape, v.size, v.nbytes, scale, zp))
         result.append(tensors)
     return result[0], result[1]
+
+
+_MOVES = ("Transpose", "Reshape", "Copy")      # ops that move values without touching their quantization
+
+
+def _quantization(program: Program, value: str) -> tuple[float | None, int | None]:
+    """Scale and zero point of an integer graph input or output, from the op that reads or writes it
+    (looking through transposes and views)."""
+    producers = program.graph.producers()
+    node = producers.get(value)
+    while node is not None and node.op in _MOVES:
+        node = producers.get(node.inputs[0])
+    if node is not None and "quant" in node.attrs:
+        return node.attrs["quant"].y_scale, node.attrs["quant"].y_zp
+    if node is not None and node.op == "Quantize":
+        return node.attrs["scale"], node.attrs["zero_point"]
+    users = program.graph.consumers()
+    frontier = [value]
+    while frontier:
+        for user in users.get(frontier.pop(), []):
+            if user.op in _MOVES:
+                frontier.append(user.outputs[0])
+            elif user.op == "Dequantize":
+                return user.attrs["scale"], user.attrs["zero_point"]
+            elif "quant" in user.attrs:
+                return user.attrs["quant"].x_scale, user.attrs["quant"].x_zp
+    return None, None
 
 
 def _arg(program: Program, value: str, writable: bool, inputs: list[Tensor], outputs: list[Tensor]) -> str:
@@ -78,7 +112,7 @@ def _arg(program: Program, value: str, writable: bool, inputs: list[Tensor], out
     return f"({'' if writable else 'const '}{ctype} *)(ws + {loc.index})"
 
 
-def render(program: Program, banner: str, requires: list[str], element_align: int = 4) -> tuple[str, str]:
+def render(program: Program, banner: str, requires: list[str]) -> tuple[str, str]:
     """Return (header, source) text. `requires`: symbols the object leaves to the toolchain's runtime."""
     name = program.name
     inputs, outputs = io_tensors(program)
@@ -97,7 +131,7 @@ def render(program: Program, banner: str, requires: list[str], element_align: in
     context = dict(banner=banner.replace("*/", "* /"), name=name, NAME=name.upper(), inputs=inputs,
                    outputs=outputs, calls=calls, workspace_size=program.plan.size,
                    workspace_align=program.plan.alignment, lower_bound=program.plan.lower_bound,
-                   element_align=element_align, requires=requires)
+                   requires=requires)
     header = _TEMPLATES.get_template("model.h.j2").render(**context)
     source = _TEMPLATES.get_template("model.c.j2").render(**context)
     return header, source
