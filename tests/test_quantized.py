@@ -120,11 +120,13 @@ def test_integer_inputs_and_outputs_keep_their_dtype_and_document_quantization(t
              helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"], axis=0),
              helper.make_node("Conv", ["xf", "wf"], ["yf"], pads=[1, 1, 1, 1]),
              helper.make_node("QuantizeLinear", ["yf", "ys", "yz"], ["y"])]
-    inits = [helper.make_tensor("xs", TensorProto.FLOAT, [], [0.05]), helper.make_tensor("xz", TensorProto.INT8, [], [3]),
+    inits = [helper.make_tensor("xs", TensorProto.FLOAT, [], [0.05]),
+             helper.make_tensor("xz", TensorProto.INT8, [], [3]),
              onnx.numpy_helper.from_array(w, "w"),
              onnx.numpy_helper.from_array(rng.uniform(0.001, 0.01, 8).astype(np.float32), "ws"),
              onnx.numpy_helper.from_array(np.zeros(8, np.int8), "wz"),
-             helper.make_tensor("ys", TensorProto.FLOAT, [], [0.2]), helper.make_tensor("yz", TensorProto.INT8, [], [-5])]
+             helper.make_tensor("ys", TensorProto.FLOAT, [], [0.2]),
+             helper.make_tensor("yz", TensorProto.INT8, [], [-5])]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.INT8, [1, 3, 6, 7])],
                               [helper.make_tensor_value_info("y", TensorProto.INT8, [1, 8, 6, 7])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
