@@ -93,6 +93,14 @@ def render(program: Program, obj: bytes, weights_prefix: str, header: str, limit
               f"{sum(graph.values[v].nbytes for v in graph.outputs):,} bytes (caller's buffers)",
               f"  flash             {fp.flash:,} bytes (code + weights){_limit(limits, 'flash')}",
               f"  RAM               {fp.ram:,} bytes (workspace + inputs/outputs){_limit(limits, 'ram')}"]
+    quantized = [c.node for c in program.calls if "quant" in c.node.attrs]
+    if quantized or any(c.node.op in ("Quantize", "Dequantize") for c in program.calls):
+        in_float = [c.node for c in program.calls if "quant" not in c.node.attrs
+                    and c.node.op not in ("Quantize", "Dequantize", "Transpose", "Copy", "MaxPool", "Slice", "Concat")
+                    and program.graph.values[c.node.outputs[0]].dtype == "float32"]
+        lines.append(f"  quantized         {len(quantized)} integer kernels; {len(in_float)} in float between "
+                     "Dequantize and Quantize" + (": " + ", ".join(f"{n.op} {n.name}" for n in in_float)
+                                                  if in_float else ""))
     lines += ["", *plan_picture(program)]
     return "\n".join(lines) + "\n"
 
@@ -127,6 +135,8 @@ def _limit(limits: dict | None, kind: str) -> str:
 
 
 def _epilogue(node) -> str:
+    if "quant" in node.attrs:
+        return " int8"
     parts = []
     if node.op in ("Conv", "Gemm") and node.inputs[2]:
         parts.append("bias")
