@@ -16,7 +16,7 @@ from aot.errors import TargetError
 
 TARGETS_DIR = Path(os.environ.get("AOT_TARGETS_DIR", Path(__file__).resolve().parent.parent / "targets"))
 # "host" picks the best x86-64 config this machine's CPU can run, most capable first.
-_HOST_CANDIDATES = ("x86-64-avx512", "x86-64-avx2", "x86-64")
+_HOST_CANDIDATES = ("x86-64-avx512-vnni", "x86-64-avx512", "x86-64-avx2", "x86-64")
 
 
 @dataclass(frozen=True)

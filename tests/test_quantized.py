@@ -138,3 +138,26 @@ def test_integer_inputs_and_outputs_keep_their_dtype_and_document_quantization(t
     assert "const int8_t *x;" in header and "int8_t *y;" in header
     assert "#define NET_INPUT_X_SCALE 0.0500000007f" in header and "#define NET_INPUT_X_ZERO_POINT 3" in header
     assert "#define NET_OUTPUT_Y_SCALE 0.200000003f" in header and "#define NET_OUTPUT_Y_ZERO_POINT -5" in header
+
+
+DOT_INSTRUCTION = {"x86-64-avx512-vnni": "vpdpbusd", "aarch64-dotprod": "sdot"}
+
+
+@pytest.mark.parametrize("target", sorted(DOT_INSTRUCTION))
+def test_pointwise_convolutions_use_dot_product_instructions(target, tmp_path):
+    from aot.codegen.llvm import ModuleBuilder
+    from aot.target import get_target
+
+    artifact = aot.build(quantized(zoo.ds_cnn(), tmp_path, "QDQ", True), target=target, out_dir=tmp_path / "b")
+    tgt = get_target(target)
+    mb = ModuleBuilder("m", tgt)
+    for call in artifact.program.calls:
+        mb.add_kernel(call.kernel)
+    assert DOT_INSTRUCTION[target] in mb.emit_assembly()
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
+def test_dot_product_kernels_on_aarch64_dotprod(fmt, tmp_path):
+    for name in ("ds_cnn", "fc_autoencoder"):
+        assert_within_one_step(quantized(zoo.ZOO[name](), tmp_path, fmt, True), target="aarch64-dotprod")

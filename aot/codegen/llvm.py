@@ -74,10 +74,13 @@ class ModuleBuilder:
     def intrinsic(self, name: str, ty: ir.Type, arity: int) -> ir.Function:
         """An overloaded LLVM intrinsic on `ty` (scalar or vector float), declared once."""
         suffix = f"v{ty.count}f32" if isinstance(ty, ir.VectorType) else "f32"
-        full = f"{name}.{suffix}"
-        if full in self.module.globals:
-            return self.module.globals[full]
-        return ir.Function(self.module, ir.FunctionType(ty, [ty] * arity), name=full)
+        return self.declare(f"{name}.{suffix}", ir.FunctionType(ty, [ty] * arity))
+
+    def declare(self, name: str, fn_type: ir.FunctionType) -> ir.Function:
+        """A function (an LLVM intrinsic) declared once per module."""
+        if name in self.module.globals:
+            return self.module.globals[name]
+        return ir.Function(self.module, fn_type, name=name)
 
     def add_kernel(self, kernel: k.Kernel) -> None:
         fn_type = ir.FunctionType(ir.VoidType(), [ir.PointerType() for _ in kernel.params])
@@ -212,7 +215,39 @@ class _FunctionEmitter:
             return self.cast(e)
         if isinstance(e, k.Reduce):
             return self.reduce(e)
+        if isinstance(e, k.Reinterpret):
+            return b.bitcast(self.expr(e.value), self.mb.type_of(e.dtype, e.lanes))
+        if isinstance(e, k.Dot):
+            return self.dot(e)
         raise TypeError(e)
+
+    def dot(self, e: k.Dot) -> ir.Value:
+        """Group-of-G 8-bit dot products into i32 lanes: one instruction where the target has it."""
+        acc, a, w = self.expr(e.acc), self.expr(e.a), self.expr(e.b)
+        lanes, group = e.acc.lanes, e.a.lanes // e.acc.lanes
+        style = self.mb.target.int_simd
+        if style == "avx512-vnni" and e.a_unsigned and group == 4 and lanes in (8, 16):
+            vt = ir.VectorType(_I32, lanes)
+            name = f"llvm.x86.avx512.vpdpbusd.{lanes * 32}"
+            fn = self.mb.declare(name, ir.FunctionType(vt, [vt] * 3))
+            return self.b.call(fn, [acc, self.b.bitcast(a, vt), self.b.bitcast(w, vt)])
+        if style == "neon-dotprod" and not e.a_unsigned and group == 4 and lanes == 4:
+            vt, bt = ir.VectorType(_I32, 4), ir.VectorType(ir.IntType(8), 16)
+            name = "llvm.aarch64.neon.sdot.v4i32.v16i8"
+            fn = self.mb.declare(name, ir.FunctionType(vt, [vt, bt, bt]))
+            return self.b.call(fn, [acc, a, w])
+        wide = ir.VectorType(_I32, lanes * group)
+        products = self.b.mul(self.b.zext(a, wide) if e.a_unsigned else self.b.sext(a, wide), self.b.sext(w, wide))
+        total = acc
+        if lanes == 1:
+            for g in range(group):
+                total = self.b.add(total, self.b.extract_element(products, ir.Constant(_I32, g)))
+            return total
+        for g in range(group):
+            picked = self.b.shuffle_vector(products, products, ir.Constant(ir.VectorType(_I32, lanes),
+                                                                           [i * group + g for i in range(lanes)]))
+            total = self.b.add(total, picked)
+        return total
 
     def binary(self, op: str, dtype: str, a: ir.Value, b: ir.Value) -> ir.Value:
         bld = self.b

@@ -124,6 +124,33 @@ class Cast(Expr):
 
 
 @dataclass(frozen=True, eq=False)
+class Reinterpret(Expr):
+    """The same bits as another type and lane count (e.g. 4 x i8 as one i32)."""
+    value: Expr
+    dtype: str
+    lanes: int
+
+
+@dataclass(frozen=True, eq=False)
+class Dot(Expr):
+    """acc + groupwise dot products: lane l of acc (i32) adds sum over g < G of a[l*G+g] * b[l*G+g],
+    a and b being 8-bit vectors with G times acc's lanes; b signed, a unsigned if `a_unsigned`.
+    Targets with dot-product instructions (AVX-512 VNNI vpdpbusd, NEON sdot) do it in one."""
+    acc: Expr
+    a: Expr
+    b: Expr
+    a_unsigned: bool
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return "i32"
+
+    @property
+    def lanes(self) -> int:  # type: ignore[override]
+        return self.acc.lanes
+
+
+@dataclass(frozen=True, eq=False)
 class Reduce(Expr):
     """Horizontal reduction of a vector to a scalar: op is "add" or "max"."""
     op: str
@@ -337,6 +364,10 @@ def dump(kernel: Kernel) -> str:
             return f"{'bitcast' if e.bitcast else 'cast'}<{e.dtype}>({ex(e.value)})"
         if isinstance(e, Reduce):
             return f"reduce_{e.op}({ex(e.value)})"
+        if isinstance(e, Reinterpret):
+            return f"reinterpret<{e.dtype}x{e.lanes}>({ex(e.value)})"
+        if isinstance(e, Dot):
+            return f"dot{'_u8' if e.a_unsigned else ''}({ex(e.acc)}, {ex(e.a)}, {ex(e.b)})"
         raise TypeError(e)
 
     def st(s: Stmt, depth: int) -> None:

@@ -19,7 +19,23 @@ import numpy as np
 
 from aot.graph.ir import Graph, Node
 from aot.graph.quant import Quant, fixed_point
-from aot.kernel.ir import Buffer, Builder, Cast, Expr, Kernel, as_expr, binop, const, fma, maximum, minimum, select
+from aot.kernel.ir import (
+    Broadcast,
+    Buffer,
+    Builder,
+    Cast,
+    Dot,
+    Expr,
+    Kernel,
+    Reinterpret,
+    as_expr,
+    binop,
+    const,
+    fma,
+    maximum,
+    minimum,
+    select,
+)
 from aot.ops import LowerContext, register
 from aot.ops.epilogue import apply
 from aot.ops.quantized import quantize, requantize_fixed, widen
@@ -317,6 +333,95 @@ def lower_dense(ctx: LowerContext, name: str, g: Geometry, groups: int, weight: 
     return Kernel(name, params, b.block())
 
 
+# --- int8 dot products ------------------------------------------------------------------------------
+
+DOT_STYLES = {"avx512-vnni": True, "neon-dotprod": False}    # int_simd -> activations as unsigned bytes?
+GROUP = 4                                                    # k values per dot-product lane
+
+
+def dot_eligible(ctx: LowerContext, node: Node, groups: int, cg: int) -> bool:
+    """The dot-product kernel needs int8 weights with zero points 0, channels in groups of 4, and no
+    padding (its zero-point correction assumes every tap of the window is present)."""
+    quant = node.attrs.get("quant")
+    weight = ctx.graph.constants[node.inputs[1]]
+    return (quant is not None and ctx.target.int_simd in DOT_STYLES and groups == 1 and cg % GROUP == 0
+            and weight.dtype == np.int8 and not np.any(quant.w_zp) and not any(node.attrs.get("pads", (0,))))
+
+
+def lower_dot(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, quant: Quant, bias: np.ndarray | None,
+              x: Buffer, out: Buffer, params: tuple[Buffer, ...]) -> Kernel:
+    """int8 convolution (or Gemm) on the target's dot-product instructions: each step multiplies 4
+    channels of one input pixel, replicated across the lanes, with 4 channels of weights per output
+    channel, and adds the 4 products into that channel's int32 lane.
+
+    The instructions take the raw 8-bit values, so x - x_zp is not formed: the zero point (and the
+    +-128 that turns int8 into the unsigned bytes VNNI wants, or uint8 into the signed ones of sdot)
+    is taken off once, through the bias: sum (x' - z') w = sum x' w - z' sum w.
+    """
+    a_unsigned = DOT_STYLES[ctx.target.int_simd]
+    x_int8 = x.dtype == "i8"
+    flip = (x_int8 and a_unsigned) or (not x_int8 and not a_unsigned)       # reinterpret x with its top bit flipped
+    z = quant.x_zp + (128 if x_int8 else -128) * flip
+    lanes = ctx.target.lanes
+    mr, nr_max = tile_shape(lanes, ctx.target.vector_registers, g.m, ctx.knobs)
+    blocks = channel_blocks(g.m, lanes, nr_max)
+    sums = weight.reshape(g.m, -1).astype(np.int64).sum(axis=1)
+    corrected = (bias.astype(np.int64) if bias is not None and bias.dtype == np.int32 else 0) - z * sums
+    arith = IntArith(ctx, quant, np.clip(corrected, -(2**31), 2**31 - 1).astype(np.int32))
+    if bias is not None and bias.dtype == np.float32:
+        arith.float_bias = ctx.const((bias / np.float32(quant.y_scale)).astype(np.float32), "fb")
+    # Weights: per block of output channels, [kh][kw][c / 4][width][4].
+    panels, offsets = [], []
+    for blk in blocks:
+        offsets.append(sum(p.size for p in panels))
+        for r in range(blk.count):
+            rows = weight[blk.start + r * blk.width: blk.start + (r + 1) * blk.width]     # (width, c, kh, kw)
+            grouped = rows.reshape(blk.width, g.c // GROUP, GROUP, g.kh, g.kw).transpose(3, 4, 1, 0, 2)
+            panels.append(np.ascontiguousarray(grouped).reshape(-1))
+    wbuf = ctx.const(np.concatenate(panels).astype(np.int8), "w")
+    panel_size = g.kh * g.kw * g.c
+    b = Builder()
+
+    def splat_pixel(index: Expr, width: int) -> Expr:
+        word = Reinterpret(x.vec(index, GROUP), "i32", 1)
+        if flip:
+            word = binop("xor", word, const(-0x7F7F7F80, "i32"))        # 0x80808080: +-128 on each byte
+        return Reinterpret(Broadcast(word, width) if width > 1 else word, "i8", width * GROUP)
+
+    def block_tile(blk: ChannelBlock, run_offset: int):
+        def tile(rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) -> None:
+            with b.loop("cb", 0, blk.count) as cb:
+                ch0 = b.let("ch0", blk.start + cb * blk.width)
+                panel = b.let("panel", run_offset + cb * (panel_size * blk.width))
+                accs = [[b.local("acc", arith.init(ch0 + j * blk.lanes, blk.lanes)) for j in range(blk.nr)]
+                        for _ in range(rows)]
+                with b.loop("kh", kh_lo, kh_hi) as kh:
+                    with b.loop("kw", kw_lo, kw_hi) as kw:
+                        pixel0 = b.let("px", ((n * g.h + g.in_row(oh, 0) + kh * g.dilation[0]) * g.w
+                                              + g.in_row(ow0, 1) + kw * g.dilation[1]) * g.c)
+                        wrow = b.let("wr", panel + (kh * g.kw + kw) * (g.c * blk.width))
+                        with b.loop("c", 0, g.c, GROUP) as c:
+                            wv = [b.let("wv", wbuf.vec(wrow + c * blk.width + j * blk.lanes * GROUP,
+                                                       blk.lanes * GROUP)) for j in range(blk.nr)]
+                            for i in range(rows):
+                                a = b.let("a", splat_pixel(pixel0 + i * g.stride[1] * g.c + c, blk.lanes))
+                                for j in range(blk.nr):
+                                    b.assign(accs[i][j], Dot(accs[i][j], a, wv[j], a_unsigned))
+                for i in range(rows):
+                    base = ((n * g.oh + oh) * g.ow + ow0 + i) * g.m + ch0
+                    for j in range(blk.nr):
+                        idx = base + j * blk.lanes
+                        b.store(out, idx, arith.result(accs[i][j], ch0 + j * blk.lanes, idx, blk.lanes))
+        return tile
+
+    def all_blocks(columns) -> None:
+        for bi, blk in enumerate(blocks):
+            columns(block_tile(blk, offsets[bi]))
+
+    spatial_loops(b, g, mr, None, inner=all_blocks)   # type: ignore[arg-type]
+    return Kernel(name, params, b.block())
+
+
 # --- depthwise --------------------------------------------------------------------------------------
 
 def lower_depthwise(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, arith: Arith, x: Buffer,
@@ -380,7 +485,10 @@ def conv(ctx: LowerContext, node: Node, name: str) -> Kernel:
     g = geometry(ctx.graph, node)
     weight = ctx.graph.constants[node.inputs[1]]
     groups = node.attrs["group"]
-    arith = _arith(ctx, node, ins, channel_axis=0)
+    if dot_eligible(ctx, node, groups, g.c // groups):
+        bias = ctx.graph.constants[node.inputs[2]] if node.inputs[2] else None
+        return lower_dot(ctx, name, g, weight, node.attrs["quant"], bias, ins[0], outs[0], params)
+    arith = _arith(ctx, node, ins)
     if "quant" in node.attrs:
         weight = _minus_zero_point(weight, node.attrs["quant"], axis=0)
     if groups == g.c and weight.shape[1] == 1 and g.m == g.c:
@@ -388,7 +496,7 @@ def conv(ctx: LowerContext, node: Node, name: str) -> Kernel:
     return lower_dense(ctx, name, g, groups, weight, arith, ins[0], outs[0], params)
 
 
-def _arith(ctx: LowerContext, node: Node, ins, channel_axis: int) -> Arith:
+def _arith(ctx: LowerContext, node: Node, ins) -> Arith:
     bias = ctx.graph.constants[node.inputs[2]] if node.inputs[2] else None
     if "quant" in node.attrs:
         return IntArith(ctx, node.attrs["quant"], bias)
@@ -410,7 +518,11 @@ def gemm(ctx: LowerContext, node: Node, name: str) -> Kernel:
     weight = ctx.graph.constants[node.inputs[1]]
     n = weight.shape[1]
     g = Geometry(1, 1, rows, k, 1, rows, n, 1, 1, (1, 1), (1, 1), (0, 0, 0, 0))
-    arith = _arith(ctx, node, ins, channel_axis=1)
+    if dot_eligible(ctx, node, 1, k):
+        bias = ctx.graph.constants[node.inputs[2]] if node.inputs[2] else None
+        return lower_dot(ctx, name, g, weight.T.reshape(n, k, 1, 1), node.attrs["quant"], bias, ins[0], outs[0],
+                         params)
+    arith = _arith(ctx, node, ins)
     if "quant" in node.attrs:
         weight = _minus_zero_point(weight, node.attrs["quant"], axis=1)
     return lower_dense(ctx, name, g, 1, weight.T.reshape(n, k, 1, 1), arith, ins[0], outs[0], params)
