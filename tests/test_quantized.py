@@ -140,7 +140,8 @@ def test_integer_inputs_and_outputs_keep_their_dtype_and_document_quantization(t
     assert "#define NET_OUTPUT_Y_SCALE 0.200000003f" in header and "#define NET_OUTPUT_Y_ZERO_POINT -5" in header
 
 
-DOT_INSTRUCTION = {"x86-64-avx512-vnni": "vpdpbusd", "aarch64-dotprod": "sdot"}
+DOT_INSTRUCTION = {"x86-64-avx512-vnni": "vpdpbusd", "aarch64-dotprod": "sdot", "cortex-m4": "smlad",
+                   "cortex-m7": "smlad"}
 
 
 @pytest.mark.parametrize("target", sorted(DOT_INSTRUCTION))

@@ -231,6 +231,9 @@ class _FunctionEmitter:
             name = f"llvm.x86.avx512.vpdpbusd.{lanes * 32}"
             fn = self.mb.declare(name, ir.FunctionType(vt, [vt] * 3))
             return self.b.call(fn, [acc, self.b.bitcast(a, vt), self.b.bitcast(w, vt)])
+        if style == "dsp" and group == 2 and lanes == 1 and e.a.dtype == "i16":
+            fn = self.mb.declare("llvm.arm.smlad", ir.FunctionType(_I32, [_I32] * 3))
+            return self.b.call(fn, [self.b.bitcast(a, _I32), self.b.bitcast(w, _I32), acc])
         if style == "neon-dotprod" and not e.a_unsigned and group == 4 and lanes == 4:
             vt, bt = ir.VectorType(_I32, 4), ir.VectorType(ir.IntType(8), 16)
             name = "llvm.aarch64.neon.sdot.v4i32.v16i8"

@@ -134,8 +134,8 @@ class Reinterpret(Expr):
 @dataclass(frozen=True, eq=False)
 class Dot(Expr):
     """acc + groupwise dot products: lane l of acc (i32) adds sum over g < G of a[l*G+g] * b[l*G+g],
-    a and b being 8-bit vectors with G times acc's lanes; b signed, a unsigned if `a_unsigned`.
-    Targets with dot-product instructions (AVX-512 VNNI vpdpbusd, NEON sdot) do it in one."""
+    a and b being 8- or 16-bit vectors with G times acc's lanes; b signed, a unsigned if `a_unsigned`.
+    Targets with dot-product instructions (AVX-512 VNNI vpdpbusd, NEON sdot, Arm DSP SMLAD) do it in one."""
     acc: Expr
     a: Expr
     b: Expr

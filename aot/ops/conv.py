@@ -335,58 +335,86 @@ def lower_dense(ctx: LowerContext, name: str, g: Geometry, groups: int, weight: 
 
 # --- int8 dot products ------------------------------------------------------------------------------
 
-DOT_STYLES = {"avx512-vnni": True, "neon-dotprod": False}    # int_simd -> activations as unsigned bytes?
-GROUP = 4                                                    # k values per dot-product lane
+@dataclass(frozen=True)
+class DotStyle:
+    """How a target's integer dot-product instruction wants its operands.
+
+    bytes: raw 8-bit values, `group` of them per 32-bit lane (AVX-512 VNNI vpdpbusd takes the
+    activations unsigned, NEON sdot signed); the zero point comes off through the bias, so every tap
+    of the window must be present (no padding). pairs: x - x_zp and w - w_zp as 16-bit pairs in one
+    32-bit word, for the Cortex-M DSP's SMLAD (two multiplies and two adds a cycle), any padding."""
+
+    group: int
+    raw_bytes: bool
+    a_unsigned: bool = False
+
+
+DOT_STYLES = {"avx512-vnni": DotStyle(4, True, a_unsigned=True), "neon-dotprod": DotStyle(4, True),
+              "dsp": DotStyle(2, False)}
 
 
 def dot_eligible(ctx: LowerContext, node: Node, groups: int, cg: int) -> bool:
-    """The dot-product kernel needs int8 weights with zero points 0, channels in groups of 4, and no
-    padding (its zero-point correction assumes every tap of the window is present)."""
     quant = node.attrs.get("quant")
+    style = DOT_STYLES.get(ctx.target.int_simd)
+    if quant is None or style is None or groups != 1 or cg % style.group:
+        return False
+    if not style.raw_bytes:
+        return True
     weight = ctx.graph.constants[node.inputs[1]]
-    return (quant is not None and ctx.target.int_simd in DOT_STYLES and groups == 1 and cg % GROUP == 0
-            and weight.dtype == np.int8 and not np.any(quant.w_zp) and not any(node.attrs.get("pads", (0,))))
+    return weight.dtype == np.int8 and not np.any(quant.w_zp) and not any(node.attrs.get("pads", (0,)))
 
 
 def lower_dot(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, quant: Quant, bias: np.ndarray | None,
               x: Buffer, out: Buffer, params: tuple[Buffer, ...]) -> Kernel:
-    """int8 convolution (or Gemm) on the target's dot-product instructions: each step multiplies 4
-    channels of one input pixel, replicated across the lanes, with 4 channels of weights per output
-    channel, and adds the 4 products into that channel's int32 lane.
+    """int8 convolution (or Gemm) on the target's dot-product instructions: each step multiplies
+    `group` channels of one input pixel, replicated across the lanes, with `group` channels of weights
+    per output channel, and adds the products into that channel's int32 lane.
 
-    The instructions take the raw 8-bit values, so x - x_zp is not formed: the zero point (and the
-    +-128 that turns int8 into the unsigned bytes VNNI wants, or uint8 into the signed ones of sdot)
-    is taken off once, through the bias: sum (x' - z') w = sum x' w - z' sum w.
+    With raw bytes, x - x_zp is never formed: the zero point (and the +-128 that turns int8 into the
+    unsigned bytes VNNI wants, or uint8 into the signed ones of sdot) is taken off once, through the
+    bias: sum (x' - z') w = sum x' w - z' sum w.
     """
-    a_unsigned = DOT_STYLES[ctx.target.int_simd]
-    x_int8 = x.dtype == "i8"
-    flip = (x_int8 and a_unsigned) or (not x_int8 and not a_unsigned)       # reinterpret x with its top bit flipped
-    z = quant.x_zp + (128 if x_int8 else -128) * flip
+    style = DOT_STYLES[ctx.target.int_simd]
+    group = style.group
     lanes = ctx.target.lanes
-    mr, nr_max = tile_shape(lanes, ctx.target.vector_registers, g.m, ctx.knobs)
+    x_int8 = x.dtype == "i8"
+    flip = style.raw_bytes and (x_int8 == style.a_unsigned)       # reinterpret x with its top bit flipped
+    if style.raw_bytes:
+        z = quant.x_zp + ((128 if x_int8 else -128) if flip else 0)
+        sums = weight.reshape(g.m, -1).astype(np.int64).sum(axis=1)
+        int_bias = (bias.astype(np.int64) if bias is not None and bias.dtype == np.int32 else 0) - z * sums
+        arith = IntArith(ctx, quant, np.clip(int_bias, -(2**31), 2**31 - 1).astype(np.int32))
+        if bias is not None and bias.dtype == np.float32:
+            arith.float_bias = ctx.const((bias / np.float32(quant.y_scale)).astype(np.float32), "fb")
+        packed_dtype = np.int8
+    else:
+        arith = IntArith(ctx, quant, bias)
+        weight = _minus_zero_point(weight, quant, axis=0)
+        packed_dtype = np.int16
+    # Scalar integer tiles (lanes == 1) live in the core registers (about 10 free on Arm Thumb).
+    registers = ctx.target.vector_registers if lanes > 1 else 10
+    mr, nr_max = tile_shape(lanes, registers, g.m, ctx.knobs)
     blocks = channel_blocks(g.m, lanes, nr_max)
-    sums = weight.reshape(g.m, -1).astype(np.int64).sum(axis=1)
-    corrected = (bias.astype(np.int64) if bias is not None and bias.dtype == np.int32 else 0) - z * sums
-    arith = IntArith(ctx, quant, np.clip(corrected, -(2**31), 2**31 - 1).astype(np.int32))
-    if bias is not None and bias.dtype == np.float32:
-        arith.float_bias = ctx.const((bias / np.float32(quant.y_scale)).astype(np.float32), "fb")
-    # Weights: per block of output channels, [kh][kw][c / 4][width][4].
+    # Weights: per block of output channels, [kh][kw][c / group][width][group].
     panels, offsets = [], []
     for blk in blocks:
         offsets.append(sum(p.size for p in panels))
         for r in range(blk.count):
             rows = weight[blk.start + r * blk.width: blk.start + (r + 1) * blk.width]     # (width, c, kh, kw)
-            grouped = rows.reshape(blk.width, g.c // GROUP, GROUP, g.kh, g.kw).transpose(3, 4, 1, 0, 2)
+            grouped = rows.reshape(blk.width, g.c // group, group, g.kh, g.kw).transpose(3, 4, 1, 0, 2)
             panels.append(np.ascontiguousarray(grouped).reshape(-1))
-    wbuf = ctx.const(np.concatenate(panels).astype(np.int8), "w")
+    wbuf = ctx.const(np.concatenate(panels).astype(packed_dtype), "w")
     panel_size = g.kh * g.kw * g.c
     b = Builder()
 
     def splat_pixel(index: Expr, width: int) -> Expr:
-        word = Reinterpret(x.vec(index, GROUP), "i32", 1)
+        """`group` channels of one pixel, as the instruction's left operand, repeated for `width` lanes."""
+        if not style.raw_bytes:
+            return Cast(widen(x.vec(index, group)) - quant.x_zp, "i16")
+        word = Reinterpret(x.vec(index, group), "i32", 1)
         if flip:
             word = binop("xor", word, const(-0x7F7F7F80, "i32"))        # 0x80808080: +-128 on each byte
-        return Reinterpret(Broadcast(word, width) if width > 1 else word, "i8", width * GROUP)
+        return Reinterpret(Broadcast(word, width) if width > 1 else word, "i8", width * group)
 
     def block_tile(blk: ChannelBlock, run_offset: int):
         def tile(rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) -> None:
@@ -400,13 +428,13 @@ def lower_dot(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, qua
                         pixel0 = b.let("px", ((n * g.h + g.in_row(oh, 0) + kh * g.dilation[0]) * g.w
                                               + g.in_row(ow0, 1) + kw * g.dilation[1]) * g.c)
                         wrow = b.let("wr", panel + (kh * g.kw + kw) * (g.c * blk.width))
-                        with b.loop("c", 0, g.c, GROUP) as c:
-                            wv = [b.let("wv", wbuf.vec(wrow + c * blk.width + j * blk.lanes * GROUP,
-                                                       blk.lanes * GROUP)) for j in range(blk.nr)]
+                        with b.loop("c", 0, g.c, group) as c:
+                            wv = [b.let("wv", wbuf.vec(wrow + c * blk.width + j * blk.lanes * group,
+                                                       blk.lanes * group)) for j in range(blk.nr)]
                             for i in range(rows):
                                 a = b.let("a", splat_pixel(pixel0 + i * g.stride[1] * g.c + c, blk.lanes))
                                 for j in range(blk.nr):
-                                    b.assign(accs[i][j], Dot(accs[i][j], a, wv[j], a_unsigned))
+                                    b.assign(accs[i][j], Dot(accs[i][j], a, wv[j], style.a_unsigned))
                 for i in range(rows):
                     base = ((n * g.oh + oh) * g.ow + ow0 + i) * g.m + ch0
                     for j in range(blk.nr):
