@@ -103,7 +103,8 @@ def test_large_int8_qdq(name, tmp_path):
 
 
 @pytest.mark.qemu
-@pytest.mark.parametrize("target", ["cortex-m4", "cortex-m55", "aarch64", "armv7-neon", "cortex-m0plus"])
+@pytest.mark.parametrize("target", ["cortex-m4", "cortex-m55", "aarch64", "armv7-neon", "cortex-m0plus", "x86-64-avx2",
+                                    "x86-64-avx512"])
 @pytest.mark.parametrize("name", ["ds_cnn", "mobilenet_v1", "resnet8", "fc_autoencoder"])
 def test_mlperf_tiny_int8_on_arm(name, target, tmp_path):
     assert_within_one_step(quantized(zoo.ZOO[name](), tmp_path, "QDQ", True), target=target)
@@ -140,8 +141,9 @@ def test_integer_inputs_and_outputs_keep_their_dtype_and_document_quantization(t
     assert "#define NET_OUTPUT_Y_SCALE 0.200000003f" in header and "#define NET_OUTPUT_Y_ZERO_POINT -5" in header
 
 
-DOT_INSTRUCTION = {"x86-64-avx512-vnni": "vpdpbusd", "aarch64-dotprod": "sdot", "cortex-m4": "smlad",
-                   "cortex-m7": "smlad"}
+DOT_INSTRUCTION = {"x86-64-avx512-vnni": "vpdpbusd", "x86-64-avx512": "vpmaddwd", "x86-64-avx2": "vpmaddwd",
+                   "aarch64-dotprod": "sdot", "aarch64": "smlal", "armv7-neon": "vmlal.s16", "cortex-m4": "smlad",
+                   "cortex-m7": "smlad", "cortex-m55": "vmlava"}
 
 
 @pytest.mark.parametrize("target", sorted(DOT_INSTRUCTION))

@@ -234,6 +234,10 @@ class _FunctionEmitter:
         if style == "dsp" and group == 2 and lanes == 1 and e.a.dtype == "i16":
             fn = self.mb.declare("llvm.arm.smlad", ir.FunctionType(_I32, [_I32] * 3))
             return self.b.call(fn, [self.b.bitcast(a, _I32), self.b.bitcast(w, _I32), acc])
+        if style in ("avx2", "avx512bw") and group == 2 and lanes in (8, 16) and e.a.dtype == "i16":
+            vt, ht = ir.VectorType(_I32, lanes), ir.VectorType(ir.IntType(16), lanes * 2)
+            name = "llvm.x86.avx2.pmadd.wd" if lanes == 8 else "llvm.x86.avx512.pmaddw.d.512"
+            return self.b.add(acc, self.b.call(self.mb.declare(name, ir.FunctionType(vt, [ht, ht])), [a, w]))
         if style == "neon-dotprod" and not e.a_unsigned and group == 4 and lanes == 4:
             vt, bt = ir.VectorType(_I32, 4), ir.VectorType(ir.IntType(8), 16)
             name = "llvm.aarch64.neon.sdot.v4i32.v16i8"
@@ -242,10 +246,9 @@ class _FunctionEmitter:
         wide = ir.VectorType(_I32, lanes * group)
         products = self.b.mul(self.b.zext(a, wide) if e.a_unsigned else self.b.sext(a, wide), self.b.sext(w, wide))
         total = acc
-        if lanes == 1:
-            for g in range(group):
-                total = self.b.add(total, self.b.extract_element(products, ir.Constant(_I32, g)))
-            return total
+        if lanes == 1:      # a horizontal sum: Helium makes VMLADAV of it
+            fn = self.mb.declare(f"llvm.vector.reduce.add.v{group}i32", ir.FunctionType(_I32, [wide]))
+            return self.b.add(total, self.b.call(fn, [products]))
         for g in range(group):
             picked = self.b.shuffle_vector(products, products, ir.Constant(ir.VectorType(_I32, lanes),
                                                                            [i * group + g for i in range(lanes)]))

@@ -342,15 +342,17 @@ class DotStyle:
     bytes: raw 8-bit values, `group` of them per 32-bit lane (AVX-512 VNNI vpdpbusd takes the
     activations unsigned, NEON sdot signed); the zero point comes off through the bias, so every tap
     of the window must be present (no padding). pairs: x - x_zp and w - w_zp as 16-bit pairs in one
-    32-bit word, for the Cortex-M DSP's SMLAD (two multiplies and two adds a cycle), any padding."""
+    32-bit lane (x86 vpmaddwd, the Cortex-M DSP's SMLAD: two multiplies and two adds at once); any padding."""
 
     group: int
     raw_bytes: bool
     a_unsigned: bool = False
+    scalar: bool = False        # one output channel per accumulator, the group summed across a vector
 
 
 DOT_STYLES = {"avx512-vnni": DotStyle(4, True, a_unsigned=True), "neon-dotprod": DotStyle(4, True),
-              "dsp": DotStyle(2, False)}
+              "dsp": DotStyle(2, False), "avx2": DotStyle(2, False), "avx512bw": DotStyle(2, False),
+              "mve": DotStyle(8, False, scalar=True)}     # Helium VMLADAV: 8 products summed into a scalar
 
 
 def dot_eligible(ctx: LowerContext, node: Node, groups: int, cg: int) -> bool:
@@ -376,7 +378,7 @@ def lower_dot(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, qua
     """
     style = DOT_STYLES[ctx.target.int_simd]
     group = style.group
-    lanes = ctx.target.lanes
+    lanes = 1 if style.scalar else ctx.target.lanes
     x_int8 = x.dtype == "i8"
     flip = style.raw_bytes and (x_int8 == style.a_unsigned)       # reinterpret x with its top bit flipped
     if style.raw_bytes:
@@ -409,12 +411,17 @@ def lower_dot(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, qua
 
     def splat_pixel(index: Expr, width: int) -> Expr:
         """`group` channels of one pixel, as the instruction's left operand, repeated for `width` lanes."""
-        if not style.raw_bytes:
-            return Cast(widen(x.vec(index, group)) - quant.x_zp, "i16")
-        word = Reinterpret(x.vec(index, group), "i32", 1)
-        if flip:
-            word = binop("xor", word, const(-0x7F7F7F80, "i32"))        # 0x80808080: +-128 on each byte
-        return Reinterpret(Broadcast(word, width) if width > 1 else word, "i8", width * group)
+        if style.raw_bytes:
+            word = Reinterpret(x.vec(index, group), "i32", 1)
+            if flip:
+                word = binop("xor", word, const(-0x7F7F7F80, "i32"))    # 0x80808080: +-128 on each byte
+        else:
+            pair = Cast(widen(x.vec(index, group)) - quant.x_zp, "i16")
+            if width == 1:
+                return pair
+            word = Reinterpret(pair, "i32", 1)
+        element = "i8" if style.raw_bytes else "i16"
+        return Reinterpret(Broadcast(word, width) if width > 1 else word, element, width * group)
 
     def block_tile(blk: ChannelBlock, run_offset: int):
         def tile(rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) -> None:
