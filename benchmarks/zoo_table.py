@@ -2,7 +2,11 @@
 target's emulator), compare with onnxruntime and print one table: max error, workspace vs its lower
 bound, flash (code + weights) and RAM (workspace + inputs/outputs), build time.
 
-    python benchmarks/zoo_table.py [--target host] [--target cortex-m4 ...] [MODEL ...]
+    python benchmarks/zoo_table.py [--target host] [--target cortex-m4 ...] [--int8] [MODEL ...]
+
+With --int8 each model is first quantized by onnxruntime's quantize_static (QDQ, per-channel weights,
+int8 activations; examples/quantize.py) and compared with onnxruntime running that int8 model; the
+table then counts elements one quantization step off.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 
 import zoo  # noqa: E402
+from quantize import quantize_model  # noqa: E402
 
 import aot  # noqa: E402
 
@@ -24,9 +29,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("models", nargs="*", default=list(zoo.ZOO), help="zoo model names (default: all)")
     parser.add_argument("--target", action="append", help="target name (repeatable; default: host)")
+    parser.add_argument("--int8", action="store_true", help="quantize the models to int8 first")
     args = parser.parse_args()
-    header = ("target", "model", "max abs err", "err/scale", "workspace B", "lower bound B", "flash B", "code B",
-              "RAM B", "build s", "check")
+    header = ("target", "model", "max abs err", "err/scale" if not args.int8 else "steps off", "workspace B",
+              "lower bound B", "flash B", "code B", "RAM B", "build s", "check")
+    models = {name: zoo.ZOO[name]() for name in args.models}
+    if args.int8:
+        models = {name: quantize_model(model) for name, model in models.items()}
     rows = [header]
     failed = False
     with tempfile.TemporaryDirectory() as tmp:
@@ -34,7 +43,7 @@ def main() -> int:
             for name in args.models:
                 start = time.perf_counter()
                 try:
-                    artifact = aot.build(zoo.ZOO[name](), target=target, out_dir=Path(tmp) / target / name, name=name)
+                    artifact = aot.build(models[name], target=target, out_dir=Path(tmp) / target / name, name=name)
                 except aot.AotError as err:      # e.g. does not fit the target's memory
                     rows.append((target, name, "-", "-", "-", "-", "-", "-", "-", "-", str(err)[:60]))
                     continue
@@ -43,12 +52,14 @@ def main() -> int:
                 worst = max(result.comparisons, key=lambda c: c.max_abs / max(c.scale, 1e-30))
                 failed |= not result.ok
                 plan, mem = artifact.plan, artifact.metadata["memory"]
-                rows.append((artifact.target.name, name, f"{worst.max_abs:.2e}",
-                             f"{worst.max_abs / max(worst.scale, 1e-30):.1e}", f"{plan['workspace_size']:,}",
+                error = (f"{worst.off_by_one} of {worst.size}" if args.int8
+                         else f"{worst.max_abs / max(worst.scale, 1e-30):.1e}")
+                rows.append((artifact.target.name, name, f"{worst.max_abs:.2e}", error, f"{plan['workspace_size']:,}",
                              f"{plan['lower_bound']:,}", f"{mem['flash']:,}", f"{mem['code']:,}", f"{mem['ram']:,}",
                              f"{seconds:.2f}", "ok" if result.ok else "MISMATCH"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    print("tolerance: err/scale <= 1e-4 (scale = max |onnxruntime output|)")
+    print("tolerance: one quantization step" if args.int8 else
+          "tolerance: err/scale <= 1e-4 (scale = max |onnxruntime output|)")
     for r in rows:
         print("  ".join(c.ljust(w) if i < 2 or i == len(r) - 1 else c.rjust(w)
                         for i, (c, w) in enumerate(zip(r, widths))))

@@ -234,7 +234,8 @@ class _FunctionEmitter:
         if style == "dsp" and group == 2 and lanes == 1 and e.a.dtype == "i16":
             fn = self.mb.declare("llvm.arm.smlad", ir.FunctionType(_I32, [_I32] * 3))
             return self.b.call(fn, [self.b.bitcast(a, _I32), self.b.bitcast(w, _I32), acc])
-        if style in ("avx2", "avx512bw") and group == 2 and lanes in (8, 16) and e.a.dtype == "i16":
+        x86_pairs = style in ("avx2", "avx512bw", "avx512-vnni") and (lanes == 8 or style != "avx2")
+        if x86_pairs and group == 2 and lanes in (8, 16) and e.a.dtype == "i16":
             vt, ht = ir.VectorType(_I32, lanes), ir.VectorType(ir.IntType(16), lanes * 2)
             name = "llvm.x86.avx2.pmadd.wd" if lanes == 8 else "llvm.x86.avx512.pmaddw.d.512"
             return self.b.add(acc, self.b.call(self.mb.declare(name, ir.FunctionType(vt, [ht, ht])), [a, w]))

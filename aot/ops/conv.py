@@ -350,24 +350,30 @@ class DotStyle:
     scalar: bool = False        # one output channel per accumulator, the group summed across a vector
 
 
-DOT_STYLES = {"avx512-vnni": DotStyle(4, True, a_unsigned=True), "neon-dotprod": DotStyle(4, True),
-              "dsp": DotStyle(2, False), "avx2": DotStyle(2, False), "avx512bw": DotStyle(2, False),
-              "mve": DotStyle(8, False, scalar=True)}     # Helium VMLADAV: 8 products summed into a scalar
+_PAIRS = DotStyle(2, False)
+# Per integer-SIMD style of a target, the dot-product forms it has, best first.
+DOT_STYLES = {"avx512-vnni": [DotStyle(4, True, a_unsigned=True), _PAIRS], "neon-dotprod": [DotStyle(4, True)],
+              "dsp": [_PAIRS], "avx2": [_PAIRS], "avx512bw": [_PAIRS],
+              "mve": [DotStyle(8, False, scalar=True)]}     # Helium VMLAV: 8 products summed into a scalar
 
 
-def dot_eligible(ctx: LowerContext, node: Node, groups: int, cg: int) -> bool:
+def dot_style(ctx: LowerContext, node: Node, groups: int, cg: int) -> DotStyle | None:
+    """The best dot-product form this quantized Conv/Gemm can use on the target, if any."""
     quant = node.attrs.get("quant")
-    style = DOT_STYLES.get(ctx.target.int_simd)
-    if quant is None or style is None or groups != 1 or cg % style.group:
-        return False
-    if not style.raw_bytes:
-        return True
+    if quant is None or groups != 1:
+        return None
     weight = ctx.graph.constants[node.inputs[1]]
-    return weight.dtype == np.int8 and not np.any(quant.w_zp) and not any(node.attrs.get("pads", (0,)))
+    for style in DOT_STYLES.get(ctx.target.int_simd, []):
+        if cg % style.group:
+            continue
+        if style.raw_bytes and (weight.dtype != np.int8 or np.any(quant.w_zp) or any(node.attrs.get("pads", (0,)))):
+            continue
+        return style
+    return None
 
 
-def lower_dot(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, quant: Quant, bias: np.ndarray | None,
-              x: Buffer, out: Buffer, params: tuple[Buffer, ...]) -> Kernel:
+def lower_dot(ctx: LowerContext, name: str, g: Geometry, style: DotStyle, weight: np.ndarray, quant: Quant,
+              bias: np.ndarray | None, x: Buffer, out: Buffer, params: tuple[Buffer, ...]) -> Kernel:
     """int8 convolution (or Gemm) on the target's dot-product instructions: each step multiplies
     `group` channels of one input pixel, replicated across the lanes, with `group` channels of weights
     per output channel, and adds the products into that channel's int32 lane.
@@ -376,7 +382,6 @@ def lower_dot(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, qua
     unsigned bytes VNNI wants, or uint8 into the signed ones of sdot) is taken off once, through the
     bias: sum (x' - z') w = sum x' w - z' sum w.
     """
-    style = DOT_STYLES[ctx.target.int_simd]
     group = style.group
     lanes = 1 if style.scalar else ctx.target.lanes
     x_int8 = x.dtype == "i8"
@@ -520,9 +525,10 @@ def conv(ctx: LowerContext, node: Node, name: str) -> Kernel:
     g = geometry(ctx.graph, node)
     weight = ctx.graph.constants[node.inputs[1]]
     groups = node.attrs["group"]
-    if dot_eligible(ctx, node, groups, g.c // groups):
+    style = dot_style(ctx, node, groups, g.c // groups)
+    if style is not None:
         bias = ctx.graph.constants[node.inputs[2]] if node.inputs[2] else None
-        return lower_dot(ctx, name, g, weight, node.attrs["quant"], bias, ins[0], outs[0], params)
+        return lower_dot(ctx, name, g, style, weight, node.attrs["quant"], bias, ins[0], outs[0], params)
     arith = _arith(ctx, node, ins)
     if "quant" in node.attrs:
         weight = _minus_zero_point(weight, node.attrs["quant"], axis=0)
@@ -553,10 +559,11 @@ def gemm(ctx: LowerContext, node: Node, name: str) -> Kernel:
     weight = ctx.graph.constants[node.inputs[1]]
     n = weight.shape[1]
     g = Geometry(1, 1, rows, k, 1, rows, n, 1, 1, (1, 1), (1, 1), (0, 0, 0, 0))
-    if dot_eligible(ctx, node, 1, k):
+    style = dot_style(ctx, node, 1, k)
+    if style is not None:
         bias = ctx.graph.constants[node.inputs[2]] if node.inputs[2] else None
-        return lower_dot(ctx, name, g, weight.T.reshape(n, k, 1, 1), node.attrs["quant"], bias, ins[0], outs[0],
-                         params)
+        return lower_dot(ctx, name, g, style, weight.T.reshape(n, k, 1, 1), node.attrs["quant"], bias, ins[0],
+                         outs[0], params)
     arith = _arith(ctx, node, ins)
     if "quant" in node.attrs:
         weight = _minus_zero_point(weight, node.attrs["quant"], axis=1)
