@@ -22,7 +22,8 @@ TARGETS = [t.name for t in all_targets()]
 CROSS = [t for t in TARGETS if not t.startswith("x86-64")]
 # A vector FMA (or the scalar FPU's) that must appear in a convolution's code, per target.
 VECTOR_CODE = {
-    "x86-64-avx512": "vfmadd231ps\t%zmm", "x86-64-avx2": "vfmadd231ps\t%ymm", "x86-64": "mulps\t%xmm",
+    "x86-64-avx512": "vfmadd231ps\t%zmm", "x86-64-avx512-vnni": "vfmadd231ps\t%zmm",
+    "x86-64-avx2": "vfmadd231ps\t%ymm", "x86-64": "mulps\t%xmm",
     "aarch64": "fmla\tv", "aarch64-dotprod": "fmla\tv", "armv7-neon": ".f32\tq",
     "cortex-m4": "vfma.f32\ts", "cortex-m7": "vfma.f32\ts",                 # scalar FPU, fused
     "cortex-m55": "vfma.f32\tq", "cortex-m0plus": "bl\t__aeabi_fmul",       # Helium; soft float

@@ -176,8 +176,9 @@ def tile_shape(target_lanes: int, registers: int, channels: int, knobs: dict) ->
 
 # --- dense / grouped convolution --------------------------------------------------------------------
 
-def _pack_dense(weight: np.ndarray, groups: int, blocks: list[ChannelBlock]) -> tuple[np.ndarray, list[int]]:
-    """OIHW weights -> per group, per block: [kh][kw][c][block width] panels, concatenated.
+def _pack_dense(weight: np.ndarray, groups: int, blocks: list[ChannelBlock], group: int = 1
+                ) -> tuple[np.ndarray, list[int]]:
+    """OIHW weights -> per group, per block: [kh][kw][c / group][block width][group] panels, concatenated.
 
     Returns the packed array and the offset of each (group, block run)."""
     m, cg, kh, kw = weight.shape
@@ -189,7 +190,8 @@ def _pack_dense(weight: np.ndarray, groups: int, blocks: list[ChannelBlock]) -> 
             for r in range(blk.count):
                 first = g * mg + blk.start + r * blk.width
                 rows = weight[first: first + blk.width]          # (width, cg, kh, kw)
-                panel = np.ascontiguousarray(rows.transpose(2, 3, 1, 0)).reshape(-1)
+                grouped = rows.reshape(blk.width, cg // group, group, kh, kw).transpose(3, 4, 1, 0, 2)
+                panel = np.ascontiguousarray(grouped).reshape(-1)
                 panels.append(panel)
                 offset += panel.size
     return np.concatenate(panels), offsets
@@ -199,6 +201,8 @@ class FloatArith:
     """fp32: FMA into fp32 accumulators; the epilogue adds the residual and applies the activations."""
 
     acc_dtype = "f32"
+    group = 1           # input channels per multiply-accumulate step
+    scalar = False      # accumulators one channel wide whatever the vector width
 
     def __init__(self, ctx: LowerContext, bias: np.ndarray | None, acts, residual: Buffer | None):
         self.bias = ctx.const(bias.astype(np.float32), "b") if bias is not None else None
@@ -209,6 +213,10 @@ class FloatArith:
 
     def init(self, ch: Expr, lanes: int) -> Expr:
         return self.bias.vec(ch, lanes) if self.bias is not None else const(0.0, "f32", lanes)
+
+    def operand(self, x: Buffer, index: Expr, lanes: int) -> Expr:
+        """The input value(s) multiplied at one step (FMA splats a scalar across the lanes)."""
+        return self.load_x(x[index])
 
     def load_x(self, value: Expr) -> Expr:
         return value
@@ -232,6 +240,8 @@ class IntArith:
     multiplier and shift (TFLite's way)."""
 
     acc_dtype = "i32"
+    group = 1
+    scalar = False
 
     def __init__(self, ctx: LowerContext, quant: Quant, bias: np.ndarray | None):
         self.q = quant
@@ -258,6 +268,9 @@ class IntArith:
     def init(self, ch: Expr, lanes: int) -> Expr:
         return self.bias.vec(ch, lanes) if self.bias is not None else const(0, "i32", lanes)
 
+    def operand(self, x: Buffer, index: Expr, lanes: int) -> Expr:
+        return self.load_x(x[index])
+
     def load_x(self, value: Expr) -> Expr:
         return widen(value) - self.q.x_zp
 
@@ -278,16 +291,67 @@ class IntArith:
         return quantize(value, q.y_zp, q.qmin, q.qmax, q.y_dtype)
 
 
+class DotArith(IntArith):
+    """int8 on a dot-product instruction (see DotStyle): each step multiplies `group` input channels of
+    one pixel, repeated across the lanes, with `group` weights per output channel, summed into the
+    channel's int32 lane.
+
+    With raw bytes, x - x_zp is never formed: the zero point (and the +-128 that turns int8 into the
+    unsigned bytes VNNI wants, or uint8 into the signed ones of sdot) comes off once, through the bias:
+    sum (x' - z') w = sum x' w - z' sum w.
+    """
+
+    def __init__(self, ctx: LowerContext, style: DotStyle, quant: Quant, bias: np.ndarray | None,
+                 weight: np.ndarray, x_dtype: str):
+        self.style, self.group, self.scalar = style, style.group, style.scalar
+        x_int8 = x_dtype == "i8"
+        self.flip = style.raw_bytes and (x_int8 == style.a_unsigned)      # flip x's top bit
+        if style.raw_bytes:
+            z = quant.x_zp + ((128 if x_int8 else -128) if self.flip else 0)
+            sums = weight.reshape(weight.shape[0], -1).astype(np.int64).sum(axis=1)
+            int_bias = (bias.astype(np.int64) if bias is not None and bias.dtype == np.int32 else 0) - z * sums
+            super().__init__(ctx, quant, np.clip(int_bias, -(2**31), 2**31 - 1).astype(np.int32))
+            if bias is not None and bias.dtype == np.float32:
+                self.float_bias = ctx.const((bias / np.float32(quant.y_scale)).astype(np.float32), "fb")
+        else:
+            super().__init__(ctx, quant, bias)
+
+    def weights(self, packed: np.ndarray) -> np.ndarray:
+        return packed.astype(np.int8 if self.style.raw_bytes else np.int16)
+
+    def operand(self, x: Buffer, index: Expr, lanes: int) -> Expr:
+        if self.style.raw_bytes:
+            word = Reinterpret(x.vec(index, self.group), "i32", 1)
+            if self.flip:
+                word = binop("xor", word, const(-0x7F7F7F80, "i32"))    # 0x80808080: +-128 on each byte
+        else:
+            pair = Cast(widen(x.vec(index, self.group)) - self.q.x_zp, "i16")
+            if lanes == 1:
+                return pair
+            word = Reinterpret(pair, "i32", 1)
+        element = "i8" if self.style.raw_bytes else "i16"
+        return Reinterpret(Broadcast(word, lanes) if lanes > 1 else word, element, lanes * self.group)
+
+    def load_w(self, value: Expr) -> Expr:
+        return value
+
+    def mac(self, acc: Expr, a: Expr, w: Expr) -> Expr:
+        return Dot(acc, a, w, self.style.a_unsigned)
+
+
 Arith = FloatArith | IntArith
 
 
 def lower_dense(ctx: LowerContext, name: str, g: Geometry, groups: int, weight: np.ndarray, arith: Arith,
                 x: Buffer, out: Buffer, params: tuple[Buffer, ...]) -> Kernel:
     cg, mg = g.c // groups, g.m // groups
-    lanes = ctx.target.lanes
-    mr, nr_max = tile_shape(lanes, ctx.target.vector_registers, mg, ctx.knobs)
+    step = arith.group          # input channels per multiply-accumulate
+    lanes = 1 if arith.scalar else ctx.target.lanes
+    # Scalar integer tiles live in the core registers (about 10 free on Arm Thumb).
+    registers = 10 if lanes == 1 and arith.acc_dtype == "i32" else ctx.target.vector_registers
+    mr, nr_max = tile_shape(lanes, registers, mg, ctx.knobs)
     blocks = channel_blocks(mg, lanes, nr_max)
-    packed, offsets = _pack_dense(weight, groups, blocks)
+    packed, offsets = _pack_dense(weight, groups, blocks, step)
     wbuf = ctx.const(arith.weights(packed), "w")
     b = Builder()
     dy, dx = g.dilation
@@ -309,11 +373,11 @@ def lower_dense(ctx: LowerContext, name: str, g: Geometry, groups: int, weight: 
                 with b.loop("kw", kw_lo, kw_hi) as kw:
                     pixel0 = b.let("px", ((n * g.h + ih) * g.w + g.in_row(ow0, 1) + kw * dx) * g.c + group * cg)
                     wrow = b.let("wr", panel + (kh * g.kw + kw) * (cg * blk.width))
-                    with b.loop("c", 0, cg) as c:
-                        wv = [b.let("wv", arith.load_w(wbuf.vec(wrow + c * blk.width + j * blk.lanes, blk.lanes)))
-                              for j in range(blk.nr)]
+                    with b.loop("c", 0, cg, step) as c:
+                        wv = [b.let("wv", arith.load_w(wbuf.vec(wrow + c * blk.width + j * blk.lanes * step,
+                                                                blk.lanes * step))) for j in range(blk.nr)]
                         for i in range(rows):
-                            a = b.let("a", arith.load_x(x[pixel0 + (i * g.stride[1] * g.c) + c]))
+                            a = b.let("a", arith.operand(x, pixel0 + i * g.stride[1] * g.c + c, blk.lanes))
                             for j in range(blk.nr):
                                 b.assign(accs[i][j], arith.mac(accs[i][j], a, wv[j]))
             for i in range(rows):
@@ -370,96 +434,6 @@ def dot_style(ctx: LowerContext, node: Node, groups: int, cg: int) -> DotStyle |
             continue
         return style
     return None
-
-
-def lower_dot(ctx: LowerContext, name: str, g: Geometry, style: DotStyle, weight: np.ndarray, quant: Quant,
-              bias: np.ndarray | None, x: Buffer, out: Buffer, params: tuple[Buffer, ...]) -> Kernel:
-    """int8 convolution (or Gemm) on the target's dot-product instructions: each step multiplies
-    `group` channels of one input pixel, replicated across the lanes, with `group` channels of weights
-    per output channel, and adds the products into that channel's int32 lane.
-
-    With raw bytes, x - x_zp is never formed: the zero point (and the +-128 that turns int8 into the
-    unsigned bytes VNNI wants, or uint8 into the signed ones of sdot) is taken off once, through the
-    bias: sum (x' - z') w = sum x' w - z' sum w.
-    """
-    group = style.group
-    lanes = 1 if style.scalar else ctx.target.lanes
-    x_int8 = x.dtype == "i8"
-    flip = style.raw_bytes and (x_int8 == style.a_unsigned)       # reinterpret x with its top bit flipped
-    if style.raw_bytes:
-        z = quant.x_zp + ((128 if x_int8 else -128) if flip else 0)
-        sums = weight.reshape(g.m, -1).astype(np.int64).sum(axis=1)
-        int_bias = (bias.astype(np.int64) if bias is not None and bias.dtype == np.int32 else 0) - z * sums
-        arith = IntArith(ctx, quant, np.clip(int_bias, -(2**31), 2**31 - 1).astype(np.int32))
-        if bias is not None and bias.dtype == np.float32:
-            arith.float_bias = ctx.const((bias / np.float32(quant.y_scale)).astype(np.float32), "fb")
-        packed_dtype = np.int8
-    else:
-        arith = IntArith(ctx, quant, bias)
-        weight = _minus_zero_point(weight, quant, axis=0)
-        packed_dtype = np.int16
-    # Scalar integer tiles (lanes == 1) live in the core registers (about 10 free on Arm Thumb).
-    registers = ctx.target.vector_registers if lanes > 1 else 10
-    mr, nr_max = tile_shape(lanes, registers, g.m, ctx.knobs)
-    blocks = channel_blocks(g.m, lanes, nr_max)
-    # Weights: per block of output channels, [kh][kw][c / group][width][group].
-    panels, offsets = [], []
-    for blk in blocks:
-        offsets.append(sum(p.size for p in panels))
-        for r in range(blk.count):
-            rows = weight[blk.start + r * blk.width: blk.start + (r + 1) * blk.width]     # (width, c, kh, kw)
-            grouped = rows.reshape(blk.width, g.c // group, group, g.kh, g.kw).transpose(3, 4, 1, 0, 2)
-            panels.append(np.ascontiguousarray(grouped).reshape(-1))
-    wbuf = ctx.const(np.concatenate(panels).astype(packed_dtype), "w")
-    panel_size = g.kh * g.kw * g.c
-    b = Builder()
-
-    def splat_pixel(index: Expr, width: int) -> Expr:
-        """`group` channels of one pixel, as the instruction's left operand, repeated for `width` lanes."""
-        if style.raw_bytes:
-            word = Reinterpret(x.vec(index, group), "i32", 1)
-            if flip:
-                word = binop("xor", word, const(-0x7F7F7F80, "i32"))    # 0x80808080: +-128 on each byte
-        else:
-            pair = Cast(widen(x.vec(index, group)) - quant.x_zp, "i16")
-            if width == 1:
-                return pair
-            word = Reinterpret(pair, "i32", 1)
-        element = "i8" if style.raw_bytes else "i16"
-        return Reinterpret(Broadcast(word, width) if width > 1 else word, element, width * group)
-
-    def block_tile(blk: ChannelBlock, run_offset: int):
-        def tile(rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) -> None:
-            with b.loop("cb", 0, blk.count) as cb:
-                ch0 = b.let("ch0", blk.start + cb * blk.width)
-                panel = b.let("panel", run_offset + cb * (panel_size * blk.width))
-                accs = [[b.local("acc", arith.init(ch0 + j * blk.lanes, blk.lanes)) for j in range(blk.nr)]
-                        for _ in range(rows)]
-                with b.loop("kh", kh_lo, kh_hi) as kh:
-                    with b.loop("kw", kw_lo, kw_hi) as kw:
-                        pixel0 = b.let("px", ((n * g.h + g.in_row(oh, 0) + kh * g.dilation[0]) * g.w
-                                              + g.in_row(ow0, 1) + kw * g.dilation[1]) * g.c)
-                        wrow = b.let("wr", panel + (kh * g.kw + kw) * (g.c * blk.width))
-                        with b.loop("c", 0, g.c, group) as c:
-                            wv = [b.let("wv", wbuf.vec(wrow + c * blk.width + j * blk.lanes * group,
-                                                       blk.lanes * group)) for j in range(blk.nr)]
-                            for i in range(rows):
-                                a = b.let("a", splat_pixel(pixel0 + i * g.stride[1] * g.c + c, blk.lanes))
-                                for j in range(blk.nr):
-                                    b.assign(accs[i][j], Dot(accs[i][j], a, wv[j], style.a_unsigned))
-                for i in range(rows):
-                    base = ((n * g.oh + oh) * g.ow + ow0 + i) * g.m + ch0
-                    for j in range(blk.nr):
-                        idx = base + j * blk.lanes
-                        b.store(out, idx, arith.result(accs[i][j], ch0 + j * blk.lanes, idx, blk.lanes))
-        return tile
-
-    def all_blocks(columns) -> None:
-        for bi, blk in enumerate(blocks):
-            columns(block_tile(blk, offsets[bi]))
-
-    spatial_loops(b, g, mr, None, inner=all_blocks)   # type: ignore[arg-type]
-    return Kernel(name, params, b.block())
 
 
 # --- depthwise --------------------------------------------------------------------------------------
@@ -526,19 +500,19 @@ def conv(ctx: LowerContext, node: Node, name: str) -> Kernel:
     weight = ctx.graph.constants[node.inputs[1]]
     groups = node.attrs["group"]
     style = dot_style(ctx, node, groups, g.c // groups)
-    if style is not None:
-        bias = ctx.graph.constants[node.inputs[2]] if node.inputs[2] else None
-        return lower_dot(ctx, name, g, style, weight, node.attrs["quant"], bias, ins[0], outs[0], params)
-    arith = _arith(ctx, node, ins)
-    if "quant" in node.attrs:
+    arith = _arith(ctx, node, ins, style, weight)
+    if "quant" in node.attrs and not (style and style.raw_bytes):
         weight = _minus_zero_point(weight, node.attrs["quant"], axis=0)
     if groups == g.c and weight.shape[1] == 1 and g.m == g.c:
         return lower_depthwise(ctx, name, g, weight, arith, ins[0], outs[0], params)
     return lower_dense(ctx, name, g, groups, weight, arith, ins[0], outs[0], params)
 
 
-def _arith(ctx: LowerContext, node: Node, ins) -> Arith:
+def _arith(ctx: LowerContext, node: Node, ins, style: DotStyle | None, weight: np.ndarray) -> Arith:
+    """weight: OIHW (output channel first)."""
     bias = ctx.graph.constants[node.inputs[2]] if node.inputs[2] else None
+    if style is not None:
+        return DotArith(ctx, style, node.attrs["quant"], bias, weight, ins[0].dtype)
     if "quant" in node.attrs:
         return IntArith(ctx, node.attrs["quant"], bias)
     return FloatArith(ctx, bias, node.attrs.get("acts", ()), ins[3] if len(ins) > 3 else None)
@@ -559,14 +533,11 @@ def gemm(ctx: LowerContext, node: Node, name: str) -> Kernel:
     weight = ctx.graph.constants[node.inputs[1]]
     n = weight.shape[1]
     g = Geometry(1, 1, rows, k, 1, rows, n, 1, 1, (1, 1), (1, 1), (0, 0, 0, 0))
+    oihw = weight.T.reshape(n, k, 1, 1)
     style = dot_style(ctx, node, 1, k)
-    if style is not None:
-        bias = ctx.graph.constants[node.inputs[2]] if node.inputs[2] else None
-        return lower_dot(ctx, name, g, style, weight.T.reshape(n, k, 1, 1), node.attrs["quant"], bias, ins[0],
-                         outs[0], params)
-    arith = _arith(ctx, node, ins)
-    if "quant" in node.attrs:
-        weight = _minus_zero_point(weight, node.attrs["quant"], axis=1)
-    return lower_dense(ctx, name, g, 1, weight.T.reshape(n, k, 1, 1), arith, ins[0], outs[0], params)
+    arith = _arith(ctx, node, ins, style, oihw)
+    if "quant" in node.attrs and not (style and style.raw_bytes):
+        oihw = _minus_zero_point(oihw, node.attrs["quant"], axis=0)
+    return lower_dense(ctx, name, g, 1, oihw, arith, ins[0], outs[0], params)
 
 

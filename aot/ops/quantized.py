@@ -7,8 +7,6 @@ ties up, which differs only on exact ties.
 
 from __future__ import annotations
 
-import numpy as np
-
 from aot.kernel.ir import Cast, Expr, binop, const, maximum, minimum
 
 _MAGIC = 12582912.0      # 1.5 * 2**23: x + magic - magic rounds |x| < 2**22 to an integer, ties to even
@@ -47,7 +45,3 @@ def requantize_fixed(acc: Expr, m0: Expr, shift: Expr, zero_point: int, qmin: in
 
 def int_dtype(dtype: str) -> str:
     return _INT[dtype]
-
-
-def as_int32(array: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(array, dtype=np.int32)
