@@ -317,7 +317,9 @@ class DotArith(IntArith):
             super().__init__(ctx, quant, bias)
 
     def weights(self, packed: np.ndarray) -> np.ndarray:
-        return packed.astype(np.int8 if self.style.raw_bytes else np.int16)
+        """int8 in flash whenever the values fit (16-bit pairs are widened as they are loaded)."""
+        fits = self.style.raw_bytes or (packed.min() >= -128 and packed.max() <= 127)
+        return packed.astype(np.int8 if fits else np.int16)
 
     def operand(self, x: Buffer, index: Expr, lanes: int) -> Expr:
         if self.style.raw_bytes:
@@ -333,7 +335,7 @@ class DotArith(IntArith):
         return Reinterpret(Broadcast(word, lanes) if lanes > 1 else word, element, lanes * self.group)
 
     def load_w(self, value: Expr) -> Expr:
-        return value
+        return Cast(value, "i16") if not self.style.raw_bytes and value.dtype == "i8" else value
 
     def mac(self, acc: Expr, a: Expr, w: Expr) -> Expr:
         return Dot(acc, a, w, self.style.a_unsigned)
