@@ -4,9 +4,9 @@ bound, flash (code + weights) and RAM (workspace + inputs/outputs), build time.
 
     python benchmarks/zoo_table.py [--target host] [--target cortex-m4 ...] [--int8] [MODEL ...]
 
-With --int8 each model is first quantized by onnxruntime's quantize_static (QDQ, per-channel weights,
-int8 activations; examples/quantize.py) and compared with onnxruntime running that int8 model; the
-table then counts elements one quantization step off.
+With --int8 each model is first quantized by onnxruntime's quantize_static (QDQ unless --format
+QOperator, per-channel weights, int8 activations; examples/quantize.py) and compared with onnxruntime
+running that int8 model; the table then counts elements one quantization step off.
 """
 
 from __future__ import annotations
@@ -30,12 +30,13 @@ def main() -> int:
     parser.add_argument("models", nargs="*", default=list(zoo.ZOO), help="zoo model names (default: all)")
     parser.add_argument("--target", action="append", help="target name (repeatable; default: host)")
     parser.add_argument("--int8", action="store_true", help="quantize the models to int8 first")
+    parser.add_argument("--format", choices=["QDQ", "QOperator"], default="QDQ", help="int8 model format")
     args = parser.parse_args()
     header = ("target", "model", "max abs err", "err/scale" if not args.int8 else "steps off", "workspace B",
               "lower bound B", "flash B", "code B", "RAM B", "build s", "check")
     models = {name: zoo.ZOO[name]() for name in args.models}
     if args.int8:
-        models = {name: quantize_model(model) for name, model in models.items()}
+        models = {name: quantize_model(model, args.format) for name, model in models.items()}
     rows = [header]
     failed = False
     with tempfile.TemporaryDirectory() as tmp:
