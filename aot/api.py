@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from aot import check as checks
+from aot import reference as checks
 from aot.build import Artifact, build
 from aot.run import local
 

@@ -75,13 +75,35 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("targets", help="list the target configs, or show one")
     p.add_argument("name", nargs="?", help="show this target's whole config")
+
+    p = sub.add_parser("bench", help="time models on a board over SSH (or locally) and check their outputs",
+                       description="Times NAME_run with TVM time_evaluator's semantics: WARMUP untimed runs, "
+                       "then REPEAT measurements, each the mean of NUMBER back-to-back runs; NUMBER grows until "
+                       "one measurement lasts at least MIN_REPEAT_MS.")
+    p.add_argument("models", nargs="+", metavar="MODEL")
+    p.add_argument("--board", action="append", default=[], help="board name or .toml file (repeatable)")
+    p.add_argument("--target", help="without --board: run here, natively or under the target's emulator")
+    p.add_argument("--repeat", type=int, default=10)
+    p.add_argument("--number", type=int, default=1)
+    p.add_argument("--min-repeat-ms", type=float, default=0.0)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--json", help="write every measurement and the check to this file")
+    p.add_argument("--build-dir", help="build here (and keep it) instead of a temporary directory")
+    p.add_argument("--accept-new-host-key", action="store_true", help="trust and record an unknown host key")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds the remote program may take")
+
+    p = sub.add_parser("boards", help="list the board configs, or show or check one")
+    p.add_argument("name", nargs="?")
+    p.add_argument("--check", action="store_true", help="connect and compare the board's `uname -m` with its target")
+    p.add_argument("--accept-new-host-key", action="store_true")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"build": _build, "run": _run, "targets": _targets}[args.command](args)
+        commands = {"build": _build, "run": _run, "targets": _targets, "bench": _bench, "boards": _boards}
+        return commands[args.command](args)
     except AotError as err:
         print(f"aot: error: {err}", file=sys.stderr)
         return 1
@@ -132,6 +154,81 @@ def _run(args) -> int:
     if not result.ok:
         raise MismatchError("outputs differ from onnxruntime beyond the tolerance (1e-4 of the output's scale, "
                             "or one quantization step for quantized outputs)")
+    return 0
+
+
+def _bench(args) -> int:
+    from aot.bench import bench
+
+    if not args.board and args.target is None:
+        args.target = "host"
+    results = []
+    for model in args.models:
+        for board in args.board or [None]:
+            results.append(bench(model, board=board, target=args.target, repeat=args.repeat, number=args.number,
+                                 min_repeat_ms=args.min_repeat_ms, warmup=args.warmup, build_dir=args.build_dir,
+                                 timeout=args.timeout, accept_new_host_key=args.accept_new_host_key))
+    rows = [("model", "board", "target", "number", "min ms", "median ms", "mean ms", "p90 ms", "stddev ms", "check")]
+    for r in results:
+        s = r.stats
+        check = "ok" if r.ok else "MISMATCH"
+        rows.append((r.model, r.where, r.target + (" (emulated)" if r.emulated else ""), str(r.number),
+                     *(f"{v:.4f}" for v in (s.min, s.median, s.mean, s.p90, s.stddev)), check))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    if any(r.emulated for r in results):
+        print("(emulated: times come from an emulator and are not the device's real-time latency)")
+    if args.json:
+        _write_json(args.json, results)
+    if not all(r.ok for r in results):
+        raise MismatchError("outputs differ from onnxruntime beyond the tolerance")
+    return 0
+
+
+def _write_json(path: str, results) -> None:
+    import dataclasses
+    import json
+
+    from aot.codegen.llvm import llvm_version
+
+    data = {"aot": __version__, "llvm": llvm_version(), "results": [
+        {"model": r.model, "model_sha256": r.model_sha256, "board": r.where, "target": r.target,
+         "emulated": r.emulated, "number": r.number, "repeat_ms": r.times_ms, "stats_ms": dataclasses.asdict(r.stats),
+         "check": [{"output": c.output, "max_abs": c.max_abs, "scale": c.scale, "ok": c.ok} for c in r.comparisons]}
+        for r in results]}
+    Path(path).write_text(json.dumps(data, indent=2) + "\n")
+
+
+def _boards(args) -> int:
+    from aot.remote.board import all_boards, load_board
+
+    if not args.name:
+        rows = [("name", "target", "address", "runner")]
+        for b in all_boards():
+            rows.append((b.name, b.target, f"{b.user}@{b.host}:{b.port}", " ".join(b.runner) or "-"))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        for r in rows:
+            print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        return 0
+    board = load_board(args.name)
+    if not args.check:
+        print(Path(board.source).read_text(), end="")
+        return 0
+    from aot.remote.ssh import Session
+
+    with Session(board, args.accept_new_host_key) as session:
+        rc, out, err = session.run("uname -m", 30)
+    machine = out.strip()
+    want = get_target(board.target).triple.split("-")[0]
+    family = {"x86_64": "x86_64", "aarch64": "aarch64", "armv7a": "armv7", "thumbv7em": "arm"}.get(want, want)
+    print(f"board {board.name}: connected, uname -m = {machine}")
+    if board.runner:
+        print(f"  programs run under '{' '.join(board.runner)}' (emulated {board.target})")
+    elif not machine.startswith(family):
+        raise OptionError(f"board {board.name}: its machine is {machine}, but its target {board.target} is {want}")
+    else:
+        print(f"  matches target {board.target} ({want})")
     return 0
 
 

@@ -71,10 +71,11 @@ def run_command(tgt: Target, exe: Path) -> list[str]:
     return [str(exe)]
 
 
-def execute(tgt: Target, exe: Path, workdir: Path, timeout: float, what: str) -> subprocess.CompletedProcess:
+def execute(tgt: Target, exe: Path, workdir: Path, timeout: float, what: str,
+            args: list[str] | None = None) -> subprocess.CompletedProcess:
     """Run a program built for `tgt` in `workdir`; a crash, hang or non-zero exit raises a RunError."""
     try:
-        proc = subprocess.run(run_command(tgt, exe), cwd=workdir, capture_output=True, text=True,
+        proc = subprocess.run(run_command(tgt, exe) + list(args or []), cwd=workdir, capture_output=True, text=True,
                               timeout=timeout, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise RunError(f"{what} on {tgt.name}: the program did not finish within {timeout:g} s") from None

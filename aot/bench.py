@@ -1,0 +1,146 @@
+"""Benchmark a compiled model: locally (natively or under the target's emulator) or on a board over SSH.
+
+The timing harness (runtime_c/timing.c.j2) times only `NAME_run`, with TVM time_evaluator's semantics:
+`warmup` untimed runs, then `repeat` measurements, each the mean of `number` back-to-back runs, and
+`number` raised until a measurement lasts at least `min_repeat_ms`. The outputs of the last run are
+fetched and compared with onnxruntime on the same inputs.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+import numpy as np
+
+from aot import reference as checks
+from aot.api import quantization_steps
+from aot.build import Artifact, build
+from aot.codegen import wrapper
+from aot.errors import RunError
+from aot.remote.board import Board, load_board
+from aot.remote.ssh import Session
+from aot.run import local
+from aot.target import get_target
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Latency statistics in milliseconds over the measurements (each a mean of `number` runs)."""
+
+    min: float
+    median: float
+    mean: float
+    p90: float
+    stddev: float
+
+    @classmethod
+    def of(cls, times_ms: list[float]) -> Stats:
+        ordered = sorted(times_ms)
+        # p90 by linear interpolation between closest ranks (numpy's default percentile).
+        rank = 0.9 * (len(ordered) - 1)
+        lo, hi = math.floor(rank), math.ceil(rank)
+        p90 = ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo)
+        stddev = statistics.pstdev(ordered) if len(ordered) > 1 else 0.0
+        return cls(ordered[0], statistics.median(ordered), statistics.fmean(ordered), p90, stddev)
+
+
+@dataclass
+class BenchResult:
+    model: str
+    model_sha256: str
+    where: str                  # board name or "local"
+    target: str
+    emulated: bool              # figures from an emulator are not real-time latencies
+    number: int
+    times_ms: list[float]
+    stats: Stats
+    comparisons: list = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.comparisons)
+
+
+def _render_timing(artifact: Artifact, path: Path) -> None:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(local.RUNTIME_DIR), undefined=jinja2.StrictUndefined,
+                             keep_trailing_newline=True)
+    inputs, outputs = wrapper.io_tensors(artifact.program)
+    path.write_text(env.get_template("timing.c.j2").render(
+        banner=f"aot timing harness for {artifact.name}", name=artifact.name, NAME=artifact.name.upper(),
+        inputs=inputs, outputs=outputs, workspace_align=artifact.program.plan.alignment))
+
+
+def _parse_times(stdout: str) -> tuple[list[float], int]:
+    found = re.findall(r"repeat \d+ number (\d+) mean_ns ([0-9.]+)", stdout)
+    if not found:
+        raise RunError(f"the timing harness printed no measurements: {stdout.strip()[:200]}")
+    return [float(ns) / 1e6 for _, ns in found], int(found[-1][0])
+
+
+def bench(model, board: str | Board | None = None, target: str | None = None, repeat: int = 10, number: int = 1,
+          min_repeat_ms: float = 0.0, warmup: int = 1, build_dir: str | os.PathLike | None = None,
+          timeout: float = 600.0, accept_new_host_key: bool = False, seed: int = 0) -> BenchResult:
+    """Build `model` for the board's target (or `target`), time it there and check its outputs."""
+    brd = load_board(board) if isinstance(board, str) else board
+    tgt = get_target(brd.target if brd else (target or "host"))
+    if tgt.os == "none":
+        raise RunError(f"target {tgt.name}: timing needs a clock, which the bare-metal harness does not have yet")
+    with tempfile.TemporaryDirectory(prefix="aot-bench-") as tmp:
+        work = Path(tmp)
+        artifact = build(model, target=tgt, out_dir=build_dir or work / "build")
+        _render_timing(artifact, work / "timing.c")
+        exe = work / "bench"
+        cmd = local.link_command(tgt, [work / "timing.c", artifact.source], [artifact.object], artifact.dir, exe)
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RunError(f"compiling the timing harness for {tgt.name} failed:\n{proc.stderr.strip()}")
+        feeds = checks.random_inputs(artifact.model.proto, seed)
+        ins, outs = wrapper.io_tensors(artifact.program)
+        files = [exe]
+        for t in ins:
+            path = work / f"input_{t.index}.bin"
+            np.ascontiguousarray(feeds[t.onnx_name], dtype=t.dtype).reshape(t.shape).tofile(path)
+            files.append(path)
+        args = [str(warmup), str(number), str(repeat), f"{min_repeat_ms:g}"]
+        out_names = [f"output_{t.index}.bin" for t in outs]
+        if brd is None:
+            stdout = local.execute(tgt, exe, work, timeout, artifact.name, args).stdout
+            where, emulated = "local", bool(tgt.run_command)
+        else:
+            stdout = _run_on_board(brd, files, args, out_names, work, timeout, accept_new_host_key, artifact.name)
+            where, emulated = brd.name, bool(brd.runner)
+        times, final_number = _parse_times(stdout)
+        outputs = {t.onnx_name: np.fromfile(work / f"output_{t.index}.bin", dtype=t.dtype).reshape(t.shape)
+                   for t in outs}
+        reference = checks.reference_outputs(artifact.model.proto, feeds)
+        comparisons = checks.compare(outputs, reference, quantization_steps(artifact.program))
+        return BenchResult(artifact.model.label, artifact.model.sha256, where, tgt.name, emulated, final_number,
+                           times, Stats.of(times), comparisons)
+
+
+def _run_on_board(brd: Board, files: list[Path], args: list[str], out_names: list[str], work: Path,
+                  timeout: float, accept_new_host_key: bool, what: str) -> str:
+    with Session(brd, accept_new_host_key) as session:
+        remote = session.make_remote_dir()
+        session.upload(files)
+        command = " ".join(shlex.quote(part) for part in [*brd.command_prefix(), "./bench", *args])
+        rc, stdout, stderr = session.run(f"cd {shlex.quote(remote)} && {command}", timeout)
+        if rc != 0:
+            detail = (stderr.strip() or stdout.strip()).splitlines()
+            meaning = {126: "cannot execute it: wrong architecture for this board?", 127: "command not found",
+                       2: "could not read its inputs", 4: "the model returned an error code"}.get(rc, "")
+            if rc > 128:
+                meaning = f"killed by signal {rc - 128}"
+            raise RunError(f"{what} on board {brd.name}: the program exited with status {rc}"
+                           + (f" ({meaning})" if meaning else "") + (f": {detail[-1]}" if detail else ""))
+        session.download(out_names, work)
+        return stdout
