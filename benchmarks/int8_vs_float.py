@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-import jinja2
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -25,27 +22,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 import zoo  # noqa: E402
 from quantize import quantize_model  # noqa: E402
 
-import aot  # noqa: E402
-from aot.codegen import wrapper  # noqa: E402
-from aot.run import local  # noqa: E402
+from aot.bench import bench  # noqa: E402
 from aot.target import get_target  # noqa: E402
 
 
-def time_aot(model: onnx.ModelProto, workdir: Path, seconds: float) -> float:
-    """Median ms of one run of the compiled model: warm-up, then rounds filling `seconds` in all."""
-    artifact = aot.build(model, out_dir=workdir / "build", name="m")
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(local.RUNTIME_DIR), keep_trailing_newline=True)
-    inputs, outputs = wrapper.io_tensors(artifact.program)
-    (workdir / "timing.c").write_text(env.get_template("timing.c.j2").render(
-        banner="aot timing", name="m", NAME="M", inputs=inputs, outputs=outputs, workspace_align=64))
-    exe = workdir / "timing"
-    cmd = local.link_command(artifact.target, [workdir / "timing.c", artifact.source], [artifact.object],
-                             artifact.dir, exe)
-    subprocess.run([c for c in cmd if c != "-pedantic"], check=True, capture_output=True)
-    once = float(subprocess.run([str(exe), "3", "1", "1"], capture_output=True, text=True, check=True).stdout) / 1e9
-    number = max(1, int(seconds / 10 / max(once, 1e-9)))
-    out = subprocess.run([str(exe), "3", str(number), "10"], capture_output=True, text=True, check=True).stdout
-    return statistics.median(float(line) for line in out.split()) / 1e6
+def time_aot(model: onnx.ModelProto, seconds: float) -> float:
+    """Median ms of one run of the compiled model (aot bench: 10 measurements of at least seconds/10)."""
+    result = bench(model, target="host", repeat=10, min_repeat_ms=seconds * 100, warmup=3)
+    if not result.ok:
+        raise SystemExit(f"{result.model}: outputs differ from onnxruntime")
+    return result.stats.median
 
 
 def time_onnxruntime(model: onnx.ModelProto, seconds: float) -> float:
@@ -74,8 +60,7 @@ def main() -> int:
     for name in args.models:
         fp32 = zoo.ZOO[name]()
         int8 = quantize_model(fp32)
-        with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
-            af, ai = time_aot(fp32, Path(a), args.seconds), time_aot(int8, Path(b), args.seconds)
+        af, ai = time_aot(fp32, args.seconds), time_aot(int8, args.seconds)
         of, oi = time_onnxruntime(fp32, args.seconds), time_onnxruntime(int8, args.seconds)
         rows.append((name, f"{af:.3f}", f"{ai:.3f}", f"{af / ai:.2f}x", f"{of:.3f}", f"{oi:.3f}",
                      f"{af / of:.2f}", f"{ai / oi:.2f}"))
