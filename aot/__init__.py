@@ -13,7 +13,9 @@ from aot.errors import (
                         TargetError,
                         UnsupportedOpError,
 )
+from aot.knobs import Knobs, load_knobs
 from aot.version import __version__
 
-__all__ = ["Artifact", "CheckResult", "build", "check", "run", "AotError", "MismatchError", "ModelError",
-           "OptionError", "PlanError", "RunError", "ShapeError", "TargetError", "UnsupportedOpError", "__version__"]
+__all__ = ["Artifact", "CheckResult", "Knobs", "build", "check", "load_knobs", "run", "AotError", "MismatchError",
+           "ModelError", "OptionError", "PlanError", "RunError", "ShapeError", "TargetError", "UnsupportedOpError",
+           "__version__"]

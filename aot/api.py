@@ -14,18 +14,20 @@ from aot.build import Artifact, build
 from aot.run import local
 
 
-def _build_for_run(model, target, input_shapes, out_dir, tmp: str) -> Artifact:
-    return build(model, target=target, out_dir=out_dir or os.path.join(tmp, "build"), input_shapes=input_shapes)
+def _build_for_run(model, target, input_shapes, out_dir, knobs, tmp: str) -> Artifact:
+    return build(model, target=target, out_dir=out_dir or os.path.join(tmp, "build"), input_shapes=input_shapes,
+                 knobs=knobs)
 
 
 def run(model: str | os.PathLike | onnx.ModelProto | Artifact, inputs: dict[str, np.ndarray] | None = None,
         target: str = "host", input_shapes: dict[str, tuple[int, ...]] | None = None,
-        out_dir: str | os.PathLike | None = None, seed: int = 0, timeout: float = 600.0) -> dict[str, np.ndarray]:
+        out_dir: str | os.PathLike | None = None, seed: int = 0, timeout: float = 600.0,
+        knobs: dict | None = None) -> dict[str, np.ndarray]:
     """Compile (unless given an Artifact) and run the model through its C entry point, natively or
     under the target's emulator. Returns the outputs by ONNX name, in graph order. Missing `inputs`
     are random with `seed`; a run longer than `timeout` seconds is stopped (RunError).
     """
-    return _execute(model, inputs, target, input_shapes, out_dir, seed, timeout)[0]
+    return _execute(model, inputs, target, input_shapes, out_dir, seed, timeout, knobs)[0]
 
 
 @dataclass(frozen=True)
@@ -43,9 +45,10 @@ class CheckResult:
 
 def check(model: str | os.PathLike | onnx.ModelProto | Artifact, inputs: dict[str, np.ndarray] | None = None,
           target: str = "host", input_shapes: dict[str, tuple[int, ...]] | None = None,
-          out_dir: str | os.PathLike | None = None, seed: int = 0, timeout: float = 600.0) -> CheckResult:
+          out_dir: str | os.PathLike | None = None, seed: int = 0, timeout: float = 600.0,
+          knobs: dict | None = None) -> CheckResult:
     """Run the compiled model and onnxruntime on the same inputs and compare every output."""
-    outputs, artifact, feeds = _execute(model, inputs, target, input_shapes, out_dir, seed, timeout)
+    outputs, artifact, feeds = _execute(model, inputs, target, input_shapes, out_dir, seed, timeout, knobs)
     reference = checks.reference_outputs(artifact.model.proto, feeds)
     steps = quantization_steps(artifact.program)
     return CheckResult(str(artifact.dir), feeds, outputs, reference, checks.compare(outputs, reference, steps))
@@ -66,9 +69,10 @@ def quantization_steps(program) -> dict[str, float]:
     return steps
 
 
-def _execute(model, inputs, target, input_shapes, out_dir, seed, timeout):
+def _execute(model, inputs, target, input_shapes, out_dir, seed, timeout, knobs=None):
     with tempfile.TemporaryDirectory(prefix="aot-") as tmp:
-        artifact = model if isinstance(model, Artifact) else _build_for_run(model, target, input_shapes, out_dir, tmp)
+        artifact = (model if isinstance(model, Artifact)
+                    else _build_for_run(model, target, input_shapes, out_dir, knobs, tmp))
         proto = artifact.model.proto
         feeds = (checks.random_inputs(proto, seed) if inputs is None
                  else checks.validate_inputs(proto, inputs, artifact.model.label))

@@ -26,8 +26,10 @@ from aot.api import quantization_steps
 from aot.build import Artifact, build
 from aot.codegen import wrapper
 from aot.errors import RunError
+from aot.ops import macs as node_macs
 from aot.remote.board import Board, load_board
 from aot.remote.ssh import Session
+from aot.report import describe
 from aot.run import local
 from aot.target import get_target
 
@@ -53,6 +55,18 @@ class Stats:
         return cls(ordered[0], statistics.median(ordered), statistics.fmean(ordered), p90, stddev)
 
 
+@dataclass(frozen=True)
+class StepTime:
+    """One kernel call of a profiled run: which node it computes and its mean time per run."""
+
+    step: int
+    kernel: str
+    op: str             # the anchor op, with its fused epilogue
+    node: str
+    macs: int
+    ms: float
+
+
 @dataclass
 class BenchResult:
     model: str
@@ -64,19 +78,21 @@ class BenchResult:
     times_ms: list[float]
     stats: Stats
     comparisons: list = field(default_factory=list)
+    profile: list[StepTime] = field(default_factory=list)
+    macs: int = 0
 
     @property
     def ok(self) -> bool:
         return all(c.ok for c in self.comparisons)
 
 
-def _render_timing(artifact: Artifact, path: Path) -> None:
+def _render_timing(artifact: Artifact, path: Path, profile: bool) -> None:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(local.RUNTIME_DIR), undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True)
     inputs, outputs = wrapper.io_tensors(artifact.program)
     path.write_text(env.get_template("timing.c.j2").render(
         banner=f"aot timing harness for {artifact.name}", name=artifact.name, NAME=artifact.name.upper(),
-        inputs=inputs, outputs=outputs, workspace_align=artifact.program.plan.alignment))
+        inputs=inputs, outputs=outputs, workspace_align=artifact.program.plan.alignment, profile=profile))
 
 
 def _parse_times(stdout: str) -> tuple[list[float], int]:
@@ -86,20 +102,35 @@ def _parse_times(stdout: str) -> tuple[list[float], int]:
     return [float(ns) / 1e6 for _, ns in found], int(found[-1][0])
 
 
+def _parse_profile(stdout: str, artifact: Artifact) -> list[StepTime]:
+    step_ns = {int(i): float(ns) for i, ns in re.findall(r"^step (\d+) mean_ns ([0-9.]+)$", stdout, re.M)}
+    calls = artifact.program.calls
+    if sorted(step_ns) != list(range(len(calls))):
+        raise RunError(f"the profiling harness printed {len(step_ns)} step times for {len(calls)} kernel calls")
+    return [StepTime(i, call.kernel.name, describe(call.node), call.node.name, node_macs(artifact.program.graph,
+                     call.node), step_ns[i] / 1e6) for i, call in enumerate(calls)]
+
+
 def bench(model, board: str | Board | None = None, target: str | None = None, repeat: int = 10, number: int = 1,
           min_repeat_ms: float = 0.0, warmup: int = 1, build_dir: str | os.PathLike | None = None,
-          timeout: float = 600.0, accept_new_host_key: bool = False, seed: int = 0) -> BenchResult:
-    """Build `model` for the board's target (or `target`), time it there and check its outputs."""
+          timeout: float = 600.0, accept_new_host_key: bool = False, seed: int = 0, profile: bool = False,
+          knobs: dict | None = None) -> BenchResult:
+    """Build `model` for the board's target (or `target`), time it there and check its outputs.
+
+    With `profile`, the wrapper is compiled with its timing hooks and the result lists each kernel
+    call's mean time (the hooks' clock reads add a little to the total)."""
     brd = load_board(board) if isinstance(board, str) else board
     tgt = get_target(brd.target if brd else (target or "host"))
     if tgt.os == "none":
         raise RunError(f"target {tgt.name}: timing needs a clock, which the bare-metal harness does not have yet")
     with tempfile.TemporaryDirectory(prefix="aot-bench-") as tmp:
         work = Path(tmp)
-        artifact = build(model, target=tgt, out_dir=build_dir or work / "build")
-        _render_timing(artifact, work / "timing.c")
+        artifact = build(model, target=tgt, out_dir=build_dir or work / "build", knobs=knobs)
+        _render_timing(artifact, work / "timing.c", profile)
         exe = work / "bench"
-        cmd = local.link_command(tgt, [work / "timing.c", artifact.source], [artifact.object], artifact.dir, exe)
+        defines = (f"{artifact.name.upper()}_PROFILE",) if profile else ()
+        cmd = local.link_command(tgt, [work / "timing.c", artifact.source], [artifact.object], artifact.dir, exe,
+                                 defines)
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise RunError(f"compiling the timing harness for {tgt.name} failed:\n{proc.stderr.strip()}")
@@ -124,7 +155,8 @@ def bench(model, board: str | Board | None = None, target: str | None = None, re
         reference = checks.reference_outputs(artifact.model.proto, feeds)
         comparisons = checks.compare(outputs, reference, quantization_steps(artifact.program))
         return BenchResult(artifact.model.label, artifact.model.sha256, where, tgt.name, emulated, final_number,
-                           times, Stats.of(times), comparisons)
+                           times, Stats.of(times), comparisons, _parse_profile(stdout, artifact) if profile else [],
+                           sum(node_macs(artifact.program.graph, c.node) for c in artifact.program.calls))
 
 
 def _run_on_board(brd: Board, files: list[Path], args: list[str], out_names: list[str], work: Path,

@@ -13,6 +13,7 @@ import numpy as np
 from aot import api
 from aot.build import build
 from aot.errors import AotError, MismatchError, OptionError
+from aot.knobs import load_knobs
 from aot.target import all_targets, get_target, host_target_name, parse_size
 from aot.version import __version__
 
@@ -48,6 +49,16 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="host", help="target name from `aot targets` (default: host)")
     p.add_argument("--input-shape", type=_shape_option, action="append", default=[], metavar="NAME=DIMS",
                    help="fix an input's shape, e.g. input=1x3x224x224 (repeatable)")
+    _knobs_option(p)
+
+
+def _knobs_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--knobs", metavar="FILE", help="TOML file overriding the target's schedule knobs "
+                   "(tile sizes, simd; see the [knobs] table of `aot targets NAME`)")
+
+
+def _knobs(args) -> dict | None:
+    return load_knobs(args.knobs) if args.knobs else None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -91,6 +102,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--build-dir", help="build here (and keep it) instead of a temporary directory")
     p.add_argument("--accept-new-host-key", action="store_true", help="trust and record an unknown host key")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds the remote program may take")
+    _knobs_option(p)
 
     p = sub.add_parser("boards", help="list the board configs, or show or check one")
     p.add_argument("name", nargs="?")
@@ -122,7 +134,8 @@ def _build(args) -> int:
 
     start = time.perf_counter()
     artifact = build(args.model, target=args.target, out_dir=args.output, name=args.name,
-                     input_shapes=_shapes(args), memory=args.memory, on_pass=dump if args.dump_graph else None)
+                     input_shapes=_shapes(args), memory=args.memory, on_pass=dump if args.dump_graph else None,
+                     knobs=_knobs(args))
     plan = artifact.plan
     print(f"built {artifact.dir}/ for {artifact.target.name} in {time.perf_counter() - start:.2f} s: "
           f"{artifact.name}.o {artifact.object.stat().st_size:,} bytes, workspace {plan['workspace_size']:,} "
@@ -140,7 +153,7 @@ def _run(args) -> int:
         except (OSError, ValueError) as err:
             raise OptionError(f"--inputs {args.inputs}: cannot read it as .npz: {err}") from None
     result = api.check(args.model, inputs=inputs, target=args.target, input_shapes=_shapes(args),
-                       out_dir=args.output, seed=args.seed, timeout=args.timeout)
+                       out_dir=args.output, seed=args.seed, timeout=args.timeout, knobs=_knobs(args))
     if args.outputs:
         Path(args.outputs).parent.mkdir(parents=True, exist_ok=True)
         np.savez(args.outputs, **result.outputs)
@@ -167,7 +180,8 @@ def _bench(args) -> int:
         for board in args.board or [None]:
             results.append(bench(model, board=board, target=args.target, repeat=args.repeat, number=args.number,
                                  min_repeat_ms=args.min_repeat_ms, warmup=args.warmup, build_dir=args.build_dir,
-                                 timeout=args.timeout, accept_new_host_key=args.accept_new_host_key))
+                                 timeout=args.timeout, accept_new_host_key=args.accept_new_host_key,
+                                 knobs=_knobs(args)))
     rows = [("model", "board", "target", "number", "min ms", "median ms", "mean ms", "p90 ms", "stddev ms", "check")]
     for r in results:
         s = r.stats

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from aot.errors import UnsupportedOpError
 from aot.graph.ir import Graph, Node, Rewriter
 from aot.kernel.ir import Kernel
+from aot.knobs import Knobs, resolve
 from aot.ops import VIEWS, LowerContext, lower
 from aot.plan import memory
 from aot.target import Target
@@ -72,9 +73,9 @@ def materialize_outputs(graph: Graph) -> Graph:
     return rw.finish()
 
 
-def build_program(graph: Graph, target: Target, name: str, knobs: dict | None = None) -> Program:
+def build_program(graph: Graph, target: Target, name: str, knobs: Knobs | None = None) -> Program:
     graph = materialize_outputs(graph)
-    ctx = LowerContext(graph, target, name, dict(knobs or {}))
+    ctx = LowerContext(graph, target, name, knobs or resolve(target))
     roots: dict[str, str] = {}
     calls: list[Call] = []
     for node in graph.nodes:

@@ -72,7 +72,7 @@ def render(program: Program, obj: bytes, weights_prefix: str, header: str, limit
         out = node.outputs[0]
         loc = program.locations[out]
         where = f"ws+{loc.index}" if loc.kind == "workspace" else f"{loc.kind}[{loc.index}]"
-        rows.append((str(i), node.op + _epilogue(node), node.name, f"{ins} -> {'x'.join(map(str, graph.shape(out)))}",
+        rows.append((str(i), describe(node), node.name, f"{ins} -> {'x'.join(map(str, graph.shape(out)))}",
                      f"{macs:,}", f"{graph.values[out].nbytes:,}", where))
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     lines = [header, ""]
@@ -134,13 +134,14 @@ def _limit(limits: dict | None, kind: str) -> str:
     return f" of {limits[kind]:,} available" if limits and kind in limits else ""
 
 
-def _epilogue(node) -> str:
+def describe(node) -> str:
+    """The node's op with what is fused into it: "Conv+bias+add+Relu", "Conv int8"."""
     if "quant" in node.attrs:
-        return " int8"
+        return node.op + " int8"
     parts = []
     if node.op in ("Conv", "Gemm") and node.inputs[2]:
         parts.append("bias")
     if len(node.inputs) > 3 and node.op in ("Conv", "Gemm"):
         parts.append("add")
     parts += [fn for fn, _ in node.attrs.get("acts", ())]
-    return "+" + "+".join(parts) if parts else ""
+    return "+".join([node.op, *parts])

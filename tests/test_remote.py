@@ -194,7 +194,7 @@ def test_timing_harness_times_only_the_run_call(tmp_path):
     from aot.bench import _render_timing
 
     artifact = aot.build(tiny_model(), out_dir=tmp_path / "b", name="net")
-    _render_timing(artifact, tmp_path / "timing.c")
+    _render_timing(artifact, tmp_path / "timing.c", profile=False)
     source = (tmp_path / "timing.c").read_text()
     timed = source.split("double start = now_ns();")[1].split("elapsed = now_ns() - start;")[0]
     statements = [line.strip() for line in timed.strip().splitlines()]

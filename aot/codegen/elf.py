@@ -1,41 +1,52 @@
-"""Just enough ELF reading to list an object's undefined symbols (what a link must provide)."""
+"""Just enough ELF reading to list an object's undefined symbols (what a link must provide) and a
+linked program's function addresses (what an instruction counter is told to watch)."""
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 
 
-def undefined_symbols(obj: bytes) -> list[str]:
-    """Names of the global symbols the object references but does not define, sorted."""
-    if obj[:4] != b"\x7fELF":
-        raise ValueError("not an ELF object")
-    is64, little = obj[4] == 2, obj[5] == 1
+def _symbols(elf: bytes) -> Iterator[tuple[str, int, int, int, int]]:
+    """(name, value, size, info, section index) of every named symbol in the symbol tables."""
+    if elf[:4] != b"\x7fELF":
+        raise ValueError("not an ELF file")
+    is64, little = elf[4] == 2, elf[5] == 1
     end = "<" if little else ">"
     if is64:
-        shoff, = struct.unpack_from(end + "Q", obj, 0x28)
-        shentsize, shnum = struct.unpack_from(end + "HH", obj, 0x3A)
+        shoff, = struct.unpack_from(end + "Q", elf, 0x28)
+        shentsize, shnum = struct.unpack_from(end + "HH", elf, 0x3A)
     else:
-        shoff, = struct.unpack_from(end + "I", obj, 0x20)
-        shentsize, shnum = struct.unpack_from(end + "HH", obj, 0x2E)
+        shoff, = struct.unpack_from(end + "I", elf, 0x20)
+        shentsize, shnum = struct.unpack_from(end + "HH", elf, 0x2E)
     sections = []
     for i in range(shnum):
         base = shoff + i * shentsize
         if is64:
-            _, kind, _, _, offset, size, link, _, _, entsize = struct.unpack_from(end + "IIQQQQIIQQ", obj, base)
+            _, kind, _, _, offset, size, link, _, _, entsize = struct.unpack_from(end + "IIQQQQIIQQ", elf, base)
         else:
-            _, kind, _, _, offset, size, link, _, _, entsize = struct.unpack_from(end + "IIIIIIIIII", obj, base)
+            _, kind, _, _, offset, size, link, _, _, entsize = struct.unpack_from(end + "IIIIIIIIII", elf, base)
         sections.append((kind, offset, size, link, entsize))
-    names = set()
     for kind, offset, size, link, entsize in sections:
         if kind != 2:           # SHT_SYMTAB
             continue
         str_offset = sections[link][1]
         for pos in range(offset + entsize, offset + size, entsize):   # entry 0 is the null symbol
             if is64:
-                name, info, _, shndx = struct.unpack_from(end + "IBBH", obj, pos)
+                name, info, _, shndx, value, sym_size = struct.unpack_from(end + "IBBHQQ", elf, pos)
             else:
-                name, _, _, info, _, shndx = struct.unpack_from(end + "IIIBBH", obj, pos)
-            if shndx == 0 and name and info >> 4 in (1, 2):       # undefined, GLOBAL or WEAK
-                stop = obj.index(b"\0", str_offset + name)
-                names.add(obj[str_offset + name:stop].decode())
-    return sorted(names)
+                name, value, sym_size, info, _, shndx = struct.unpack_from(end + "IIIBBH", elf, pos)
+            if name:
+                stop = elf.index(b"\0", str_offset + name)
+                yield elf[str_offset + name:stop].decode(), value, sym_size, info, shndx
+
+
+def undefined_symbols(obj: bytes) -> list[str]:
+    """Names of the global symbols the object references but does not define, sorted."""
+    return sorted({name for name, _, _, info, shndx in _symbols(obj) if shndx == 0 and info >> 4 in (1, 2)})
+
+
+def functions(elf: bytes) -> dict[str, tuple[int, int]]:
+    """Each defined function's (address, size); Thumb addresses without their low bit."""
+    return {name: (value & ~1, size) for name, value, size, info, shndx in _symbols(elf)
+            if info & 0xF == 2 and shndx != 0}        # STT_FUNC

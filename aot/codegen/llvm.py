@@ -41,8 +41,9 @@ def target_machine(target: Target) -> llvm.TargetMachine:
 class ModuleBuilder:
     """One LLVM module for a whole model: kernels as exported functions, weights as const globals."""
 
-    def __init__(self, name: str, target: Target):
+    def __init__(self, name: str, target: Target, vectorize: bool = True):
         self.target = target
+        self.vectorize = vectorize      # False: LLVM's loop and SLP vectorizers stay off (scalar builds)
         self.tm = target_machine(target)
         self.module = ir.Module(name=name)
         self.module.triple = self.tm.triple
@@ -97,7 +98,10 @@ class ModuleBuilder:
         """The module parsed, verified and optimized at O3 for the target."""
         mod = llvm.parse_assembly(str(self.module))
         mod.verify()
-        pb = llvm.create_pass_builder(self.tm, llvm.create_pipeline_tuning_options(speed_level=3))
+        tuning = llvm.create_pipeline_tuning_options(speed_level=3)
+        if not self.vectorize:
+            tuning.loop_vectorization = tuning.slp_vectorization = False
+        pb = llvm.create_pass_builder(self.tm, tuning)
         pb.getModulePassManager().run(mod, pb)
         return mod
 

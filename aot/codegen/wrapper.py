@@ -131,7 +131,7 @@ def render(program: Program, banner: str, requires: list[str]) -> tuple[str, str
     context = dict(banner=banner.replace("*/", "* /"), name=name, NAME=name.upper(), inputs=inputs,
                    outputs=outputs, calls=calls, workspace_size=program.plan.size,
                    workspace_align=program.plan.alignment, lower_bound=program.plan.lower_bound,
-                   requires=requires)
+                   requires=requires, steps=len(calls))
     header = _TEMPLATES.get_template("model.h.j2").render(**context)
     source = _TEMPLATES.get_template("model.c.j2").render(**context)
     return header, source

@@ -274,6 +274,10 @@ class Buffer:
     def is_const(self) -> bool:
         return self.data is not None
 
+    @property
+    def nbytes(self) -> int:
+        return self.size * {"f32": 4, "i32": 4, "i16": 2}.get(self.dtype, 1)
+
     def __getitem__(self, index: Expr | int) -> Load:
         return Load(self, as_expr(index))
 

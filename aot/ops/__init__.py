@@ -7,13 +7,14 @@ node's computed (non-constant) inputs in order, then its outputs; constants beco
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from aot.errors import UnsupportedOpError
 from aot.graph.ir import Graph, Node
 from aot.kernel.ir import Buffer, Kernel
+from aot.knobs import Knobs
 from aot.target import Target
 
 DTYPES = {"float32": "f32", "int32": "i32", "int16": "i16", "int8": "i8", "uint8": "u8"}
@@ -24,7 +25,7 @@ class LowerContext:
     graph: Graph
     target: Target
     prefix: str
-    knobs: dict = field(default_factory=dict)
+    knobs: Knobs
     _consts: int = 0
 
     def const(self, array: np.ndarray, hint: str = "w") -> Buffer:

@@ -167,13 +167,6 @@ def channel_blocks(channels: int, lanes: int, nr_max: int) -> list[ChannelBlock]
     return blocks
 
 
-def tile_shape(target_lanes: int, registers: int, channels: int, knobs: dict) -> tuple[int, int]:
-    """Default MR x NR: as many accumulators as fit beside NR weight vectors and one broadcast."""
-    nr = min(knobs.get("nr", 3 if registers >= 32 else 2), max(1, -(-channels // target_lanes)))
-    mr = knobs.get("mr", max(1, min(8, (registers - nr - 1) // nr)))
-    return mr, nr
-
-
 # --- dense / grouped convolution --------------------------------------------------------------------
 
 def _pack_dense(weight: np.ndarray, groups: int, blocks: list[ChannelBlock], group: int = 1
@@ -349,12 +342,13 @@ def lower_dense(ctx: LowerContext, name: str, g: Geometry, groups: int, weight: 
     cg, mg = g.c // groups, g.m // groups
     step = arith.group          # input channels per multiply-accumulate
     lanes = 1 if arith.scalar else ctx.target.lanes
+    knobs = ctx.knobs
     # Scalar integer tiles live in the core registers (about 10 free on Arm Thumb).
-    registers = 10 if lanes == 1 and arith.acc_dtype == "i32" else ctx.target.vector_registers
-    mr, nr_max = tile_shape(lanes, registers, mg, ctx.knobs)
-    blocks = channel_blocks(mg, lanes, nr_max)
+    mr, nr = (knobs.core_mr, knobs.core_nr) if lanes == 1 and arith.acc_dtype == "i32" else (knobs.mr, knobs.nr)
+    blocks = channel_blocks(mg, lanes, min(nr, -(-mg // lanes)))
     packed, offsets = _pack_dense(weight, groups, blocks, step)
-    wbuf = ctx.const(arith.weights(packed), "w")
+    wdata = arith.weights(packed)
+    wbuf = ctx.const(wdata, "w")
     b = Builder()
     dy, dx = g.dilation
 
@@ -365,38 +359,60 @@ def lower_dense(ctx: LowerContext, name: str, g: Geometry, groups: int, weight: 
             with b.loop("cb", 0, blk.count) as cb:
                 ch0 = b.let("ch0", group * mg + blk.start + cb * blk.width)
                 panel = b.let("panel", run_offset + cb * (panel_size * blk.width))
-                block_body(rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi, ch0, panel)
-
-        def block_body(rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi, ch0, panel) -> None:
-            accs = [[b.local("acc", arith.init(ch0 + j * blk.lanes, blk.lanes)) for j in range(blk.nr)]
-                    for _ in range(rows)]
-            with b.loop("kh", kh_lo, kh_hi) as kh:
-                ih = g.in_row(oh, 0) + kh * dy
-                with b.loop("kw", kw_lo, kw_hi) as kw:
-                    pixel0 = b.let("px", ((n * g.h + ih) * g.w + g.in_row(ow0, 1) + kw * dx) * g.c + group * cg)
-                    wrow = b.let("wr", panel + (kh * g.kw + kw) * (cg * blk.width))
-                    with b.loop("c", 0, cg, step) as c:
-                        wv = [b.let("wv", arith.load_w(wbuf.vec(wrow + c * blk.width + j * blk.lanes * step,
-                                                                blk.lanes * step))) for j in range(blk.nr)]
-                        for i in range(rows):
-                            a = b.let("a", arith.operand(x, pixel0 + i * g.stride[1] * g.c + c, blk.lanes))
-                            for j in range(blk.nr):
-                                b.assign(accs[i][j], arith.mac(accs[i][j], a, wv[j]))
-            for i in range(rows):
-                base = ((n * g.oh + oh) * g.ow + ow0 + i) * g.m + ch0
-                for j in range(blk.nr):
-                    idx = base + j * blk.lanes
-                    b.store(out, idx, arith.result(accs[i][j], ch0 + j * blk.lanes, idx, blk.lanes))
+                block_body(blk, group, rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi, ch0, panel)
         return tile
 
-    def per_group(columns) -> None:
+    def block_body(blk, group, rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi, ch0, panel) -> None:
+        accs = [[b.local("acc", arith.init(ch0 + j * blk.lanes, blk.lanes)) for j in range(blk.nr)]
+                for _ in range(rows)]
+        with b.loop("kh", kh_lo, kh_hi) as kh:
+            ih = g.in_row(oh, 0) + kh * dy
+            with b.loop("kw", kw_lo, kw_hi) as kw:
+                pixel0 = b.let("px", ((n * g.h + ih) * g.w + g.in_row(ow0, 1) + kw * dx) * g.c + group * cg)
+                wrow = b.let("wr", panel + (kh * g.kw + kw) * (cg * blk.width))
+                with b.loop("c", 0, cg, step) as c:
+                    wv = [b.let("wv", arith.load_w(wbuf.vec(wrow + c * blk.width + j * blk.lanes * step,
+                                                            blk.lanes * step))) for j in range(blk.nr)]
+                    for i in range(rows):
+                        a = b.let("a", arith.operand(x, pixel0 + i * g.stride[1] * g.c + c, blk.lanes))
+                        for j in range(blk.nr):
+                            b.assign(accs[i][j], arith.mac(accs[i][j], a, wv[j]))
+        for i in range(rows):
+            base = ((n * g.oh + oh) * g.ow + ow0 + i) * g.m + ch0
+            for j in range(blk.nr):
+                idx = base + j * blk.lanes
+                b.store(out, idx, arith.result(accs[i][j], ch0 + j * blk.lanes, idx, blk.lanes))
+
+    group_stride = offsets[len(blocks)] if groups > 1 else 0    # panels repeat per group
+    if _weights_outer(g, wdata.nbytes, x.nbytes,
+                      groups * sum(blk.count for blk in blocks), knobs.cache_kib * 1024):
+        # Each panel stays in cache while every output pixel passes over it.
         with b.loop("g", 0, groups) as group:
-            group_stride = offsets[len(blocks)] if groups > 1 else 0    # panels repeat per group
+            for bi, blk in enumerate(blocks):
+                with b.loop("cb", 0, blk.count) as cb:
+                    ch0 = b.let("ch0", group * mg + blk.start + cb * blk.width)
+                    panel = b.let("panel", group * group_stride + offsets[bi] + cb * (panel_size * blk.width))
+                    spatial_loops(b, g, mr, lambda rows, *at, blk=blk, ch0=ch0, panel=panel:
+                                  block_body(blk, group, rows, *at, ch0, panel))
+        return Kernel(name, params, b.block())
+
+    def per_group(columns) -> None:
+        # Each row of input pixels stays in cache while every panel passes over it.
+        with b.loop("g", 0, groups) as group:
             for bi, blk in enumerate(blocks):
                 columns(block_tile(group, blk, group * group_stride + offsets[bi]))
 
     spatial_loops(b, g, mr, None, inner=per_group)   # type: ignore[arg-type]
     return Kernel(name, params, b.block())
+
+
+def _weights_outer(g: Geometry, weight_bytes: int, x_bytes: int, panels: int, cache: int) -> bool:
+    """Loop order by memory traffic. With pixels outside, the weights are read again for each output
+    row unless they fit in cache; with weight panels outside, the input is read again for each panel
+    unless it fits. Ties keep pixels outside."""
+    pixels_outer = weight_bytes * (g.n * g.oh if weight_bytes > cache else 1) + x_bytes
+    panels_outer = x_bytes * (panels if x_bytes > cache else 1) + weight_bytes
+    return panels_outer < pixels_outer
 
 
 # --- int8 dot products ------------------------------------------------------------------------------
@@ -443,8 +459,8 @@ def dot_style(ctx: LowerContext, node: Node, groups: int, cg: int) -> DotStyle |
 def lower_depthwise(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, arith: Arith, x: Buffer,
                     out: Buffer, params: tuple[Buffer, ...]) -> Kernel:
     lanes = ctx.target.lanes
-    blocks = channel_blocks(g.c, lanes, ctx.knobs.get("dw_nr", 2))
-    mr = ctx.knobs.get("dw_mr", 4)
+    blocks = channel_blocks(g.c, lanes, ctx.knobs.dw_nr)
+    mr = ctx.knobs.dw_mr
     wbuf = ctx.const(arith.weights(np.ascontiguousarray(weight[:, 0].transpose(1, 2, 0))), "w")  # [kh][kw][c]
     b = Builder()
     dy, dx = g.dilation

@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import jinja2
@@ -36,9 +37,10 @@ def render_harness(artifact: Artifact) -> str:
         workspace_align=artifact.program.plan.alignment)
 
 
-def link_command(tgt: Target, sources: list[Path], objects: list[Path], include: Path, exe: Path) -> list[str]:
+def link_command(tgt: Target, sources: list[Path], objects: list[Path], include: Path, exe: Path,
+                 defines: tuple[str, ...] = ()) -> list[str]:
     """The target compiler's command line that builds a program from C sources and the model object."""
-    cmd = [tgt.cc, *STRICT_CFLAGS, *tgt.cflags, f"-I{include}"]
+    cmd = [tgt.cc, *STRICT_CFLAGS, *tgt.cflags, *(f"-D{d}" for d in defines), f"-I{include}"]
     if tgt.os == "none":
         baremetal = RUNTIME_DIR / "baremetal"
         cmd += [str(baremetal / "startup.c"), "-T", str(baremetal / tgt.linker_script)]
@@ -46,25 +48,29 @@ def link_command(tgt: Target, sources: list[Path], objects: list[Path], include:
     return cmd
 
 
-def compile_harness(artifact: Artifact, workdir: Path) -> Path:
+def compile_harness(artifact: Artifact, workdir: Path, static: bool = False) -> Path:
+    """Link the I/O harness with the build; `static` makes a Linux program's addresses fixed."""
     tgt = artifact.target
     if shutil.which(tgt.cc) is None:
         raise RunError(f"target {tgt.name}: C compiler '{tgt.cc}' not found (install the target's toolchain)")
     main = workdir / "main.c"
     main.write_text(render_harness(artifact))
     exe = workdir / ("prog.elf" if tgt.os == "none" else "prog")
-    proc = subprocess.run(link_command(tgt, [main, artifact.source], [artifact.object], artifact.dir, exe),
-                          capture_output=True, text=True)
+    cmd = link_command(tgt, [main, artifact.source], [artifact.object], artifact.dir, exe)
+    if static and tgt.os != "none":
+        cmd.insert(-2, "-static")
+    proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RunError(f"compiling the harness for {artifact.name} ({tgt.name}) failed:\n{proc.stderr.strip()}")
     return exe
 
 
-def run_command(tgt: Target, exe: Path) -> list[str]:
+def run_command(tgt: Target, exe: Path, emulator_options: tuple[str, ...] = ()) -> list[str]:
+    """How to start `exe`: natively, or under the target's emulator with `emulator_options` added."""
     if tgt.run_command:
         if shutil.which(tgt.run_command[0]) is None:
             raise RunError(f"target {tgt.name}: emulator '{tgt.run_command[0]}' not found")
-        return [*tgt.run_command, str(exe)]
+        return [tgt.run_command[0], *emulator_options, *tgt.run_command[1:], str(exe)]
     if not tgt.runs_natively():
         raise RunError(f"target {tgt.name} cannot run on this machine (it needs CPU features "
                        f"{', '.join(tgt.cpu_flags)}); build for a target it can run (see `aot targets`)")
@@ -72,11 +78,11 @@ def run_command(tgt: Target, exe: Path) -> list[str]:
 
 
 def execute(tgt: Target, exe: Path, workdir: Path, timeout: float, what: str,
-            args: list[str] | None = None) -> subprocess.CompletedProcess:
+            args: list[str] | None = None, emulator_options: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     """Run a program built for `tgt` in `workdir`; a crash, hang or non-zero exit raises a RunError."""
     try:
-        proc = subprocess.run(run_command(tgt, exe) + list(args or []), cwd=workdir, capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(run_command(tgt, exe, emulator_options) + list(args or []), cwd=workdir,
+                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise RunError(f"{what} on {tgt.name}: the program did not finish within {timeout:g} s") from None
     if proc.returncode != 0:
@@ -93,19 +99,28 @@ def execute(tgt: Target, exe: Path, workdir: Path, timeout: float, what: str,
 
 def run(artifact: Artifact, inputs: dict[str, np.ndarray], timeout: float = 600.0) -> dict[str, np.ndarray]:
     """Feed `inputs` (by ONNX name) to the compiled model; return its outputs by ONNX name."""
+    return run_program(artifact, inputs, timeout)[0]
+
+
+def run_program(artifact: Artifact, inputs: dict[str, np.ndarray], timeout: float = 600.0, static: bool = False,
+                instrument: Callable[[Path, Path], tuple[str, ...]] | None = None
+                ) -> tuple[dict[str, np.ndarray], subprocess.CompletedProcess]:
+    """Run the model once through the harness: its outputs by ONNX name, and the finished process.
+    `instrument(exe, workdir)` gives options for the target's emulator."""
     tgt = artifact.target
     ins, outs = wrapper.io_tensors(artifact.program)
     with tempfile.TemporaryDirectory(prefix="aot-run-") as tmp:
         work = Path(tmp)
-        exe = compile_harness(artifact, work)
+        exe = compile_harness(artifact, work, static)
         for t in ins:
             array = np.ascontiguousarray(inputs[t.onnx_name], dtype=t.dtype).reshape(t.shape)
             array.tofile(work / f"input_{t.index}.bin")
-        execute(tgt, exe, work, timeout, artifact.name)
+        options = instrument(exe, work) if instrument else ()
+        proc = execute(tgt, exe, work, timeout, artifact.name, emulator_options=options)
         results = {}
         for t in outs:
             path = work / f"output_{t.index}.bin"
             if not path.exists() or path.stat().st_size != t.bytes:
                 raise RunError(f"{artifact.name} on {tgt.name}: output '{t.onnx_name}' was not written completely")
             results[t.onnx_name] = np.fromfile(path, dtype=t.dtype).reshape(t.shape)
-        return results
+        return results, proc

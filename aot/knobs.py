@@ -1,0 +1,83 @@
+"""Schedule knobs: the choices a kernel template leaves open (tile sizes, SIMD on or off).
+
+Each target's defaults are data, the `[knobs]` table of targets/<name>.toml; a TOML file of the same
+keys (`aot build --knobs FILE`) overrides them for one build, which is how tuning searches them.
+The knobs a build used are recorded in its metadata.json.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from aot.errors import OptionError, TargetError
+from aot.target import Target
+
+
+@dataclass(frozen=True)
+class Knobs:
+    mr: int           # dense conv / gemm tile: output pixels (rows of accumulators)
+    nr: int           # dense conv / gemm tile: vectors of output channels
+    core_mr: int      # the same for int8 tiles held in core registers (no integer SIMD)
+    core_nr: int
+    dw_mr: int        # depthwise tile: output pixels
+    dw_nr: int        # depthwise tile: vectors of channels
+    cache_kib: int    # data cache a kernel may count on keeping its working set in (picks loop orders)
+    simd: bool        # false: a scalar build (one lane, LLVM's vectorizers off), to measure SIMD against
+
+    def describe(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+_FIELDS = {f.name: f.type for f in dataclasses.fields(Knobs)}
+_RANGES = {"cache_kib": (1, 1 << 20)}
+_TILE_RANGE = (1, 32)   # a tile of more accumulators than any register file holds makes no sense
+
+
+def load_knobs(path: str | os.PathLike) -> dict:
+    """The overrides in a knobs TOML file (flat `name = value` lines)."""
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except OSError as err:
+        raise OptionError(f"--knobs {path}: cannot read it: {err.strerror}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise OptionError(f"--knobs {path}: not valid TOML: {err}") from None
+    _check(data, f"--knobs {path}")
+    return data
+
+
+def resolve(target: Target, overrides: dict | None = None, source: str = "knobs") -> Knobs:
+    """The target's knob table with `overrides` laid over it, checked."""
+    _check(target.knobs, target.source or target.name)
+    missing = [name for name in _FIELDS if name not in target.knobs]
+    if missing:
+        raise TargetError(f"{target.source or target.name}: [knobs] lacks {', '.join(missing)}")
+    overrides = dict(overrides or {})
+    _check(overrides, source)
+    return Knobs(**{**target.knobs, **overrides})
+
+
+def _check(table: dict, source: str) -> None:
+    for name, value in table.items():
+        if name not in _FIELDS:
+            raise OptionError(f"{source}: unknown knob '{name}' (knobs: {', '.join(_FIELDS)})")
+        if _FIELDS[name] == "bool":
+            if not isinstance(value, bool):
+                raise OptionError(f"{source}: knob '{name}' must be true or false, not {value!r}")
+            continue
+        lo, hi = _RANGES.get(name, _TILE_RANGE)
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            raise OptionError(f"{source}: knob '{name}' must be an integer from {lo} to {hi}, not {value!r}")
+
+
+def scalar_variant(target: Target) -> Target:
+    """The target restricted to one lane and no integer SIMD (what `simd = false` builds for)."""
+    return dataclasses.replace(target, vector_bits=32, int_simd="none")
