@@ -102,6 +102,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--build-dir", help="build here (and keep it) instead of a temporary directory")
     p.add_argument("--accept-new-host-key", action="store_true", help="trust and record an unknown host key")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds the remote program may take")
+    p.add_argument("--profile", action="store_true", help="also time each kernel call (a build with the "
+                   "wrapper's profiling hooks) and print a per-node table")
     _knobs_option(p)
 
     p = sub.add_parser("boards", help="list the board configs, or show or check one")
@@ -181,7 +183,7 @@ def _bench(args) -> int:
             results.append(bench(model, board=board, target=args.target, repeat=args.repeat, number=args.number,
                                  min_repeat_ms=args.min_repeat_ms, warmup=args.warmup, build_dir=args.build_dir,
                                  timeout=args.timeout, accept_new_host_key=args.accept_new_host_key,
-                                 knobs=_knobs(args)))
+                                 knobs=_knobs(args), profile=args.profile))
     rows = [("model", "board", "target", "number", "min ms", "median ms", "mean ms", "p90 ms", "stddev ms", "check")]
     for r in results:
         s = r.stats
@@ -193,11 +195,27 @@ def _bench(args) -> int:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
     if any(r.emulated for r in results):
         print("(emulated: times come from an emulator and are not the device's real-time latency)")
+    for r in results if args.profile else ():
+        _print_profile(r)
     if args.json:
         _write_json(args.json, results)
     if not all(r.ok for r in results):
         raise MismatchError("outputs differ from onnxruntime beyond the tolerance")
     return 0
+
+
+def _print_profile(result) -> None:
+    total = sum(s.ms for s in result.profile)
+    print(f"\n{result.model} on {result.where} ({result.target}): per kernel call, mean ms per run "
+          f"(sum {total:.4f} ms; the hooks' clock reads are included)")
+    rows = [("#", "op", "node", "MMACs", "ms", "%", "GMAC/s")]
+    for s in result.profile:
+        rows.append((str(s.step), s.op, s.node, f"{s.macs / 1e6:.2f}", f"{s.ms:.4f}", f"{100 * s.ms / total:.1f}",
+                     f"{s.macs / s.ms / 1e6:.2f}" if s.macs and s.ms else ""))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(c.rjust(w) if i in (0, 3, 4, 5, 6) else c.ljust(w)
+                        for i, (c, w) in enumerate(zip(row, widths))).rstrip())
 
 
 def _write_json(path: str, results) -> None:
@@ -209,7 +227,8 @@ def _write_json(path: str, results) -> None:
     data = {"aot": __version__, "llvm": llvm_version(), "results": [
         {"model": r.model, "model_sha256": r.model_sha256, "board": r.where, "target": r.target,
          "emulated": r.emulated, "number": r.number, "repeat_ms": r.times_ms, "stats_ms": dataclasses.asdict(r.stats),
-         "check": [{"output": c.output, "max_abs": c.max_abs, "scale": c.scale, "ok": c.ok} for c in r.comparisons]}
+         "check": [{"output": c.output, "max_abs": c.max_abs, "scale": c.scale, "ok": c.ok} for c in r.comparisons],
+         "profile": [dataclasses.asdict(step) for step in r.profile]}
         for r in results]}
     Path(path).write_text(json.dumps(data, indent=2) + "\n")
 

@@ -111,8 +111,8 @@ def profile_table(label: str, model: onnx.ModelProto, min_time: float, peak: flo
     result = bench(model, target="host", repeat=REPEAT, min_repeat_ms=min_time * 1e3 / REPEAT, profile=True,
                    knobs=knobs)
     total = sum(s.ms for s in result.profile)
-    print(f"\nper-node profile: {label} on {result.target} (hooks add {result.stats.median - total:+.3f} ms "
-          f"outside the kernels; total {result.stats.median:.3f} ms)")
+    print(f"\nper-node profile: {label} on {result.target} (kernel times sum to {total:.3f} ms; the whole run "
+          f"took {result.stats.median:.3f} ms with the hooks' clock reads)")
     rows = [("#", "op", "node", "MMACs", "ms", "%", "GFLOP/s")]
     for s in result.profile:
         rows.append((str(s.step), s.op, s.node[:40], f"{s.macs / 1e6:.2f}", f"{s.ms:.4f}",

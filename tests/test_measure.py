@@ -104,3 +104,20 @@ def test_counting_needs_an_emulated_target(tmp_path):
     artifact = aot.build(small_net(), target="host", out_dir=tmp_path / "b")
     with pytest.raises(aot.RunError, match="runs natively"):
         count_instructions(artifact, random_inputs(small_net(), 0))
+
+
+def test_cli_bench_profile(tmp_path):
+    import json
+    import sys
+
+    import onnx
+
+    model, report = tmp_path / "net.onnx", tmp_path / "bench.json"
+    onnx.save(small_net(), model)
+    proc = subprocess.run([sys.executable, "-m", "aot", "bench", str(model), "--target", "host", "--repeat", "2",
+                           "--profile", "--json", str(report)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "per kernel call" in proc.stdout and "conv1" in proc.stdout and "fc" in proc.stdout
+    steps = json.loads(report.read_text())["results"][0]["profile"]
+    assert [s["node"] for s in steps if s["op"].startswith("Conv")] == ["conv1", "conv2"]
+    assert all(s["ms"] > 0 for s in steps)
