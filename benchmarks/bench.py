@@ -84,6 +84,15 @@ def print_table(rows: list[tuple[str, ...]], right: set[int]) -> None:
         print("  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip())
 
 
+def _check(result) -> str:
+    if result.ok:
+        return "ok"
+    worst = max(result.comparisons, key=lambda c: c.max_abs / (c.step or c.scale or 1.0))
+    if worst.step:
+        return f"MISMATCH: {worst.max_abs / worst.step:.0f} steps off at worst, {worst.off_by_one} of {worst.size}"
+    return f"MISMATCH: error {worst.max_abs:.2g} of scale {worst.scale:.2g}"
+
+
 def latency_table(models: dict[str, onnx.ModelProto], min_time: float, peak: float, knobs: dict | None) -> bool:
     rows = [("model", "precision", "MMACs", "aot ms", "onnxruntime ms", "aot/ort", "aot GOP/s", "ort GOP/s",
              "% fp32 peak", "check")]
@@ -99,7 +108,7 @@ def latency_table(models: dict[str, onnx.ModelProto], min_time: float, peak: flo
         rows.append((name, precision, f"{result.macs / 1e6:,.1f}", f"{aot_ms:.3f}", f"{ort_ms:.3f}",
                      f"{aot_ms / ort_ms:.2f}", f"{flops / aot_ms / 1e6:.1f}", f"{flops / ort_ms / 1e6:.1f}",
                      f"{100 * flops / aot_ms / 1e6 / peak:.0f}%" if precision == "fp32" else "",
-                     "ok" if result.ok else "MISMATCH"))
+                     _check(result)))
     print_table(rows, right={2, 3, 4, 5, 6, 7, 8})
     geomean = math.exp(statistics.fmean(math.log(r) for r in ratios))
     print(f"geometric mean of aot/onnxruntime: {geomean:.2f}; worst: {max(ratios):.2f} ({len(ratios)} models; "
