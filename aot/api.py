@@ -11,6 +11,7 @@ import onnx
 
 from aot import reference as checks
 from aot.build import Artifact, build
+from aot.codegen import wrapper
 from aot.run import local
 
 
@@ -60,7 +61,7 @@ def quantization_steps(program) -> dict[str, float]:
     steps = {}
     for out in program.graph.outputs:
         node = producers.get(out)
-        while node is not None and node.op in ("Reshape", "Transpose", "Copy"):
+        while node is not None and wrapper.moves_values(node):
             node = producers.get(node.inputs[0])
         if program.graph.values[out].dtype != "float32":
             steps[out] = 1.0

@@ -35,3 +35,8 @@ class RunError(AotError):
 
 class MismatchError(AotError):
     """The compiled model's outputs differ from the reference beyond the tolerance."""
+
+
+class InternalError(AotError):
+    """aot broke one of its own invariants (a pass produced an ill-formed graph, a kernel an ill-typed
+    or out-of-bounds access): a bug in aot, reported with the node or kernel at fault."""

@@ -13,7 +13,8 @@ from aot.errors import UnsupportedOpError
 from aot.graph.ir import Graph, Node, Rewriter
 from aot.kernel.ir import Kernel
 from aot.knobs import Knobs, resolve
-from aot.ops import VIEWS, LowerContext, lower
+from aot.ops import LowerContext, lower
+from aot.ops.registry import op_def
 from aot.plan import memory
 from aot.target import Target
 
@@ -48,7 +49,7 @@ def materialize_outputs(graph: Graph) -> Graph:
     producers = graph.producers()
 
     def root(name: str) -> str:
-        while name in producers and producers[name].op in VIEWS:
+        while name in producers and op_def(producers[name].op).view:
             name = producers[name].inputs[0]
         return name
 
@@ -79,7 +80,7 @@ def build_program(graph: Graph, target: Target, name: str, knobs: Knobs | None =
     roots: dict[str, str] = {}
     calls: list[Call] = []
     for node in graph.nodes:
-        if node.op in VIEWS:
+        if op_def(node.op).view:
             src = node.inputs[0]
             roots[node.outputs[0]] = roots.get(src, src)
             continue

@@ -8,6 +8,7 @@ import llvmlite.binding as llvm
 
 from aot import ops
 from aot.errors import PlanError
+from aot.ops.registry import Fusion, op_def
 from aot.program import Program
 
 
@@ -96,7 +97,7 @@ def render(program: Program, obj: bytes, weights_prefix: str, header: str, limit
     quantized = [c.node for c in program.calls if "quant" in c.node.attrs]
     if quantized or any(c.node.op in ("Quantize", "Dequantize") for c in program.calls):
         in_float = [c.node for c in program.calls if "quant" not in c.node.attrs
-                    and c.node.op not in ("Quantize", "Dequantize", "Transpose", "Copy", "MaxPool", "Slice", "Concat")
+                    and not op_def(c.node.op).moves_values and c.node.op not in ("Quantize", "Dequantize")
                     and program.graph.values[c.node.outputs[0]].dtype == "float32"]
         lines.append(f"  quantized         {len(quantized)} integer kernels; {len(in_float)} in float between "
                      "Dequantize and Quantize" + (": " + ", ".join(f"{n.op} {n.name}" for n in in_float)
@@ -139,9 +140,10 @@ def describe(node) -> str:
     if "quant" in node.attrs:
         return node.op + " int8"
     parts = []
-    if node.op in ("Conv", "Gemm") and node.inputs[2]:
-        parts.append("bias")
-    if len(node.inputs) > 3 and node.op in ("Conv", "Gemm"):
-        parts.append("add")
+    if op_def(node.op).fusion is Fusion.MATRIX:
+        if node.inputs[2]:
+            parts.append("bias")
+        if len(node.inputs) > 3:
+            parts.append("add")
     parts += [fn for fn, _ in node.attrs.get("acts", ())]
     return "+".join([node.op, *parts])

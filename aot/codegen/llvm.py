@@ -9,6 +9,7 @@ import numpy as np
 from llvmlite import ir
 
 from aot.kernel import ir as k
+from aot.kernel.verify import verify_kernel
 from aot.target import Target
 
 _F32 = ir.FloatType()
@@ -84,6 +85,7 @@ class ModuleBuilder:
         return ir.Function(self.module, fn_type, name=name)
 
     def add_kernel(self, kernel: k.Kernel) -> None:
+        verify_kernel(kernel, self.target.pointer_bits)
         fn_type = ir.FunctionType(ir.VoidType(), [ir.PointerType() for _ in kernel.params])
         fn = ir.Function(self.module, fn_type, name=kernel.name)
         fn.section = f".text.{kernel.name}"

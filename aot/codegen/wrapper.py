@@ -9,6 +9,8 @@ from pathlib import Path
 
 import jinja2
 
+from aot.graph.ir import Node
+from aot.ops.registry import op_def
 from aot.program import Location, Program
 
 _TEMPLATES = jinja2.Environment(
@@ -18,7 +20,8 @@ _TEMPLATES = jinja2.Environment(
 _C_KEYWORDS = set("""auto break case char const continue default do double else enum extern float for goto if
 inline int long register restrict return short signed sizeof static struct switch typedef union unsigned
 void volatile while _Bool _Complex _Imaginary""".split())
-_CTYPES = {"float32": "float", "int8": "int8_t", "uint8": "uint8_t", "int32": "int32_t"}
+_CTYPES = {"float32": "float", "int8": "int8_t", "uint8": "uint8_t", "int32": "int32_t", "int64": "int64_t",
+           "bool": "uint8_t"}     # a bool is one byte, 0 or 1
 
 
 def c_identifier(text: str) -> str:
@@ -75,15 +78,12 @@ def io_tensors(program: Program) -> tuple[list[Tensor], list[Tensor]]:
     return result[0], result[1]
 
 
-_MOVES = ("Transpose", "Reshape", "Copy")      # ops that move values without touching their quantization
-
-
 def _quantization(program: Program, value: str) -> tuple[float | None, int | None]:
     """Scale and zero point of an integer graph input or output, from the op that reads or writes it
     (looking through transposes and views)."""
     producers = program.graph.producers()
     node = producers.get(value)
-    while node is not None and node.op in _MOVES:
+    while node is not None and moves_values(node):
         node = producers.get(node.inputs[0])
     if node is not None and "quant" in node.attrs:
         return node.attrs["quant"].y_scale, node.attrs["quant"].y_zp
@@ -93,13 +93,18 @@ def _quantization(program: Program, value: str) -> tuple[float | None, int | Non
     frontier = [value]
     while frontier:
         for user in users.get(frontier.pop(), []):
-            if user.op in _MOVES:
+            if moves_values(user):
                 frontier.append(user.outputs[0])
             elif user.op == "Dequantize":
                 return user.attrs["scale"], user.attrs["zero_point"]
             elif "quant" in user.attrs:
                 return user.attrs["quant"].x_scale, user.attrs["quant"].x_zp
     return None, None
+
+
+def moves_values(node: Node) -> bool:
+    """The node only moves values of one input, keeping their quantization (no requantizing Concat)."""
+    return op_def(node.op).moves_values and "quant" not in node.attrs and len(node.inputs) == 1
 
 
 def _arg(program: Program, value: str, writable: bool, inputs: list[Tensor], outputs: list[Tensor]) -> str:

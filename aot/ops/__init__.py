@@ -1,12 +1,14 @@
-"""Per-op lowering from graph nodes to kernel IR, and per-op cost (MACs) for the report.
+"""Ops: each module defines its ops in the registry (registry.py): the ONNX rewrite rule, the layout,
+fusion and quantization facts, and the lowering to kernel IR.
 
-Each module registers `LOWERINGS[op] = fn(ctx, node, name) -> Kernel`. A kernel's parameters are the
-node's computed (non-constant) inputs in order, then its outputs; constants become read-only data.
+A kernel's parameters are the node's computed (non-constant) inputs in order, then its outputs;
+constants become read-only data.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+import pkgutil
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,9 +17,11 @@ from aot.errors import UnsupportedOpError
 from aot.graph.ir import Graph, Node
 from aot.kernel.ir import Buffer, Kernel
 from aot.knobs import Knobs
+from aot.ops.registry import op_def
 from aot.target import Target
 
-DTYPES = {"float32": "f32", "int32": "i32", "int16": "i16", "int8": "i8", "uint8": "u8"}
+# Graph element types -> kernel IR element types (a bool is one byte, 0 or 1).
+DTYPES = {"float32": "f32", "int64": "i64", "int32": "i32", "int16": "i16", "int8": "i8", "uint8": "u8", "bool": "u8"}
 
 
 @dataclass
@@ -43,7 +47,7 @@ class LowerContext:
             if not name:
                 ins.append(None)
             elif name in self.graph.constants:
-                ins.append(self.const(self.graph.constants[name].astype(np.float32), "c"))
+                ins.append(self.const(kernel_array(self.graph.constants[name]), "c"))
             else:
                 value = self.graph.values[name]
                 buf = Buffer(f"in{i}", DTYPES[value.dtype], value.size)
@@ -54,33 +58,30 @@ class LowerContext:
         return ins, outs, tuple(params + outs)
 
 
-Lowering = Callable[[LowerContext, Node, str], Kernel]
-LOWERINGS: dict[str, Lowering] = {}
-MACS: dict[str, Callable[[Graph, Node], int]] = {}
-VIEWS = {"Reshape"}     # ops that move no data: the planner aliases output to input
-
-
-def register(*ops: str, macs: Callable[[Graph, Node], int] | None = None):
-    def wrap(fn: Lowering) -> Lowering:
-        for op in ops:
-            LOWERINGS[op] = fn
-            if macs is not None:
-                MACS[op] = macs
-        return fn
-    return wrap
-
-
 def lower(ctx: LowerContext, node: Node, name: str) -> Kernel:
-    fn = LOWERINGS.get(node.op)
+    fn = op_def(node.op).lower
     if fn is None:
         raise UnsupportedOpError(f"node '{node.name}': no kernel for op {node.op}")
     return fn(ctx, node, name)
 
 
 def macs(graph: Graph, node: Node) -> int:
-    fn = MACS.get(node.op)
+    fn = op_def(node.op).macs
     return int(fn(graph, node)) if fn else 0
 
 
-# Importing the op modules fills the tables.
-from aot.ops import conv, elementwise, matmul, movement, pool, reduce, softmax  # noqa: E402,F401
+def kernel_array(array: np.ndarray) -> np.ndarray:
+    """A constant in a type kernels read: floats as float32, bools as bytes."""
+    if array.dtype.kind == "f":
+        return array.astype(np.float32)
+    return array.astype(np.uint8) if array.dtype == np.bool_ else array
+
+
+def _import_op_modules() -> None:
+    """Import every module of this package (sorted, so registration order is deterministic): each one
+    fills the registry with its ops, so adding an op family is adding a module."""
+    for module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+        importlib.import_module(f"{__name__}.{module}")
+
+
+_import_op_modules()

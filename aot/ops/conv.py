@@ -1,4 +1,4 @@
-"""Conv (NHWC) and Gemm, lowered to register-blocked micro-kernels.
+"""Conv (NHWC), lowered to register-blocked micro-kernels.
 
 Dense and grouped convolution, and Gemm as a 1x1 convolution over a 1 x M "image", share one
 micro-kernel: a tile of MR output pixels x NR vectors of output channels lives in registers while
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aot.graph.ir import Graph, Node
+from aot.graph.ir import Graph, Node, Rewriter
 from aot.graph.quant import Quant, fixed_point
 from aot.kernel.ir import (
     Broadcast,
@@ -36,9 +36,11 @@ from aot.kernel.ir import (
     minimum,
     select,
 )
-from aot.ops import LowerContext, register
+from aot.ops import LowerContext
 from aot.ops.epilogue import apply
 from aot.ops.quantized import quantize, requantize_fixed, widen
+from aot.ops.registry import Fusion, Layout, QuantForm, define
+from aot.ops.rewrite import const_input, lift_1d, quant_attrs, refuse, spatial_attrs, view
 
 
 @dataclass(frozen=True)
@@ -506,12 +508,6 @@ def _conv_macs(graph: Graph, node: Node) -> int:
     return int(np.prod(graph.shape(node.outputs[0]))) * int(np.prod(w.shape[1:]))
 
 
-def _gemm_macs(graph: Graph, node: Node) -> int:
-    k, n = graph.constants[node.inputs[1]].shape
-    return int(np.prod(graph.shape(node.inputs[0])[:-1])) * k * n
-
-
-@register("Conv", macs=_conv_macs)
 def conv(ctx: LowerContext, node: Node, name: str) -> Kernel:
     ins, outs, params = ctx.io(node)
     g = geometry(ctx.graph, node)
@@ -543,19 +539,25 @@ def _minus_zero_point(weight: np.ndarray, quant: Quant, axis: int) -> np.ndarray
     return weight.astype(np.int16) - quant.w_zp.reshape(shape).astype(np.int16)
 
 
-@register("Gemm", macs=_gemm_macs)
-def gemm(ctx: LowerContext, node: Node, name: str) -> Kernel:
-    """x (M,K) @ w (K,N): a 1x1 convolution over a 1 x M image with K channels."""
-    ins, outs, params = ctx.io(node)
-    rows, k = ctx.graph.shape(node.inputs[0])
-    weight = ctx.graph.constants[node.inputs[1]]
-    n = weight.shape[1]
-    g = Geometry(1, 1, rows, k, 1, rows, n, 1, 1, (1, 1), (1, 1), (0, 0, 0, 0))
-    oihw = weight.T.reshape(n, k, 1, 1)
-    style = dot_style(ctx, node, 1, k)
-    arith = _arith(ctx, node, ins, style, oihw)
-    if "quant" in node.attrs and not (style and style.raw_bytes):
-        oihw = _minus_zero_point(oihw, node.attrs["quant"], axis=0)
-    return lower_dense(ctx, name, g, 1, oihw, arith, ins[0], outs[0], params)
+def canonical_conv(rw: Rewriter, node: Node) -> None:
+    """1-D and 2-D convolutions with constant weights; a 1-D one runs as 2-D over a height of 1."""
+    w = const_input(rw, node, 1, "the weight")
+    rank = w.ndim - 2
+    if rank not in (1, 2):
+        raise refuse(node, f"{rank}-D convolution is not supported (1-D and 2-D are)")
+    attrs = spatial_attrs(rw, node, tuple(w.shape[2:]))
+    attrs["group"] = int(node.attrs.get("group", 1))
+    attrs.update(quant_attrs(node))
+    bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else ""
+    if bias:
+        const_input(rw, node, 2, "the bias")
+    if rank == 1:
+        x2, out2, w2 = lift_1d(rw, node, attrs, node.inputs[1])
+        rw.add("Conv", node.name, [x2, w2, bias], [out2], **attrs)
+        view(rw, node, out2, rw.values[node.outputs[0]].shape, node.outputs[0])
+    else:
+        rw.add("Conv", node.name, [node.inputs[0], node.inputs[1], bias], node.outputs, **attrs)
 
 
+define("Conv", canonical=canonical_conv, lower=conv, macs=_conv_macs, layout=Layout.NHWC, fusion=Fusion.MATRIX,
+       weight_channel_axis=0, quant=QuantForm.MATRIX, quant_acts=True)

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from aot.graph.ir import Node
+from aot.graph.ir import Graph, Node, Rewriter
 from aot.graph.quant import RANGES, Quant
 from aot.kernel.ir import Broadcast, Buffer, Builder, Expr, Kernel, binop
-from aot.ops import LowerContext, register
+from aot.ops import LowerContext
 from aot.ops.epilogue import apply
 from aot.ops.quantized import dequantize, quantize
+from aot.ops.registry import Fusion, Layout, QuantForm, broadcast_shape, define, same_shape
+from aot.ops.rewrite import const_input, quant_attrs, refuse, unary_rule
 
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min"}
 
@@ -83,7 +85,6 @@ def _widen(value: Expr, lanes: int) -> Expr:
     return Broadcast(value, lanes) if lanes > 1 and value.lanes == 1 else value
 
 
-@register("Add", "Sub", "Mul", "Div", "Max", "Min")
 def binary(ctx: LowerContext, node: Node, name: str) -> Kernel:
     ins, outs, params = ctx.io(node)
     op = _BINARY[node.op]
@@ -109,7 +110,6 @@ def binary(ctx: LowerContext, node: Node, name: str) -> Kernel:
     return Kernel(name, params, b.block())
 
 
-@register("Quantize", "Dequantize")
 def quantize_linear(ctx: LowerContext, node: Node, name: str) -> Kernel:
     """Quantize: saturate(round(x / scale) + zero_point); Dequantize: (q - zero_point) * scale."""
     ins, outs, params = ctx.io(node)
@@ -126,7 +126,6 @@ def quantize_linear(ctx: LowerContext, node: Node, name: str) -> Kernel:
     return Kernel(name, params, b.block())
 
 
-@register("Unary")
 def unary(ctx: LowerContext, node: Node, name: str) -> Kernel:
     ins, outs, params = ctx.io(node)
     acts = ((node.attrs["fn"], tuple(node.attrs["params"])),) + tuple(node.attrs.get("acts", ()))
@@ -134,3 +133,75 @@ def unary(ctx: LowerContext, node: Node, name: str) -> Kernel:
     size = int(np.prod(ctx.graph.shape(node.outputs[0]), dtype=np.int64))
     elementwise_loops(b, ctx.target.lanes, (size,), [(ins[0], (size,))], outs[0], lambda v: apply(acts, v[0]))
     return Kernel(name, params, b.block())
+
+
+# --- ONNX ops -> Add/Sub/..., Unary, Quantize/Dequantize ----------------------------------------------
+
+def canonical_binary(rw: Rewriter, node: Node) -> None:
+    if len(node.inputs) != 2:
+        raise refuse(node, "only two operands are supported")
+    rw.keep(node.with_(attrs=quant_attrs(node)))
+
+
+def canonical_clip(rw: Rewriter, node: Node) -> None:
+    lo, hi = node.attrs.get("min", -np.inf), node.attrs.get("max", np.inf)
+    lo_c, hi_c = const_input(rw, node, 1, "min"), const_input(rw, node, 2, "max")
+    lo = float(lo_c) if lo_c is not None else float(lo)
+    hi = float(hi_c) if hi_c is not None else float(hi)
+    rw.add("Unary", node.name, node.inputs[:1], node.outputs, fn="clip", params=(lo, hi))
+
+
+def canonical_gelu(rw: Rewriter, node: Node) -> None:
+    approximate = node.attrs.get("approximate", "none")
+    rw.add("Unary", node.name, node.inputs[:1], node.outputs, fn="gelu_tanh" if approximate == "tanh" else "gelu",
+           params=())
+
+
+def canonical_quantize(rw: Rewriter, node: Node) -> None:
+    """QuantizeLinear / DequantizeLinear of a computed tensor, per-tensor: y = saturate(round(x / s) + zp),
+    x = (q - zp) * s. (Those of constants were folded; per-channel weights belong to integer ops.)"""
+    scale = const_input(rw, node, 1, "the scale")
+    zp = const_input(rw, node, 2, "the zero point")
+    if scale is None or scale.size != 1 or (zp is not None and zp.size != 1):
+        raise refuse(node, "only per-tensor quantization of activations is supported")
+    zp_value = int(zp.reshape(-1)[0]) if zp is not None else 0
+    op = "Quantize" if node.op == "QuantizeLinear" else "Dequantize"
+    rw.add(op, node.name, node.inputs[:1], node.outputs, scale=float(scale.reshape(-1)[0]), zero_point=zp_value)
+
+
+_QUANT_FORMS = {"Add": (QuantForm.BINARY, True), "Mul": (QuantForm.BINARY, False)}
+for _op in _BINARY:
+    _form, _acts = _QUANT_FORMS.get(_op, (QuantForm.NONE, False))
+    define(_op, canonical=canonical_binary, lower=binary, layout=Layout.FOLLOW, fusion=Fusion.ANCHOR,
+           matrix_epilogue={"Add": "add", "Mul": "mul"}.get(_op, ""), quant=_form, quant_acts=_acts,
+           check=broadcast_shape)
+
+define("Unary", lower=unary, layout=Layout.FOLLOW, fusion=Fusion.ACTIVATION, check=same_shape)
+_UNARY = {
+    "Relu": unary_rule("relu"), "LeakyRelu": unary_rule("leaky_relu", ("alpha", 0.01)),
+    "Sigmoid": unary_rule("sigmoid"), "Tanh": unary_rule("tanh"), "Erf": unary_rule("erf"),
+    "Exp": unary_rule("exp"), "Log": unary_rule("log"), "Neg": unary_rule("neg"), "Abs": unary_rule("abs"),
+    "Reciprocal": unary_rule("reciprocal"),
+    "HardSigmoid": unary_rule("hard_sigmoid", ("alpha", 0.2), ("beta", 0.5)), "HardSwish": unary_rule("hard_swish"),
+    "Clip": canonical_clip, "Gelu": canonical_gelu,
+}
+def _clip_bounds(graph: Graph, node: Node) -> tuple[float, float] | None:
+    """Clip's [min, max], None when a bound is computed at run time."""
+    bounds = []
+    for index, key, default in ((1, "min", -np.inf), (2, "max", np.inf)):
+        name = node.inputs[index] if len(node.inputs) > index else ""
+        if name and name not in graph.constants:
+            return None
+        bounds.append(float(graph.constants[name]) if name else float(node.attrs.get(key, default)))
+    return bounds[0], bounds[1]
+
+
+_CLAMPS = {"Relu": lambda graph, node: (0.0, np.inf), "Clip": _clip_bounds}
+for _op, _rule in _UNARY.items():
+    define(_op, canonical=_rule, clamp=_CLAMPS.get(_op), check=same_shape)
+
+define("QuantizeLinear", canonical=canonical_quantize)
+define("DequantizeLinear", canonical=canonical_quantize, dtypes=frozenset({"int8", "uint8", "int32"}))
+define("Quantize", lower=quantize_linear, layout=Layout.FOLLOW, check=same_shape)
+define("Dequantize", lower=quantize_linear, layout=Layout.FOLLOW, dtypes=frozenset({"int8", "uint8", "int32"}),
+       check=same_shape)

@@ -1,16 +1,18 @@
 """MatMul of two computed tensors (attention-style products), batched with numpy broadcasting of the
-batch dimensions; vectorized along N."""
+batch dimensions; vectorized along N. A MatMul by a constant 2-D matrix becomes a Gemm."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from aot.graph.ir import Graph, Node
+from aot.graph.ir import Graph, Node, Rewriter
 from aot.kernel.ir import Builder, Expr, Kernel, const, fma
-from aot.ops import LowerContext, register
+from aot.ops import LowerContext
 from aot.ops.conv import channel_blocks
 from aot.ops.elementwise import broadcast_strides
 from aot.ops.epilogue import apply
+from aot.ops.registry import Fusion, QuantForm, define
+from aot.ops.rewrite import refuse, view
 
 
 def _macs(graph: Graph, node: Node) -> int:
@@ -18,7 +20,6 @@ def _macs(graph: Graph, node: Node) -> int:
     return int(np.prod(out, dtype=np.int64)) * graph.shape(node.inputs[0])[-1]
 
 
-@register("MatMul", macs=_macs)
 def matmul(ctx: LowerContext, node: Node, name: str) -> Kernel:
     ins, outs, params = ctx.io(node)
     a, bm, out = ins[0], ins[1], outs[0]
@@ -57,3 +58,25 @@ def matmul(ctx: LowerContext, node: Node, name: str) -> Kernel:
 
     batches(0, const(0), const(0), const(0))
     return Kernel(name, params, b.block())
+
+
+def canonical_matmul(rw: Rewriter, node: Node) -> None:
+    a, b = node.inputs
+    out = node.outputs[0]
+    ashape, bshape, oshape = rw.values[a].shape, rw.values[b].shape, rw.values[out].shape
+    if b in rw.constants and len(bshape) == 2:
+        k, n = bshape
+        rows = int(np.prod(ashape[:-1], dtype=np.int64))
+        a2 = a if len(ashape) == 2 else view(rw, node, a, (rows, k))
+        out2 = out if len(ashape) == 2 else rw.like(out + "_2d", out, (rows, n))
+        rw.add("Gemm", node.name, [a2, b, ""], [out2])
+        if out2 != out:
+            view(rw, node, out2, oshape, out)
+        return
+    if len(ashape) < 2 or len(bshape) < 2:
+        raise refuse(node, "1-D operands of a MatMul of two computed tensors are not supported")
+    rw.keep(node.with_(attrs={}))
+
+
+define("MatMul", canonical=canonical_matmul, lower=matmul, macs=_macs, fusion=Fusion.ANCHOR,
+       quant=QuantForm.MATRIX, quant_acts=True)

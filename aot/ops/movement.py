@@ -1,14 +1,16 @@
-"""Data movement: Transpose, Concat, Pad. (Reshape-like ops are views and have no kernel.)"""
+"""Data movement: Transpose, Concat, Pad, Slice, Copy; Reshape and its kin are views with no kernel."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from aot.graph.ir import Node
+from aot.graph.ir import Node, Rewriter
 from aot.graph.quant import Quant
 from aot.kernel.ir import Buffer, Builder, Expr, Kernel, binop, const, maximum, minimum, select
-from aot.ops import LowerContext, register
+from aot.ops import LowerContext
 from aot.ops.quantized import dequantize, quantize
+from aot.ops.registry import ALL_DTYPES, AxisAttr, Layout, QuantForm, define, same_size
+from aot.ops.rewrite import const_input, quant_attrs, refuse, view
 
 
 def _strides(shape) -> list[int]:
@@ -40,7 +42,6 @@ def copy_loops(b: Builder, lanes: int, dims: list[int], src: Buffer, src_strides
     body(0, src_off, dst_off)
 
 
-@register("Transpose")
 def transpose(ctx: LowerContext, node: Node, name: str) -> Kernel:
     ins, outs, params = ctx.io(node)
     in_shape = ctx.graph.shape(node.inputs[0])
@@ -62,7 +63,6 @@ def transpose(ctx: LowerContext, node: Node, name: str) -> Kernel:
     return Kernel(name, params, b.block())
 
 
-@register("Concat")
 def concat(ctx: LowerContext, node: Node, name: str) -> Kernel:
     ins, outs, params = ctx.io(node)
     axis = node.attrs["axis"]
@@ -90,7 +90,6 @@ def _requantize(quant: Quant, scale: float, zero_point: int):
                               quant.y_dtype)
 
 
-@register("Pad")
 def pad(ctx: LowerContext, node: Node, name: str) -> Kernel:
     ins, outs, params = ctx.io(node)
     in_shape = list(ctx.graph.shape(node.inputs[0]))
@@ -136,7 +135,6 @@ def pad(ctx: LowerContext, node: Node, name: str) -> Kernel:
     return Kernel(name, params, b.block())
 
 
-@register("Copy")
 def copy(ctx: LowerContext, node: Node, name: str) -> Kernel:
     ins, outs, params = ctx.io(node)
     size = int(np.prod(ctx.graph.shape(node.outputs[0]), dtype=np.int64))
@@ -145,7 +143,6 @@ def copy(ctx: LowerContext, node: Node, name: str) -> Kernel:
     return Kernel(name, params, b.block())
 
 
-@register("Slice")
 def slice_(ctx: LowerContext, node: Node, name: str) -> Kernel:
     """out[i] = in[starts + i * steps] per axis (steps may be negative)."""
     ins, outs, params = ctx.io(node)
@@ -158,3 +155,87 @@ def slice_(ctx: LowerContext, node: Node, name: str) -> Kernel:
     if all(out_shape):
         copy_loops(b, ctx.target.lanes, out_shape, ins[0], src, offset, outs[0], _strides(out_shape), 0)
     return Kernel(name, params, b.block())
+
+
+# --- ONNX ops -> views, Transpose, Concat, Pad, Slice ---------------------------------------------------
+
+def canonical_view(rw: Rewriter, node: Node) -> None:
+    if node.op == "Dropout" and len(node.outputs) > 1 and node.outputs[1]:
+        raise refuse(node, "the mask output is not supported")
+    view(rw, node, node.inputs[0], rw.values[node.outputs[0]].shape, node.outputs[0])
+
+
+def canonical_transpose(rw: Rewriter, node: Node) -> None:
+    rank = len(rw.values[node.inputs[0]].shape)
+    perm = tuple(node.attrs.get("perm", tuple(reversed(range(rank)))))
+    rw.add("Transpose", node.name, node.inputs, node.outputs, perm=perm)
+
+
+def canonical_concat(rw: Rewriter, node: Node) -> None:
+    rank = len(rw.values[node.outputs[0]].shape)
+    rw.add("Concat", node.name, node.inputs, node.outputs, axis=int(node.attrs["axis"]) % rank, **quant_attrs(node))
+
+
+def canonical_pad(rw: Rewriter, node: Node) -> None:
+    x = node.inputs[0]
+    rank = len(rw.values[x].shape)
+    mode = node.attrs.get("mode", "constant")
+    if mode not in ("constant", "reflect", "edge"):
+        raise refuse(node, f"mode '{mode}' is not supported (constant, reflect, edge)")
+    pads = const_input(rw, node, 1, "pads")
+    pads = tuple(int(p) for p in (pads if pads is not None else node.attrs.get("pads", (0,) * 2 * rank)))
+    value = const_input(rw, node, 2, "the constant value")
+    value = float(value) if value is not None else float(node.attrs.get("value", 0.0))
+    axes = const_input(rw, node, 3, "axes")
+    if axes is not None:
+        full = [0] * (2 * rank)
+        for i, axis in enumerate(int(a) % rank for a in axes):
+            full[axis], full[rank + axis] = pads[i], pads[len(axes) + i]
+        pads = tuple(full)
+    if any(p < 0 for p in pads):
+        raise refuse(node, "negative pads (cropping) are not supported")
+    rw.add("Pad", node.name, [x], node.outputs, pads=pads, mode=mode, value=value)
+
+
+def canonical_slice(rw: Rewriter, node: Node) -> None:
+    x = node.inputs[0]
+    shape = rw.values[x].shape
+    starts, ends = const_input(rw, node, 1, "starts"), const_input(rw, node, 2, "ends")
+    if starts is None:      # before opset 10 they are attributes
+        starts, ends = node.attrs["starts"], node.attrs["ends"]
+        axes, steps = node.attrs.get("axes"), None
+    else:
+        axes, steps = const_input(rw, node, 3, "axes"), const_input(rw, node, 4, "steps")
+    axes = range(len(starts)) if axes is None else axes
+    steps = [1] * len(starts) if steps is None else steps
+    begin, step = [0] * len(shape), [1] * len(shape)
+    for axis, b, e, s in zip(axes, starts, ends, steps):
+        axis = int(axis) % len(shape)
+        begin[axis], _, step[axis] = slice(int(b), int(e), int(s)).indices(shape[axis])
+    rw.add("Slice", node.name, [x], node.outputs[:1], starts=tuple(begin), steps=tuple(step))
+
+
+def canonical_split(rw: Rewriter, node: Node) -> None:
+    """Split becomes one Slice per output."""
+    shape = rw.values[node.inputs[0]].shape
+    axis = int(node.attrs.get("axis", 0)) % len(shape)
+    start = 0
+    for i, out in enumerate(node.outputs):
+        size = rw.values[out].shape[axis]
+        begin = tuple(start if a == axis else 0 for a in range(len(shape)))
+        rw.add("Slice", f"{node.name}_{i}", [node.inputs[0]], [out], starts=begin, steps=(1,) * len(shape))
+        start += size
+
+
+for _op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"):
+    define(_op, canonical=canonical_view, view=_op == "Reshape", moves_values=True, dtypes=ALL_DTYPES,
+           quant=QuantForm.MOVE, check=same_size)
+define("Transpose", canonical=canonical_transpose, lower=transpose, layout=Layout.TRANSPOSE, moves_values=True,
+       dtypes=ALL_DTYPES, quant=QuantForm.MOVE)
+define("Concat", canonical=canonical_concat, lower=concat, layout=Layout.FOLLOW, axis_attrs={"axis": AxisAttr.AXIS},
+       moves_values=True, dtypes=ALL_DTYPES, quant=QuantForm.CONCAT)
+define("Pad", canonical=canonical_pad, lower=pad, layout=Layout.FOLLOW, axis_attrs={"pads": AxisAttr.PADS})
+define("Slice", canonical=canonical_slice, lower=slice_, layout=Layout.FOLLOW, moves_values=True, dtypes=ALL_DTYPES,
+       axis_attrs={"starts": AxisAttr.PER_AXIS, "steps": AxisAttr.PER_AXIS})
+define("Split", canonical=canonical_split, dtypes=ALL_DTYPES)
+define("Copy", lower=copy, moves_values=True, dtypes=ALL_DTYPES, check=same_size)

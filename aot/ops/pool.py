@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from aot.graph.ir import Node
+from aot.graph.ir import Node, Rewriter
 from aot.graph.quant import RANGES, Quant
 from aot.kernel.ir import Builder, Cast, Expr, Kernel, const, maximum, minimum
-from aot.ops import LowerContext, register
+from aot.ops import LowerContext
 from aot.ops.conv import Geometry, channel_blocks, spatial_loops
 from aot.ops.quantized import int_dtype, quantize, widen
+from aot.ops.registry import Layout, QuantForm, define
+from aot.ops.rewrite import lift_1d, quant_attrs, refuse, spatial_attrs, view
 
 _LOWEST = -3.4028234663852886e38
 
 
-@register("MaxPool", "AveragePool")
 def pool(ctx: LowerContext, node: Node, name: str) -> Kernel:
     ins, outs, params = ctx.io(node)
     x, out = ins[0], outs[0]
@@ -84,7 +85,6 @@ class _Values:
         return quantize(real_over_scale, q.y_zp, q.qmin, q.qmax, q.y_dtype)
 
 
-@register("GlobalAveragePool", "GlobalMaxPool")
 def global_pool(ctx: LowerContext, node: Node, name: str) -> Kernel:
     ins, outs, params = ctx.io(node)
     n, h, w, c = ctx.graph.shape(node.inputs[0])
@@ -103,3 +103,48 @@ def global_pool(ctx: LowerContext, node: Node, name: str) -> Kernel:
                 for j, acc in enumerate(accs):
                     b.store(outs[0], n_ * c + ch0 + j * blk.lanes, values.finish(acc, 1.0 / (h * w)))
     return Kernel(name, params, b.block())
+
+
+def canonical_pool(rw: Rewriter, node: Node) -> None:
+    if len(node.outputs) > 1 and node.outputs[1]:
+        raise refuse(node, "the Indices output is not supported")
+    kernel = tuple(node.attrs["kernel_shape"])
+    if any(d != 1 for d in node.attrs.get("dilations", ())):
+        raise refuse(node, "dilated pooling is not supported")
+    attrs = spatial_attrs(rw, node, kernel)
+    del attrs["dilations"]
+    attrs.update(quant_attrs(node))
+    if node.op == "AveragePool":
+        attrs["count_include_pad"] = int(node.attrs.get("count_include_pad", 0))
+    if len(kernel) == 1:
+        attrs["dilations"] = (1,)
+        x2, out2, _ = lift_1d(rw, node, attrs)
+        del attrs["dilations"]
+        rw.add(node.op, node.name, [x2], [out2], **attrs)
+        view(rw, node, out2, rw.values[node.outputs[0]].shape, node.outputs[0])
+    elif len(kernel) == 2:
+        rw.add(node.op, node.name, [node.inputs[0]], node.outputs[:1], **attrs)
+    else:
+        raise refuse(node, f"{len(kernel)}-D pooling is not supported")
+
+
+def canonical_global_pool(rw: Rewriter, node: Node) -> None:
+    shape = rw.values[node.inputs[0]].shape
+    if len(shape) == 4:
+        rw.keep(node.with_(attrs=quant_attrs(node)))
+    elif len(shape) == 3:
+        x2 = view(rw, node, node.inputs[0], shape[:2] + (1, shape[2]))
+        out2 = rw.like(node.outputs[0] + "_2d", node.outputs[0], shape[:2] + (1, 1))
+        rw.add(node.op, node.name, [x2], [out2], **quant_attrs(node))
+        view(rw, node, out2, rw.values[node.outputs[0]].shape, node.outputs[0])
+    else:
+        raise refuse(node, f"input of rank {len(shape)} is not supported (rank 3 or 4)")
+
+
+_INT8 = frozenset({"float32", "int8", "uint8"})
+define("MaxPool", canonical=canonical_pool, lower=pool, layout=Layout.NHWC, moves_values=True, dtypes=_INT8,
+       quant=QuantForm.MOVE)
+define("AveragePool", canonical=canonical_pool, lower=pool, layout=Layout.NHWC, quant=QuantForm.RESCALE)
+define("GlobalAveragePool", canonical=canonical_global_pool, lower=global_pool, layout=Layout.NHWC,
+       quant=QuantForm.RESCALE)
+define("GlobalMaxPool", canonical=canonical_global_pool, lower=global_pool, layout=Layout.NHWC)

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from aot.graph.ir import Node
+from aot.graph.ir import Node, Rewriter
 from aot.kernel.ir import Builder, Expr, Kernel, const, maximum, minimum
-from aot.ops import LowerContext, register
+from aot.ops import LowerContext
 from aot.ops.movement import _strides
+from aot.ops.registry import AxisAttr, Layout, define
+from aot.ops.rewrite import const_input, view
 
 _INIT = {"sum": 0.0, "mean": 0.0, "max": -3.4028234663852886e38, "min": 3.4028234663852886e38}
 
 
-@register("Reduce")
 def reduce(ctx: LowerContext, node: Node, name: str) -> Kernel:
     ins, outs, params = ctx.io(node)
     shape = ctx.graph.shape(node.inputs[0])
@@ -63,3 +64,31 @@ def reduce(ctx: LowerContext, node: Node, name: str) -> Kernel:
 
     over_outputs(0, const(0), const(0))
     return Kernel(name, params, b.block())
+
+
+def canonical_reduce(rw: Rewriter, node: Node) -> None:
+    x, out = node.inputs[0], node.outputs[0]
+    shape = rw.values[x].shape
+    axes_input = const_input(rw, node, 1, "axes")
+    axes = axes_input if axes_input is not None else node.attrs.get("axes")
+    if axes is None or len(axes) == 0:
+        if node.attrs.get("noop_with_empty_axes", 0):
+            view(rw, node, x, shape, out)
+            return
+        axes = range(len(shape))
+    axes = tuple(sorted({int(a) % len(shape) for a in axes}))
+    fn = node.op[len("Reduce"):].lower()
+    kept = tuple(1 if i in axes else d for i, d in enumerate(shape))
+    keepdims = bool(node.attrs.get("keepdims", 1))
+    target = out if keepdims else rw.value(out + "_keepdims", kept)
+    if len(shape) == 4 and axes == (2, 3) and fn in ("mean", "max"):      # global pooling
+        rw.add("GlobalAveragePool" if fn == "mean" else "GlobalMaxPool", node.name, [x], [target])
+    else:
+        rw.add("Reduce", node.name, [x], [target], fn=fn, axes=axes)
+    if not keepdims:
+        view(rw, node, target, rw.values[out].shape, out)
+
+
+define("Reduce", lower=reduce, layout=Layout.FOLLOW, axis_attrs={"axes": AxisAttr.AXES})
+for _op in ("ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum"):
+    define(_op, canonical=canonical_reduce)

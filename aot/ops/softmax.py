@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from aot.graph.ir import Node
+from aot.graph.ir import Node, Rewriter
 from aot.kernel import math as kmath
 from aot.kernel.ir import Builder, Expr, Kernel, Reduce, const, maximum
-from aot.ops import LowerContext, register
+from aot.ops import LowerContext
+from aot.ops.registry import AxisAttr, Layout, define, same_shape
+from aot.ops.rewrite import view
 
 _LOWEST = -3.4028234663852886e38
 
 
-@register("Softmax", "LogSoftmax")
 def softmax(ctx: LowerContext, node: Node, name: str) -> Kernel:
     """Softmax: exp(x - max) / sum. LogSoftmax: x - max - log(sum)."""
     ins, outs, params = ctx.io(node)
@@ -97,3 +98,22 @@ def _softmax_strided(b: Builder, x, y, base: Expr, n: int, stride: int, width: i
     inv = b.let("inv", 1.0 / total)
     with b.loop("k", 0, n) as k:
         b.store(y, base + k * stride, at(y, k) * inv)
+
+
+def canonical_softmax(rw: Rewriter, node: Node) -> None:
+    shape = rw.values[node.inputs[0]].shape
+    axis = int(node.attrs.get("axis", -1 if rw.graph.opset >= 13 else 1)) % len(shape)
+    if rw.graph.opset >= 13 or axis == len(shape) - 1:
+        rw.add(node.op, node.name, node.inputs, node.outputs, axis=axis)
+        return
+    # Before opset 13 the input is coerced to 2-D at `axis` and normalized over the second dimension.
+    rows, cols = int(np.prod(shape[:axis], dtype=np.int64)), int(np.prod(shape[axis:], dtype=np.int64))
+    flat = view(rw, node, node.inputs[0], (rows, cols))
+    out = rw.value(node.outputs[0] + "_2d", (rows, cols))
+    rw.add(node.op, node.name, [flat], [out], axis=1)
+    view(rw, node, out, shape, node.outputs[0])
+
+
+for _op in ("Softmax", "LogSoftmax"):
+    define(_op, canonical=canonical_softmax, lower=softmax, layout=Layout.FOLLOW, axis_attrs={"axis": AxisAttr.AXIS},
+           check=same_shape)

@@ -12,6 +12,7 @@ from aot.graph.passes.fold_constants import fold_constants
 from aot.graph.passes.fuse_epilogues import fuse_epilogues
 from aot.graph.passes.lower_quantized import lower_quantized
 from aot.graph.passes.to_nhwc import to_nhwc
+from aot.graph.verify import verify
 
 Pass = Callable[[Graph], Graph]
 
@@ -28,9 +29,11 @@ PIPELINE: list[Pass] = [
 
 
 def optimize(graph: Graph, on_pass: Callable[[str, Graph], None] | None = None) -> Graph:
-    """Run the pipeline; `on_pass(name, graph)` sees the graph after each pass (for --dump-graph)."""
+    """Run the pipeline, verifying the graph after each pass; `on_pass(name, graph)` sees the graph
+    after each pass (for --dump-graph)."""
+    verify(graph, "import")
     for p in PIPELINE:
-        graph = p(graph)
+        graph = verify(p(graph), p.__name__)
         if on_pass is not None:
             on_pass(p.__name__, graph)
     return graph

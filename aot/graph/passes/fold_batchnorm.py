@@ -1,4 +1,4 @@
-"""Fold BatchNormalization into the Conv or Gemm that feeds it; turn a lone one into Mul + Add.
+"""Fold BatchNormalization into the matrix op (Conv, Gemm) that feeds it; turn a lone one into Mul + Add.
 
 y = (x - mean) / sqrt(var + eps) * gamma + beta  =  x * a + b  with  a = gamma / sqrt(var + eps), b = beta - mean * a.
 Folding scales the producer's output channels by a and adds b to its bias.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from aot.graph.ir import Graph, Node, Rewriter
+from aot.ops.registry import Fusion, op_def
 
 
 def fold_batchnorm(graph: Graph) -> Graph:
@@ -21,7 +22,7 @@ def fold_batchnorm(graph: Graph) -> Graph:
         if node.op != "BatchNormalization":
             continue
         src = producers.get(node.inputs[0])
-        if (src is not None and src.op in ("Conv", "Gemm") and len(users.get(src.outputs[0], [])) == 1
+        if (src is not None and op_def(src.op).fusion is Fusion.MATRIX and len(users.get(src.outputs[0], [])) == 1
                 and src.outputs[0] not in graph.outputs and src.name not in folded):
             a, b = _affine(rw, node)
             folded[src.name] = _fold_into(rw, src, a, b, node.outputs[0])
@@ -48,10 +49,9 @@ def _fold_into(rw: Rewriter, src: Node, a: np.ndarray, b: np.ndarray, out: str) 
     x, w, bias = src.inputs[:3]
     weight = rw.constants[w].astype(np.float64)
     old_bias = rw.constants[bias].astype(np.float64) if bias else 0.0
-    if src.op == "Conv":                        # w: (M, C/g, kh, kw), output channel first
-        weight = weight * a.reshape(-1, 1, 1, 1)
-    else:                                       # Gemm w: (K, N), output channel last
-        weight = weight * a.reshape(1, -1)
+    axis_shape = [1] * weight.ndim              # scale the weight's output channels
+    axis_shape[op_def(src.op).weight_channel_axis] = -1
+    weight = weight * a.reshape(axis_shape)
     new_w = rw.constant(w + "_bn", weight.astype(np.float32))
     new_b = rw.constant(src.name + "_bias_bn", (old_bias * a + b).astype(np.float32))
     return src.with_(inputs=(x, new_w, new_b), outputs=(out,))

@@ -1,10 +1,12 @@
 """Fuse what follows an anchor op into the anchor's epilogue, so the result is written once.
 
-Anchors: Conv, Gemm, MatMul and elementwise ops. Fused, when the anchor's output has no other use:
-  a per-channel constant Add       -> the anchor's bias (Conv and Gemm)
-  a per-channel constant Mul       -> scaled weights and bias (Conv and Gemm, before any activation)
-  an Add of a same-shaped tensor   -> a residual input, added before the activations (Conv and Gemm)
-  a Unary                          -> appended to attrs["acts"] as (fn, params)
+Anchors are the ops registered with a fusion role (aot/ops/registry.py): matrix ops (Conv, Gemm),
+MatMul, elementwise ops and activations. Fused, when the anchor's output has no other use:
+  an activation (Unary)             -> appended to attrs["acts"] as (fn, params)
+and into matrix anchors, before any activation:
+  a per-channel constant Add        -> the anchor's bias
+  a per-channel constant Mul        -> scaled weights and bias
+  an Add of a same-shaped tensor    -> a residual input, added before the activations
 The fused node takes the position of the node it absorbed, where all of its inputs exist.
 """
 
@@ -13,9 +15,9 @@ from __future__ import annotations
 import numpy as np
 
 from aot.graph.ir import Graph, Node, Rewriter
+from aot.ops.registry import Fusion, op_def
 
-_MATRIX = {"Conv", "Gemm"}
-_ANCHORS = _MATRIX | {"MatMul", "Add", "Sub", "Mul", "Div", "Max", "Min", "Unary"}
+_ANCHORS = {Fusion.MATRIX, Fusion.ANCHOR, Fusion.ACTIVATION}
 
 
 def fuse_epilogues(graph: Graph) -> Graph:
@@ -29,7 +31,7 @@ def fuse_epilogues(graph: Graph) -> Graph:
 def _fuse_once(graph: Graph) -> Graph | None:
     users = graph.consumers()
     for anchor in graph.nodes:
-        if anchor.op not in _ANCHORS or anchor.outputs[0] in graph.outputs or "quant" in anchor.attrs:
+        if op_def(anchor.op).fusion not in _ANCHORS or anchor.outputs[0] in graph.outputs or "quant" in anchor.attrs:
             continue
         next_users = users.get(anchor.outputs[0], [])
         if len(next_users) != 1:
@@ -51,10 +53,12 @@ def _merge(rw: Rewriter, anchor: Node, follower: Node) -> Node | None:
     graph = rw.graph
     out = follower.outputs[0]
     acts = anchor.attrs.get("acts", ())
-    if follower.op == "Unary":
+    anchor_def, follower_def = op_def(anchor.op), op_def(follower.op)
+    if follower_def.fusion is Fusion.ACTIVATION:
         return anchor.with_(outputs=(out,), attrs={**anchor.attrs, "acts": acts + ((follower.attrs["fn"],
                                                                                    follower.attrs["params"]),)})
-    if follower.op not in ("Add", "Mul") or anchor.op not in _MATRIX or acts:
+    kind = follower_def.matrix_epilogue
+    if not kind or anchor_def.fusion is not Fusion.MATRIX or acts:
         return None
     other = follower.inputs[1] if follower.inputs[0] == anchor.outputs[0] else follower.inputs[0]
     shape = graph.shape(anchor.outputs[0])
@@ -63,11 +67,13 @@ def _merge(rw: Rewriter, anchor: Node, follower: Node) -> Node | None:
     x, w, bias = anchor.inputs[:3]
     channels = shape[-1]
     per_channel = _per_channel(graph.constants.get(other), channels)
-    if follower.op == "Mul":            # scale the output channels: weights and bias
+    if kind == "mul":                   # scale the output channels: weights and bias
         if per_channel is None or len(anchor.inputs) > 3:
             return None
-        axis_shape = (-1, 1, 1, 1) if anchor.op == "Conv" else (1, -1)    # Conv OIHW, Gemm (K, N)
-        new_w = rw.constant(w + "_scaled", graph.constants[w] * per_channel.reshape(axis_shape))
+        weight = graph.constants[w]
+        axis_shape = [1] * weight.ndim
+        axis_shape[anchor_def.weight_channel_axis] = -1
+        new_w = rw.constant(w + "_scaled", weight * per_channel.reshape(axis_shape))
         new_b = rw.constant(anchor.name + "_bias", graph.constants[bias] * per_channel) if bias else ""
         return anchor.with_(inputs=(x, new_w, new_b), outputs=(out,))
     if per_channel is not None:

@@ -1,26 +1,24 @@
 """Quantized models → integer ops.
 
 Both ONNX quantization formats end up in one form: QOperator ops (QLinearConv, QLinearMatMul, QGemm,
-QLinearAdd, ...) are first expanded into DequantizeLinear → float op → QuantizeLinear, which is the
-QDQ format. Then each DequantizeLinear → op [→ Relu/Clip] → QuantizeLinear chain whose op has an
-integer kernel becomes that op on the integer tensors, with a `quant` attribute (graph/quant.py).
-What does not match keeps running in float between Dequantize and Quantize kernels: correct, and
-listed by `float_fallbacks` for the report.
+QLinearAdd, ...; aot/ops/qoperator.py) are first expanded into DequantizeLinear → float op →
+QuantizeLinear, which is the QDQ format. Then each DequantizeLinear → op [→ Relu/Clip] → QuantizeLinear
+chain whose op has an integer form (its registered QuantForm) becomes that op on the integer tensors,
+with a `quant` attribute (graph/quant.py). What does not match keeps running in float between
+Dequantize and Quantize kernels: correct, and listed by the report.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from aot.errors import UnsupportedOpError
 from aot.graph.ir import Graph, Node, Rewriter
 from aot.graph.quant import RANGES, Quant, clamp_for
-
-_VIEWS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"}
+from aot.ops.registry import QuantForm, op_def
 
 
 def lower_quantized(graph: Graph) -> Graph:
-    if not any(n.op in _EXPANSIONS or n.op in ("QuantizeLinear", "DequantizeLinear") for n in graph.nodes):
+    if not any(op_def(n.op).expand_qdq or n.op in ("QuantizeLinear", "DequantizeLinear") for n in graph.nodes):
         return graph
     return _fuse(_expand(graph))
 
@@ -30,107 +28,12 @@ def lower_quantized(graph: Graph) -> Graph:
 def _expand(graph: Graph) -> Graph:
     rw = Rewriter(graph)
     for node in graph.nodes:
-        expand = _EXPANSIONS.get(node.op)
+        expand = op_def(node.op).expand_qdq
         if expand is None:
             rw.keep(node)
         else:
             expand(rw, node)
     return rw.finish()
-
-
-def _dq(rw: Rewriter, node: Node, x: str, scale: str, zp: str, axis: int = 1) -> str:
-    out = rw.value(x + "_dq", rw.values[x].shape)
-    rw.add("DequantizeLinear", node.name + "_dq", [x, scale, zp], [out], axis=axis)
-    return out
-
-
-def _q(rw: Rewriter, node: Node, xf: str, scale: str, zp: str, out: str) -> None:
-    rw.add("QuantizeLinear", node.name + "_q", [xf, scale, zp], [out])
-
-
-def _float_value(rw: Rewriter, like: str, hint: str) -> str:
-    return rw.value(hint, rw.values[like].shape)
-
-
-def _bias_scale(rw: Rewriter, x_scale: str, w_scale: str) -> str:
-    return rw.constant(w_scale + "_bias_scale", (rw.constants[x_scale] * rw.constants[w_scale]).astype(np.float32))
-
-
-def _expand_qlinear_conv(rw: Rewriter, node: Node) -> None:
-    x, xs, xz, w, ws, wz, ys, yz = node.inputs[:8]
-    inputs = [_dq(rw, node, x, xs, xz), _dq(rw, node, w, ws, wz, axis=0)]
-    if len(node.inputs) > 8 and node.inputs[8]:
-        zero = rw.constant("zero_i32", np.zeros(rw.constants[ws].shape, np.int32))
-        inputs.append(_dq(rw, node, node.inputs[8], _bias_scale(rw, xs, ws), zero, axis=0))
-    yf = _float_value(rw, node.outputs[0], node.outputs[0] + "_f")
-    rw.add("Conv", node.name, inputs, [yf], **node.attrs)
-    _q(rw, node, yf, ys, yz, node.outputs[0])
-
-
-def _expand_qlinear_matmul(rw: Rewriter, node: Node) -> None:
-    a, as_, az, b, bs, bz, ys, yz = node.inputs
-    yf = _float_value(rw, node.outputs[0], node.outputs[0] + "_f")
-    rw.add("MatMul", node.name, [_dq(rw, node, a, as_, az), _dq(rw, node, b, bs, bz, axis=-1)], [yf])
-    _q(rw, node, yf, ys, yz, node.outputs[0])
-
-
-def _expand_qgemm(rw: Rewriter, node: Node) -> None:
-    a, as_, az, b, bs, bz = node.inputs[:6]
-    c = node.inputs[6] if len(node.inputs) > 6 else ""
-    trans_b = int(node.attrs.get("transB", 0))
-    inputs = [_dq(rw, node, a, as_, az), _dq(rw, node, b, bs, bz, axis=0 if trans_b else 1)]
-    if c:
-        zero = rw.constant("zero_i32", np.zeros(rw.constants[bs].shape, np.int32))
-        inputs.append(_dq(rw, node, c, _bias_scale(rw, as_, bs), zero, axis=0))
-    attrs = {k: v for k, v in node.attrs.items() if k in ("alpha", "transA", "transB")}
-    quantized_out = len(node.inputs) > 7 and node.inputs[7]
-    yf = _float_value(rw, node.outputs[0], node.outputs[0] + "_f") if quantized_out else node.outputs[0]
-    if quantized_out:
-        rw.values[yf] = rw.values[yf].__class__(yf, rw.values[yf].shape, "float32")
-    rw.add("Gemm", node.name, inputs, [yf], **attrs)
-    if quantized_out:
-        _q(rw, node, yf, node.inputs[7], node.inputs[8] if len(node.inputs) > 8 else "", node.outputs[0])
-
-
-def _expand_binary(op: str):
-    def expand(rw: Rewriter, node: Node) -> None:
-        a, as_, az, b, bs, bz, ys, yz = node.inputs
-        yf = _float_value(rw, node.outputs[0], node.outputs[0] + "_f")
-        rw.add(op, node.name, [_dq(rw, node, a, as_, az), _dq(rw, node, b, bs, bz)], [yf])
-        _q(rw, node, yf, ys, yz, node.outputs[0])
-    return expand
-
-
-def _expand_unary_io(op: str):
-    """Ops whose inputs are (x, x_scale, x_zp, y_scale, y_zp)."""
-    def expand(rw: Rewriter, node: Node) -> None:
-        if node.attrs.get("channels_last", 0):
-            raise UnsupportedOpError(f"node '{node.name}' ({node.op}): channels_last=1 is not supported")
-        x, xs, xz, ys, yz = node.inputs
-        attrs = {k: v for k, v in node.attrs.items() if k not in ("channels_last", "domain", "opset")}
-        yf = _float_value(rw, node.outputs[0], node.outputs[0] + "_f")
-        rw.add(op, node.name, [_dq(rw, node, x, xs, xz)], [yf], **attrs)
-        _q(rw, node, yf, ys, yz, node.outputs[0])
-    return expand
-
-
-def _expand_qlinear_concat(rw: Rewriter, node: Node) -> None:
-    ys, yz, *triples = node.inputs
-    parts = [_dq(rw, node, triples[i], triples[i + 1], triples[i + 2]) for i in range(0, len(triples), 3)]
-    yf = _float_value(rw, node.outputs[0], node.outputs[0] + "_f")
-    rw.add("Concat", node.name, parts, [yf], axis=node.attrs["axis"])
-    _q(rw, node, yf, ys, yz, node.outputs[0])
-
-
-_EXPANSIONS = {
-    "QLinearConv": _expand_qlinear_conv, "QLinearMatMul": _expand_qlinear_matmul, "QGemm": _expand_qgemm,
-    "QLinearAdd": _expand_binary("Add"), "QLinearMul": _expand_binary("Mul"),
-    "QLinearAveragePool": _expand_unary_io("AveragePool"),
-    "QLinearGlobalAveragePool": _expand_unary_io("GlobalAveragePool"),
-    "QLinearSigmoid": _expand_unary_io("Sigmoid"), "QLinearLeakyRelu": _expand_unary_io("LeakyRelu"),
-    "QLinearSoftmax": _expand_unary_io("Softmax"),
-    "QLinearConcat": _expand_qlinear_concat,
-}
 
 
 # --- QDQ chains → integer ops ----------------------------------------------------------------------
@@ -172,10 +75,12 @@ class _Chains:
         return w, np.broadcast_to(scale.astype(np.float64).reshape(-1), (channels,)), \
             np.broadcast_to(zp.reshape(-1), (channels,))
 
-    def quantized_output(self, name: str) -> tuple[list[Node], Node, float, int, str] | None:
-        """Follow `name` through single-use Relu/Clip to a per-tensor QuantizeLinear:
-        (the activation nodes, the QuantizeLinear, its scale, zero point, output dtype)."""
-        acts = []
+    def quantized_output(self, name: str) -> tuple[list[Node], list[tuple[float, float]], Node, float, int, str] \
+            | None:
+        """Follow `name` through single-use clamps (Relu, Clip) to a per-tensor QuantizeLinear: (the clamp
+        nodes, their bounds, the QuantizeLinear, its scale, zero point, output dtype)."""
+        nodes: list[Node] = []
+        acts: list[tuple[float, float]] = []
         while True:
             users = self.users.get(name, [])
             if len(users) != 1 or name in self.graph.outputs:
@@ -189,23 +94,15 @@ class _Chains:
                 dtype = str(zp.dtype) if zp is not None else "uint8"
                 if dtype not in ("int8", "uint8"):
                     return None
-                return acts, user, float(scale), int(zp) if zp is not None else 0, dtype
-            constant_bounds = all(i in self.graph.constants for i in user.inputs[1:] if i)
-            if user.op == "Relu" or (user.op == "Clip" and constant_bounds):
-                acts.append(user)
-                name = user.outputs[0]
-                continue
+                return nodes, acts, user, float(scale), int(zp) if zp is not None else 0, dtype
+            clamp = op_def(user.op).clamp
+            bounds = clamp(self.graph, user) if clamp else None
+            if bounds is None:
+                return None
+            nodes.append(user)
+            acts.append(bounds)
+            name = user.outputs[0]
             return None
-
-
-def _act_params(chains: _Chains, node: Node) -> tuple[str, tuple[float, ...]]:
-    if node.op == "Relu":
-        return ("relu", ())
-    lo = chains.const(node.inputs[1] if len(node.inputs) > 1 else "")
-    hi = chains.const(node.inputs[2] if len(node.inputs) > 2 else "")
-    lo = float(lo) if lo is not None else float(node.attrs.get("min", -np.inf))
-    hi = float(hi) if hi is not None else float(node.attrs.get("max", np.inf))
-    return ("clip", (lo, hi))
 
 
 def _fuse(graph: Graph) -> Graph:
@@ -228,29 +125,28 @@ def _fuse(graph: Graph) -> Graph:
 
 
 def _match(chains: _Chains, rw: Rewriter, node: Node) -> tuple[Node, list[Node]] | None:
-    op = node.op
-    if op not in ("Conv", "Gemm", "MatMul", "Add", "Mul", "AveragePool", "GlobalAveragePool", "MaxPool",
-                  "Concat") and op not in _VIEWS and op != "Transpose":
+    definition = op_def(node.op)
+    form = definition.quant
+    if form is QuantForm.NONE:
         return None
     out = chains.quantized_output(node.outputs[0])
     if out is None:
         return None
-    acts, q, y_scale, y_zp, y_dtype = out
-    if acts and op not in ("Conv", "Gemm", "MatMul", "Add"):
+    clamps, bounds, q, y_scale, y_zp, y_dtype = out
+    if clamps and not definition.quant_acts:
         return None
-    act_params = tuple(_act_params(chains, a) for a in acts)
-    qmin, qmax = clamp_for(act_params, y_scale, y_zp, y_dtype)
-    swallowed = acts + [q]
+    qmin, qmax = clamp_for(tuple(("clip", b) for b in bounds), y_scale, y_zp, y_dtype)
+    swallowed = clamps + [q]
     y = q.outputs[0]
-    if op in ("Conv", "Gemm", "MatMul"):
+    if form is QuantForm.MATRIX:
         return _match_matrix(chains, rw, node, y, y_scale, y_zp, y_dtype, qmin, qmax, swallowed)
-    if op in ("Add", "Mul"):
+    if form is QuantForm.BINARY:
         a, b = chains.dequantized(node.inputs[0]), chains.dequantized(node.inputs[1])
         if a is None or b is None:
             return None
         quant = Quant(a[1], a[2], y_scale, y_zp, y_dtype, qmin, qmax, b_scale=b[1], b_zp=b[2])
         return node.with_(inputs=(a[0], b[0]), outputs=(y,), attrs={**node.attrs, "quant": quant}), swallowed
-    if op == "Concat":
+    if form is QuantForm.CONCAT:
         parts = [chains.dequantized(i) for i in node.inputs]
         if any(p is None for p in parts):
             return None
@@ -262,9 +158,9 @@ def _match(chains: _Chains, rw: Rewriter, node: Node) -> tuple[Node, list[Node]]
     if x is None:
         return None
     quant = Quant(x[1], x[2], y_scale, y_zp, y_dtype, qmin, qmax)
-    if op in ("AveragePool", "GlobalAveragePool"):
+    if form is QuantForm.RESCALE:
         return node.with_(inputs=(x[0],), outputs=(y,), attrs={**node.attrs, "quant": quant}), swallowed
-    # MaxPool, views and Transpose move values without arithmetic: fused only when nothing is rescaled.
+    # QuantForm.MOVE: values move without arithmetic, so integer only when nothing is rescaled.
     if (x[1], x[2]) != (y_scale, y_zp) or rw.values[x[0]].dtype != y_dtype:
         return None
     return node.with_(inputs=(x[0],) + node.inputs[1:], outputs=(y,)), swallowed
@@ -284,7 +180,7 @@ def _match_matrix(chains: _Chains, rw: Rewriter, node: Node, y: str, y_scale: fl
             return None
         channel_axis = 0 if node.attrs.get("transB", 0) else 1
         w = chains.weight(node.inputs[1], channel_axis)
-    else:
+    else:       # MatMul by a constant (K, N) matrix
         w = chains.weight(node.inputs[1], -1)
         channel_axis = 1
         if w is not None and w[0].ndim != 2:

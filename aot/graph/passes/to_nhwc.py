@@ -1,7 +1,8 @@
 """Store 4-D activations channels-last (NHWC) around the ops that want it.
 
-Convolutions and pools always read and write NHWC; elementwise ops, Concat, Pad, Softmax and
-Transpose follow their inputs' layout (remapping axes, permuting constants); everything else sees
+Each op's registered layout says what it does (aot/ops/registry.py): convolutions and pools read and
+write NHWC; elementwise ops, Concat, Pad, Softmax, ... follow their inputs' layout (remapping their
+axis attributes, permuting constants); a Transpose composes its permutation; everything else sees
 NCHW. Conversions are inserted only where a value crosses between the two, and a conversion that
 moves only size-1 axes becomes a view. Graph inputs and outputs keep the model's layout.
 """
@@ -11,12 +12,10 @@ from __future__ import annotations
 import numpy as np
 
 from aot.graph.ir import Graph, Node, Rewriter, Value
+from aot.ops.registry import AxisAttr, Layout, op_def
 
 TO_NHWC = (0, 2, 3, 1)      # physical axis i holds canonical axis TO_NHWC[i]
 TO_NCHW = (0, 3, 1, 2)
-_NHWC_OPS = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
-_FOLLOW_OPS = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Unary", "Concat", "Pad", "Softmax", "LogSoftmax",
-               "Reduce", "Slice", "Quantize", "Dequantize"}
 
 
 def _permute(shape: tuple[int, ...], perm: tuple[int, ...]) -> tuple[int, ...]:
@@ -79,13 +78,14 @@ def to_nhwc(graph: Graph) -> Graph:
     for node in graph.nodes:
         four_d = [n for n in node.inputs if n and n not in graph.constants and len(graph.shape(n)) == 4]
         out_4d = len(graph.shape(node.outputs[0])) == 4
-        if node.op in _NHWC_OPS:
+        layout = op_def(node.op).layout
+        if layout is Layout.NHWC:
             inputs = (layouts.get_nhwc(node.inputs[0]),) + node.inputs[1:]
             out = layouts.produce_nhwc(node.outputs[0])
             rw.keep(node.with_(inputs=inputs, outputs=(out,), attrs={**node.attrs, "layout": "NHWC"}))
-        elif node.op in _FOLLOW_OPS and out_4d and any(layouts.is_nhwc(n) for n in four_d):
+        elif layout is Layout.FOLLOW and out_4d and any(layouts.is_nhwc(n) for n in four_d):
             _follow(rw, layouts, node, graph)
-        elif node.op == "Transpose" and four_d and layouts.is_nhwc(node.inputs[0]):
+        elif layout is Layout.TRANSPOSE and four_d and layouts.is_nhwc(node.inputs[0]):
             perm = tuple(TO_NHWC.index(q) for q in node.attrs["perm"])
             rw.keep(node.with_(inputs=(layouts.nhwc[node.inputs[0]],), attrs={"perm": perm}))
             _produce_nchw(layouts, node)
@@ -113,7 +113,7 @@ def _follow(rw: Rewriter, layouts: _Layouts, node: Node, graph: Graph) -> None:
     for name in node.inputs:
         if name in graph.constants:
             array = graph.constants[name]
-            if node.op in ("Concat",) or array.ndim:
+            if array.ndim:
                 array = array.reshape((1,) * (out_rank - array.ndim) + array.shape) if array.ndim < out_rank else array
                 array = np.ascontiguousarray(array.transpose(TO_NHWC))
             inputs.append(rw.constant(name + "_nhwc", array))
@@ -127,25 +127,29 @@ def _follow(rw: Rewriter, layouts: _Layouts, node: Node, graph: Graph) -> None:
             layouts.nchw[canon] = canon
             inputs.append(layouts.get_nhwc(canon))
     attrs = dict(node.attrs)
-    if "axis" in attrs:
-        attrs["axis"] = TO_NHWC.index(attrs["axis"])
-    if "axes" in attrs:
-        attrs["axes"] = tuple(sorted(TO_NHWC.index(a) for a in attrs["axes"]))
-    for key in ("starts", "steps"):
+    for key, kind in op_def(node.op).axis_attrs.items():
         if key in attrs:
-            attrs[key] = _permute(attrs[key], TO_NHWC)
-    if node.op == "Pad":
-        pads = attrs["pads"]
-        attrs["pads"] = _permute(pads[:4], TO_NHWC) + _permute(pads[4:], TO_NHWC)
+            attrs[key] = _remap(attrs[key], kind)
     out = layouts.produce_nhwc(node.outputs[0])
     rw.keep(node.with_(inputs=tuple(inputs), outputs=(out,), attrs=attrs))
+
+
+def _remap(value, kind: AxisAttr):
+    """An axis-valued attribute of a 4-D op, from NCHW axes to NHWC ones."""
+    if kind is AxisAttr.AXIS:
+        return TO_NHWC.index(value)
+    if kind is AxisAttr.AXES:
+        return tuple(sorted(TO_NHWC.index(a) for a in value))
+    if kind is AxisAttr.PER_AXIS:
+        return _permute(value, TO_NHWC)
+    return _permute(value[:4], TO_NHWC) + _permute(value[4:], TO_NHWC)     # PADS: begins, then ends
 
 
 def _transposes_to_views(graph: Graph) -> Graph:
     """A Transpose that keeps the order of all axes longer than 1 moves no data: make it a view."""
     rw = Rewriter(graph)
     for node in graph.nodes:
-        if node.op == "Transpose":
+        if op_def(node.op).layout is Layout.TRANSPOSE:
             shape = graph.shape(node.inputs[0])
             order = [axis for axis in node.attrs["perm"] if shape[axis] != 1]
             if order == sorted(order):

@@ -1,0 +1,56 @@
+"""Graph.verify: the invariants every pass must keep, checked after each one.
+
+Well-formed: node names are unique, every input is a graph input, a constant or the output of an
+earlier node, every value is produced once, every name has a Value whose shape and dtype match its
+constant. Consistent: each op's registered shape rule (OpDef.check) holds.
+"""
+
+from __future__ import annotations
+
+from aot.errors import InternalError
+from aot.graph.ir import Graph, Node
+from aot.ops.registry import op_def
+
+
+def verify(graph: Graph, stage: str) -> Graph:
+    """Return `graph` unchanged, or raise InternalError naming the stage and the node at fault."""
+    def fail(node: Node | None, why: str) -> InternalError:
+        where = f"node '{node.name}' ({node.op})" if node is not None else f"graph '{graph.name}'"
+        return InternalError(f"after {stage}: {where}: {why}")
+
+    available = set(graph.inputs) | set(graph.constants)
+    for name in available:
+        _check_value(graph, name, lambda why: fail(None, why))
+    names: set[str] = set()
+    for node in graph.nodes:
+        if node.name in names:
+            raise fail(node, "another node has the same name")
+        names.add(node.name)
+        for name in node.inputs:
+            if name and name not in available:
+                raise fail(node, f"reads '{name}', which no earlier node, input or constant provides")
+        for name in filter(None, node.outputs):
+            if name in available:
+                raise fail(node, f"writes '{name}', which already has a value")
+            available.add(name)
+            _check_value(graph, name, lambda why: fail(node, why))
+        check = op_def(node.op).check
+        problem = check(graph, node) if check else None
+        if problem:
+            raise fail(node, problem)
+    for name in graph.outputs:
+        if name not in available:
+            raise fail(None, f"graph output '{name}' is never computed")
+    return graph
+
+
+def _check_value(graph: Graph, name: str, fail) -> None:
+    value = graph.values.get(name)
+    if value is None:
+        raise fail(f"'{name}' has no value (shape and dtype)")
+    if value.name != name:
+        raise fail(f"the value recorded for '{name}' is named '{value.name}'")
+    array = graph.constants.get(name)
+    if array is not None and (tuple(array.shape) != value.shape or str(array.dtype) != value.dtype):
+        raise fail(f"constant '{name}' is {array.dtype}{list(array.shape)}, its value says "
+                   f"{value.dtype}{list(value.shape)}")

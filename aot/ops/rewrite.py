@@ -1,0 +1,84 @@
+"""Helpers for the canonical rules that rewrite ONNX nodes into aot's op set (see registry.py)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from aot.errors import UnsupportedOpError
+from aot.graph.ir import Node, Rewriter
+from aot.ops.registry import Rule
+
+
+def refuse(node: Node, why: str) -> UnsupportedOpError:
+    return UnsupportedOpError(f"node '{node.name}' ({node.op}): {why}")
+
+
+def quant_attrs(node: Node) -> dict:
+    """The node's quantization attributes, to carry over to its rewritten form."""
+    return {k: node.attrs[k] for k in ("quant", "input_quant") if k in node.attrs}
+
+
+def const_input(rw: Rewriter, node: Node, index: int, what: str) -> np.ndarray | None:
+    """The constant at input `index`, None if the input is absent; refuse a computed one."""
+    if index >= len(node.inputs) or not node.inputs[index]:
+        return None
+    name = node.inputs[index]
+    if name not in rw.constants:
+        raise refuse(node, f"{what} must be a constant (an initializer), but '{name}' is computed")
+    return rw.constants[name]
+
+
+def view(rw: Rewriter, node: Node, src: str, shape: tuple[int, ...], out: str | None = None) -> str:
+    """`src` seen with another shape (a Reshape, which moves no data); returns the new value."""
+    out = out or rw.like(f"{src}_view", src, shape)
+    rw.add("Reshape", node.name + "_view", [src], [out], shape=tuple(shape))
+    return out
+
+
+def unary_rule(fn: str, *defaults: tuple[str, float]) -> Rule:
+    """An ONNX activation as a Unary node: fn(x, params), params from attributes with their defaults."""
+    def rule(rw: Rewriter, node: Node) -> None:
+        params = tuple(float(node.attrs.get(key, value)) for key, value in defaults)
+        rw.add("Unary", node.name, node.inputs[:1], node.outputs, fn=fn, params=params)
+    return rule
+
+
+def spatial_attrs(rw: Rewriter, node: Node, kernel: tuple[int, ...]) -> dict:
+    """kernel, strides, dilations and explicit pads (begins, then ends) of a Conv or pool."""
+    rank = len(kernel)
+    x = rw.values[node.inputs[0]].shape[2:]
+    strides = tuple(node.attrs.get("strides", (1,) * rank))
+    dilations = tuple(node.attrs.get("dilations", (1,) * rank))
+    auto_pad = node.attrs.get("auto_pad", "NOTSET")
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        begin, end = [], []
+        for size, k, s, d in zip(x, kernel, strides, dilations):
+            total = max(0, (math.ceil(size / s) - 1) * s + (k - 1) * d + 1 - size)
+            small = total // 2
+            begin.append(small if auto_pad == "SAME_UPPER" else total - small)
+            end.append(total - begin[-1])
+        pads = tuple(begin + end)
+    elif auto_pad == "VALID":
+        pads = (0,) * (2 * rank)
+    else:
+        pads = tuple(node.attrs.get("pads", (0,) * (2 * rank)))
+    return {"kernel": kernel, "strides": strides, "dilations": dilations, "pads": pads}
+
+
+def lift_1d(rw: Rewriter, node: Node, attrs: dict, weight: str | None = None) -> tuple[str, str, str | None]:
+    """For 1-D ops: view x (N,C,L) as (N,C,1,L); return (x, out placeholder, weight) to use in 2-D."""
+    x = node.inputs[0]
+    n, c, length = rw.values[x].shape
+    x2 = view(rw, node, x, (n, c, 1, length))
+    on, oc, ol = rw.values[node.outputs[0]].shape
+    out2 = rw.like(node.outputs[0] + "_2d", node.outputs[0], (on, oc, 1, ol))
+    w2 = None
+    if weight is not None:
+        w = rw.constants[weight]
+        w2 = rw.constant(weight + "_2d", w.reshape(w.shape[0], w.shape[1], 1, w.shape[2]))
+    for key in ("kernel", "strides", "dilations"):
+        attrs[key] = (1,) + tuple(attrs[key])
+    attrs["pads"] = (0, attrs["pads"][0], 0, attrs["pads"][1])
+    return x2, out2, w2

@@ -1,0 +1,89 @@
+"""The op registry and the two verifiers: Graph.verify after each pass, the kernel-IR verifier."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from aot.errors import InternalError
+from aot.graph.ir import Graph, Node, Value
+from aot.graph.verify import verify
+from aot.kernel import ir as k
+from aot.kernel.verify import verify_kernel
+from aot.ops.registry import REGISTRY, Layout, op_def
+
+
+def test_every_op_that_canonicalizes_to_a_kernel_op_can_be_lowered():
+    """Each aot op a layout or fusion fact mentions has a kernel or is a view."""
+    for name, definition in REGISTRY.items():
+        if definition.layout in (Layout.NHWC, Layout.FOLLOW, Layout.TRANSPOSE):
+            assert definition.lower is not None or definition.view, name
+        if definition.axis_attrs:
+            assert definition.layout is Layout.FOLLOW, name
+
+
+def test_unknown_ops_have_no_facts():
+    unknown = op_def("NoSuchOp")
+    assert unknown.canonical is None and unknown.lower is None and not unknown.view
+
+
+def _graph(nodes, values, constants=None, inputs=("x",), outputs=("y",)) -> Graph:
+    return Graph("g", tuple(nodes), {v.name: v for v in values}, constants or {}, inputs, outputs)
+
+
+def test_verify_accepts_a_well_formed_graph():
+    g = _graph([Node("Add", "add", ("x", "c"), ("y",))],
+               [Value("x", (2, 3)), Value("c", (3,)), Value("y", (2, 3))], {"c": np.ones(3, np.float32)})
+    assert verify(g, "test") is g
+
+
+@pytest.mark.parametrize("nodes, values, constants, message", [
+    ([Node("Add", "add", ("x", "z"), ("y",))], [Value("x", (2,)), Value("y", (2,))], {},
+     "node 'add' (Add): reads 'z'"),
+    ([Node("Relu", "a", ("x",), ("y",)), Node("Relu", "b", ("x",), ("y",))], [Value("x", (2,)), Value("y", (2,))], {},
+     "node 'b' (Relu): writes 'y', which already has a value"),
+    ([Node("Relu", "a", ("x",), ("t",)), Node("Relu", "a", ("t",), ("y",))],
+     [Value("x", (2,)), Value("t", (2,)), Value("y", (2,))], {}, "node 'a' (Relu): another node has the same name"),
+    ([Node("Add", "add", ("x", "c"), ("y",))], [Value("x", (2, 3)), Value("c", (3,)), Value("y", (2, 4))],
+     {"c": np.ones(3, np.float32)}, "operands broadcast to [2, 3]"),
+    ([Node("Add", "add", ("x", "c"), ("y",))], [Value("x", (2, 3)), Value("c", (4,)), Value("y", (2, 3))],
+     {"c": np.ones(3, np.float32)}, "constant 'c' is float32[3], its value says float32[4]"),
+    ([Node("Unary", "u", ("x",), ("y",), {"fn": "relu", "params": ()})], [Value("x", (2, 3)), Value("y", (3, 2))],
+     {}, "output shape [3, 2] differs from the input's [2, 3]"),
+])
+def test_verify_names_the_node_at_fault(nodes, values, constants, message):
+    with pytest.raises(InternalError, match="after test: .*" + message.replace("[", r"\[").replace("(", r"\(")
+                       .replace(")", r"\)").replace("]", r"\]")):
+        verify(_graph(nodes, values, constants), "test")
+
+
+def _kernel(build) -> k.Kernel:
+    x, y = k.Buffer("x", "f32", 16), k.Buffer("y", "f32", 16)
+    b = k.Builder()
+    build(b, x, y)
+    return k.Kernel("kern", (x, y), b.block())
+
+
+def test_kernel_verifier_accepts_vector_loops_in_bounds():
+    def body(b, x, y):
+        with b.loop("i", 0, 16, 4) as i:
+            b.store(y, i, x.vec(i, 4) * 2.0)
+    verify_kernel(_kernel(body))
+
+
+@pytest.mark.parametrize("body, message", [
+    (lambda b, x, y: _loop(b, 0, 16, 4, lambda i: b.store(y, i + 1, x.vec(i, 4))), r"stores to y\[1..16\]"),
+    (lambda b, x, y: _loop(b, 0, 16, 1, lambda i: b.store(y, i, x[i + 1])), r"loads from x\[1..16\]"),
+    (lambda b, x, y: b.store(y, 0, k.Cast(x[0], "i32")), "stores i32 into y"),
+    (lambda b, x, y: b.store(y, k.Var("nowhere"), x[0]), "reads nowhere outside"),
+    (lambda b, x, y: b.assign(b.let("v", x[0]), x[1]), "assigns v0, which is not a mutable local"),
+    (lambda b, x, y: b.store(y, 0, k.Bin("add", x[0], k.Cast(x[1], "i32"))), "add of f32x1 and i32x1"),
+])
+def test_kernel_verifier_names_the_kernel_and_fault(body, message):
+    with pytest.raises(InternalError, match="kernel kern: .*" + message):
+        verify_kernel(_kernel(body))
+
+
+def _loop(b, start, stop, step, body):
+    with b.loop("i", start, stop, step) as i:
+        body(i)
