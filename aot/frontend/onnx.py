@@ -438,11 +438,14 @@ def to_graph(model: LoadedModel) -> Graph:
         if ttype is None or not ttype.HasField("shape"):
             raise ShapeError(f"{label}: cannot infer the shape of tensor '{name}' ({where})")
         dims = []
-        for dim in ttype.shape.dim:
+        for axis, dim in enumerate(ttype.shape.dim):
             if not dim.HasField("dim_value"):
-                # Inputs are static by now, so only a data-dependent op can leave a dimension unknown.
-                raise UnsupportedOpError(f"{label}: tensor '{name}' ({where}) has a data-dependent shape "
-                                         f"(dimension {dim.dim_param or '?'}); aot needs static shapes")
+                # Inputs are static and everything computable from constants is folded by now, so
+                # only a value computed at run time can leave a dimension unknown (inference names
+                # it unk__N, which means nothing to a user).
+                raise UnsupportedOpError(f"{label}: tensor '{name}' ({where}) has a shape that depends on "
+                                         f"values computed at run time (axis {axis} is unknown with every input "
+                                         f"shape fixed and constants folded); aot needs static shapes")
             dims.append(dim.dim_value)
         dtype = _DTYPES.get(ttype.elem_type)
         if dtype is None:
