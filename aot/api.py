@@ -12,23 +12,25 @@ import onnx
 from aot import reference as checks
 from aot.build import Artifact, build
 from aot.codegen import wrapper
+from aot.frontend.onnx import FreezeValue
 from aot.run import local
 
 
-def _build_for_run(model, target, input_shapes, out_dir, knobs, tmp: str) -> Artifact:
+def _build_for_run(model, target, input_shapes, out_dir, knobs, freeze, tmp: str) -> Artifact:
     return build(model, target=target, out_dir=out_dir or os.path.join(tmp, "build"), input_shapes=input_shapes,
-                 knobs=knobs)
+                 knobs=knobs, freeze=freeze)
 
 
 def run(model: str | os.PathLike | onnx.ModelProto | Artifact, inputs: dict[str, np.ndarray] | None = None,
         target: str = "host", input_shapes: dict[str, tuple[int, ...]] | None = None,
         out_dir: str | os.PathLike | None = None, seed: int = 0, timeout: float = 600.0,
-        knobs: dict | None = None) -> dict[str, np.ndarray]:
+        knobs: dict | None = None, freeze: dict[str, FreezeValue] | None = None) -> dict[str, np.ndarray]:
     """Compile (unless given an Artifact) and run the model through its C entry point, natively or
     under the target's emulator. Returns the outputs by ONNX name, in graph order. Missing `inputs`
-    are random with `seed`; a run longer than `timeout` seconds is stopped (RunError).
+    are random with `seed`; a run longer than `timeout` seconds is stopped (RunError). Inputs named
+    in `freeze` are constants of the build (see aot.build) and take no value in `inputs`.
     """
-    return _execute(model, inputs, target, input_shapes, out_dir, seed, timeout, knobs)[0]
+    return _execute(model, inputs, target, input_shapes, out_dir, seed, timeout, knobs, freeze)[0]
 
 
 @dataclass(frozen=True)
@@ -47,9 +49,11 @@ class CheckResult:
 def check(model: str | os.PathLike | onnx.ModelProto | Artifact, inputs: dict[str, np.ndarray] | None = None,
           target: str = "host", input_shapes: dict[str, tuple[int, ...]] | None = None,
           out_dir: str | os.PathLike | None = None, seed: int = 0, timeout: float = 600.0,
-          knobs: dict | None = None) -> CheckResult:
-    """Run the compiled model and onnxruntime on the same inputs and compare every output."""
-    outputs, artifact, feeds = _execute(model, inputs, target, input_shapes, out_dir, seed, timeout, knobs)
+          knobs: dict | None = None, freeze: dict[str, FreezeValue] | None = None) -> CheckResult:
+    """Run the compiled model and onnxruntime on the same inputs and compare every output; onnxruntime
+    runs the model with the `freeze` values as constants too."""
+    outputs, artifact, feeds = _execute(model, inputs, target, input_shapes, out_dir, seed, timeout, knobs,
+                                        freeze)
     reference = checks.reference_outputs(artifact.model.proto, feeds)
     steps = quantization_steps(artifact.program)
     return CheckResult(str(artifact.dir), feeds, outputs, reference, checks.compare(outputs, reference, steps))
@@ -70,10 +74,10 @@ def quantization_steps(program) -> dict[str, float]:
     return steps
 
 
-def _execute(model, inputs, target, input_shapes, out_dir, seed, timeout, knobs=None):
+def _execute(model, inputs, target, input_shapes, out_dir, seed, timeout, knobs=None, freeze=None):
     with tempfile.TemporaryDirectory(prefix="aot-") as tmp:
         artifact = (model if isinstance(model, Artifact)
-                    else _build_for_run(model, target, input_shapes, out_dir, knobs, tmp))
+                    else _build_for_run(model, target, input_shapes, out_dir, knobs, freeze, tmp))
         proto = artifact.model.proto
         feeds = (checks.random_inputs(proto, seed) if inputs is None
                  else checks.validate_inputs(proto, inputs, artifact.model.label))

@@ -26,6 +26,7 @@ from aot.api import quantization_steps
 from aot.build import Artifact, build
 from aot.codegen import wrapper
 from aot.errors import RunError
+from aot.frontend.onnx import FreezeValue
 from aot.ops import macs as node_macs
 from aot.remote.board import Board, load_board
 from aot.remote.ssh import Session
@@ -114,8 +115,10 @@ def _parse_profile(stdout: str, artifact: Artifact) -> list[StepTime]:
 def bench(model, board: str | Board | None = None, target: str | None = None, repeat: int = 10, number: int = 1,
           min_repeat_ms: float = 0.0, warmup: int = 1, build_dir: str | os.PathLike | None = None,
           timeout: float = 600.0, accept_new_host_key: bool = False, seed: int = 0, profile: bool = False,
-          knobs: dict | None = None) -> BenchResult:
+          knobs: dict | None = None, input_shapes: dict[str, tuple[int, ...]] | None = None,
+          freeze: dict[str, FreezeValue] | None = None) -> BenchResult:
     """Build `model` for the board's target (or `target`), time it there and check its outputs.
+    `input_shapes` and `freeze` are as for aot.build.
 
     With `profile`, the wrapper is compiled with its timing hooks and the result lists each kernel
     call's mean time (the hooks' clock reads add a little to the total)."""
@@ -125,7 +128,8 @@ def bench(model, board: str | Board | None = None, target: str | None = None, re
         raise RunError(f"target {tgt.name}: timing needs a clock, which the bare-metal harness does not have yet")
     with tempfile.TemporaryDirectory(prefix="aot-bench-") as tmp:
         work = Path(tmp)
-        artifact = build(model, target=tgt, out_dir=build_dir or work / "build", knobs=knobs)
+        artifact = build(model, target=tgt, out_dir=build_dir or work / "build", knobs=knobs,
+                         input_shapes=input_shapes, freeze=freeze)
         _render_timing(artifact, work / "timing.c", profile)
         exe = work / "bench"
         defines = (f"{artifact.name.upper()}_PROFILE",) if profile else ()

@@ -22,7 +22,7 @@ from aot.codegen import wrapper
 from aot.codegen.elf import undefined_symbols
 from aot.codegen.llvm import ModuleBuilder, llvm_version
 from aot.errors import OptionError
-from aot.frontend.onnx import LoadedModel, load, to_graph
+from aot.frontend.onnx import FreezeValue, LoadedModel, load, to_graph
 from aot.graph.ir import Graph
 from aot.graph.passes import optimize
 from aot.knobs import Knobs, resolve, scalar_variant
@@ -60,15 +60,19 @@ class Artifact:
 def build(model: str | os.PathLike | onnx.ModelProto, target: str | Target = "host",
           out_dir: str | os.PathLike | None = None, name: str | None = None,
           input_shapes: dict[str, tuple[int, ...]] | None = None, knobs: dict | None = None,
-          memory: dict[str, int] | None = None, on_pass: Callable[[str, Graph], None] | None = None) -> Artifact:
+          memory: dict[str, int] | None = None, on_pass: Callable[[str, Graph], None] | None = None,
+          freeze: dict[str, FreezeValue] | None = None) -> Artifact:
     """Compile an ONNX model (path or ModelProto) for `target` into `out_dir` (default build/NAME).
+
+    `input_shapes` fixes dynamic input dimensions; `freeze` ({"sr": 16000}) binds inputs to constants
+    (a number, a comma list, a .npy path or an array), which are then no longer inputs of the build.
 
     `memory` ({"flash": bytes, "ram": bytes}) overrides the target's limits; a model that needs more
     fails the build with a PlanError. `knobs` overrides the target's schedule knobs (aot/knobs.py).
     """
     tgt = get_target(target) if isinstance(target, str) else target
     schedule = resolve(tgt, knobs)
-    loaded = load(model, input_shapes)
+    loaded = load(model, input_shapes, freeze)
     graph = to_graph(loaded)
     name = wrapper.c_identifier(name or graph.name or "model")
     dest = Path(out_dir) if out_dir is not None else Path("build") / name

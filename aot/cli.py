@@ -31,6 +31,14 @@ def _shape_option(text: str) -> tuple[str, tuple[int, ...]]:
     return name, shape
 
 
+def _freeze_option(text: str) -> tuple[str, str]:
+    """NAME=VALUE; the value is parsed against the input's dtype and shape once the model is loaded."""
+    name, sep, value = text.partition("=")
+    if not sep or not name or not value:
+        raise argparse.ArgumentTypeError(f"'{text}' is not NAME=VALUE (e.g. sr=16000, mask=1,0,1 or x=x.npy)")
+    return name, value
+
+
 def _memory_option(text: str) -> dict[str, int]:
     limits = {}
     try:
@@ -47,9 +55,16 @@ def _memory_option(text: str) -> dict[str, int]:
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="ONNX model file")
     p.add_argument("--target", default="host", help="target name from `aot targets` (default: host)")
-    p.add_argument("--input-shape", type=_shape_option, action="append", default=[], metavar="NAME=DIMS",
-                   help="fix an input's shape, e.g. input=1x3x224x224 (repeatable)")
+    _input_options(p)
     _knobs_option(p)
+
+
+def _input_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--input-shape", type=_shape_option, action="append", default=[], metavar="NAME=DIMS",
+                   help="fix an input's dynamic dimensions, e.g. input=1x3x224x224 (repeatable)")
+    p.add_argument("--freeze", type=_freeze_option, action="append", default=[], metavar="NAME=VALUE",
+                   help="make an input a constant of the build: a number, a comma list or a .npy file, "
+                   "e.g. sr=16000 (repeatable); If and Loop nodes that depend on it fold")
 
 
 def _knobs_option(p: argparse.ArgumentParser) -> None:
@@ -104,6 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=600.0, help="seconds the remote program may take")
     p.add_argument("--profile", action="store_true", help="also time each kernel call (a build with the "
                    "wrapper's profiling hooks) and print a per-node table")
+    _input_options(p)
     _knobs_option(p)
 
     p = sub.add_parser("boards", help="list the board configs, or show or check one")
@@ -130,6 +146,15 @@ def _shapes(args) -> dict[str, tuple[int, ...]]:
     return dict(args.input_shape)
 
 
+def _freeze(args) -> dict[str, str]:
+    frozen: dict[str, str] = {}
+    for name, value in args.freeze:
+        if name in frozen and frozen[name] != value:
+            raise OptionError(f"--freeze {name} is given twice, as {frozen[name]} and {value}")
+        frozen[name] = value
+    return frozen
+
+
 def _build(args) -> int:
     def dump(name, graph) -> None:
         print(f"# after {name}\n{graph.dump()}\n")
@@ -137,7 +162,7 @@ def _build(args) -> int:
     start = time.perf_counter()
     artifact = build(args.model, target=args.target, out_dir=args.output, name=args.name,
                      input_shapes=_shapes(args), memory=args.memory, on_pass=dump if args.dump_graph else None,
-                     knobs=_knobs(args))
+                     knobs=_knobs(args), freeze=_freeze(args))
     plan = artifact.plan
     print(f"built {artifact.dir}/ for {artifact.target.name} in {time.perf_counter() - start:.2f} s: "
           f"{artifact.name}.o {artifact.object.stat().st_size:,} bytes, workspace {plan['workspace_size']:,} "
@@ -155,7 +180,8 @@ def _run(args) -> int:
         except (OSError, ValueError) as err:
             raise OptionError(f"--inputs {args.inputs}: cannot read it as .npz: {err}") from None
     result = api.check(args.model, inputs=inputs, target=args.target, input_shapes=_shapes(args),
-                       out_dir=args.output, seed=args.seed, timeout=args.timeout, knobs=_knobs(args))
+                       out_dir=args.output, seed=args.seed, timeout=args.timeout, knobs=_knobs(args),
+                       freeze=_freeze(args))
     if args.outputs:
         Path(args.outputs).parent.mkdir(parents=True, exist_ok=True)
         np.savez(args.outputs, **result.outputs)
@@ -183,7 +209,8 @@ def _bench(args) -> int:
             results.append(bench(model, board=board, target=args.target, repeat=args.repeat, number=args.number,
                                  min_repeat_ms=args.min_repeat_ms, warmup=args.warmup, build_dir=args.build_dir,
                                  timeout=args.timeout, accept_new_host_key=args.accept_new_host_key,
-                                 knobs=_knobs(args), profile=args.profile))
+                                 knobs=_knobs(args), profile=args.profile, input_shapes=_shapes(args),
+                                 freeze=_freeze(args)))
     rows = [("model", "board", "target", "number", "min ms", "median ms", "mean ms", "p90 ms", "stddev ms", "check")]
     for r in results:
         s = r.stats

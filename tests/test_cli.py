@@ -189,3 +189,38 @@ def test_memory_limits_fail_the_build_clearly(model_file, tmp_path):
     assert "RAM" in (out / "report.txt").read_text()
     proc = aot("build", model_file, "--memory", "disk=1M")
     assert proc.returncode == 2 and "flash=SIZE" in proc.stderr
+
+
+def test_freeze_end_to_end(tmp_path):
+    from test_frontend import _vad_model
+
+    path = tmp_path / "vad.onnx"
+    onnx.save(_vad_model(), path)
+    assert_user_error(aot("build", path, "-o", tmp_path / "o"), "'by_rate' (If)", "--freeze sr=VALUE")
+    for sr in ("16000", "8000"):
+        proc = aot("run", path, "--freeze", f"sr={sr}")
+        assert proc.returncode == 0, proc.stderr
+        assert "prob: max abs error" in proc.stdout and "ok" in proc.stdout
+    proc = aot("build", path, "--freeze", "sr=16000", "-o", tmp_path / "o")
+    assert proc.returncode == 0, proc.stderr
+    meta = json.loads((tmp_path / "o" / "metadata.json").read_text())
+    assert [i["name"] for i in meta["inputs"]] == ["x"]
+    proc = aot("bench", path, "--freeze", "sr=8000", "--repeat", "2")
+    assert proc.returncode == 0 and " ok" in proc.stdout, proc.stderr
+    assert_user_error(aot("build", path, "--freeze", "sr=16k"), "--freeze sr=16k", "cannot parse", "int64")
+    assert_user_error(aot("build", path, "--freeze", "rate=16000"), "--freeze names 'rate'", "x, sr")
+    assert_user_error(aot("build", path, "--freeze", "sr=1,2"), "--freeze sr=1,2", "2 values", "shape []")
+    assert_user_error(aot("build", path, "--freeze", "sr=1", "--freeze", "sr=2"), "--freeze sr is given twice")
+    proc = aot("build", path, "--freeze", "sr")
+    assert proc.returncode == 2 and "NAME=VALUE" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_input_shape_for_a_named_dim(tmp_path):
+    node = helper.make_node("Relu", ["x"], ["y"], name="r")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])])
+    path = tmp_path / "named.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    assert_user_error(aot("build", path), "'x'", "axis 0 (named 'batch')", "--input-shape x=Nx4")
+    assert_user_error(aot("build", path, "--input-shape", "x=2x5"), "contradicts", "axis 1 is 4")
+    assert aot("bench", path, "--input-shape", "x=2x4", "--repeat", "2").returncode == 0

@@ -1,9 +1,13 @@
-"""Import: shapes that ONNX inference alone leaves unknown, as exporters write them."""
+"""Import: shapes that ONNX inference alone leaves unknown, dynamic input dimensions, frozen inputs and
+control flow with constant decisions, as exporters write them."""
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
-from oracle import assert_matches_onnxruntime
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from oracle import assert_matches_onnxruntime, onnxruntime_outputs
+
+import aot
 
 
 def _model(nodes, inputs, outputs, initializers=(), opset=17):
@@ -49,3 +53,280 @@ def test_reshape_to_a_shape_read_from_the_input_at_old_opsets():
         model = _model(nodes, [("x", [2, 3, 4])], [("y", ["n", "m"])], inits, opset)
         got = assert_matches_onnxruntime(model, inputs={"x": x})
         assert got["y"].shape == (2, 12)
+
+
+# --- dynamic dimensions, frozen inputs, control flow ------------------------------------------------------------
+
+F32, I64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+
+
+def _typed_model(nodes, inputs, outputs, initializers=(), opset=17):
+    """A model whose inputs and outputs are (name, elem_type, shape); shapes may hold -1, 0, None or names."""
+    def info(name, elem, shape):
+        vi = helper.make_tensor_value_info(name, elem, None if shape is None else [
+            d if isinstance(d, str) or d is None else 1 for d in shape])
+        for dim, d in zip(vi.type.tensor_type.shape.dim, shape or ()):
+            if isinstance(d, int):
+                dim.Clear()
+                dim.dim_value = d      # -1 and 0 too, as exporters write them
+        return vi
+
+    graph = helper.make_graph(nodes, "g", [info(*i) for i in inputs], [info(*o) for o in outputs],
+                              initializer=[numpy_helper.from_array(np.asarray(a), n) for n, a in initializers])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+    for out, inferred, (_, _, shape) in zip(model.graph.output, onnx.shape_inference.infer_shapes(model).graph.output,
+                                            outputs):
+        if shape is None:      # the checker wants a shape on every output: take what inference says
+            out.type.CopyFrom(inferred.type)
+    return model
+
+
+def _compare(model, feeds, frozen=None, **options):
+    """aot.run with `options` against onnxruntime on the unchanged model fed `feeds` plus the frozen values."""
+    expected = onnxruntime_outputs(model, {**feeds, **(frozen or {})})
+    got = aot.run(model, inputs=feeds, freeze=frozen, **options)
+    assert list(got) == [o.name for o in model.graph.output]
+    for name, ref in expected.items():
+        assert got[name].shape == ref.shape, name
+        scale = max(1e-6, float(np.max(np.abs(ref)))) if ref.size else 1.0
+        assert float(np.max(np.abs(got[name] - ref), initial=0.0)) <= 1e-4 * scale, name
+    return got
+
+
+def test_minus_one_zero_unnamed_and_named_dims_are_unknown():
+    x = np.random.default_rng(0).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    for dims in ([-1, 3, None, None], [0, 3, 4, 5], ["batch", 3, "h", "w"]):
+        model = _typed_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F32, dims)], [("y", F32, dims)])
+        with pytest.raises(aot.ShapeError, match=r"input 'x' has .*ax[ie]s.*--input-shape x=N?x?3x"):
+            aot.build(model, out_dir=None)
+        # onnxruntime takes dim_value 0 literally, so the reference runs the model with the shape fixed
+        result = aot.check(model, inputs={"x": x}, input_shapes={"x": (2, 3, 4, 5)})
+        assert result.ok and result.outputs["y"].shape == (2, 3, 4, 5)
+
+
+def test_dynamic_dim_message_names_the_axes_and_the_option():
+    model = _typed_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F32, ["batch", 3, None, -1])],
+                         [("y", F32, ["batch", 3, None, -1])])
+    with pytest.raises(aot.ShapeError) as err:
+        aot.build(model)
+    assert str(err.value) == ("g: input 'x' has dynamic dimensions at axes 0 (named 'batch'), 2 (?), 3 (-1): give its "
+                              "shape with --input-shape x=Nx3xNxN (input_shapes= in the Python API)")
+
+
+def test_given_shape_must_agree_with_known_dims():
+    model = _typed_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F32, [-1, 3, None])], [("y", F32, None)])
+    with pytest.raises(aot.OptionError, match=r"--input-shape x=1x4x8 contradicts the model's shape -1x3x\? "
+                                              r"\(axis 1 is 3\)"):
+        aot.build(model, input_shapes={"x": (1, 4, 8)})
+    with pytest.raises(aot.OptionError, match="has rank 2, the model's input has rank 3"):
+        aot.build(model, input_shapes={"x": (1, 3)})
+
+
+def test_a_named_dim_takes_one_value_across_inputs():
+    nodes = [helper.make_node("Add", ["x", "m"], ["y"])]
+    model = _typed_model(nodes, [("x", F32, ["batch", 4]), ("m", F32, ["batch", 4])], [("y", F32, ["batch", 4])])
+    rng = np.random.default_rng(1)
+    feeds = {"x": rng.standard_normal((3, 4)).astype(np.float32), "m": rng.standard_normal((3, 4)).astype(np.float32)}
+    _compare(model, feeds, input_shapes={"x": (3, 4)})        # m gets batch = 3 from x
+    with pytest.raises(aot.OptionError, match="named dimension 'batch' size 2, but --input-shape x \\(axis 0\\) "
+                                              "gives it 3"):
+        aot.build(model, input_shapes={"x": (3, 4), "m": (2, 4)})
+
+
+def _pytorch_style_dynamic_batch(opset=13):
+    """What torch.onnx.export writes for a dynamic batch: `x.view(x.size(0), -1)` as Shape -> Gather ->
+    Unsqueeze -> Concat -> Reshape, a position term from Range over Shape -> Slice, a ConstantOfShape
+    bias and an Expand to a computed shape."""
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    fc = rng.standard_normal((4 * 6 * 6, 5)).astype(np.float32)
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+        helper.make_node("Shape", ["c"], ["shape"], name="shape"),
+        helper.make_node("Gather", ["shape", "zero"], ["n"], name="gather", axis=0),
+        helper.make_node("Unsqueeze", ["n", "axes0"], ["n1"], name="unsqueeze"),
+        helper.make_node("Concat", ["n1", "minus1"], ["view"], name="concat", axis=0),
+        helper.make_node("Reshape", ["c", "view"], ["flat"], name="view"),
+        helper.make_node("MatMul", ["flat", "fc"], ["logits"], name="fc"),
+        helper.make_node("Shape", ["logits"], ["lshape"], name="lshape"),
+        helper.make_node("Slice", ["lshape", "one", "two"], ["width"], name="width"),       # [5]
+        helper.make_node("Squeeze", ["width", "axes0"], ["w0"], name="w0"),
+        helper.make_node("Range", ["zero", "w0", "one_s"], ["pos"], name="range"),
+        helper.make_node("Cast", ["pos"], ["posf"], name="cast", to=F32),
+        helper.make_node("ConstantOfShape", ["lshape"], ["half"], name="half",
+                         value=numpy_helper.from_array(np.array([0.5], np.float32))),
+        helper.make_node("Add", ["logits", "posf"], ["a"], name="add_pos"),
+        helper.make_node("Mul", ["a", "half"], ["b"], name="mul_half"),
+        helper.make_node("Concat", ["n1", "two_s1", "width"], ["eshape"], name="eshape", axis=0),
+        helper.make_node("Unsqueeze", ["b", "axes1"], ["b1"], name="b1"),
+        helper.make_node("Expand", ["tiny", "eshape"], ["bias"], name="expand"),
+        helper.make_node("Add", ["b1", "bias"], ["y"], name="add_bias"),
+    ]
+    inits = [("w", w), ("fc", fc), ("zero", np.array(0, np.int64)), ("axes0", i64(0)), ("axes1", i64(1)),
+             ("minus1", i64(-1)), ("one", i64(1)), ("two", i64(2)), ("one_s", np.array(1, np.int64)),
+             ("two_s1", i64(2)), ("tiny", np.float32(0.25))]
+    return _typed_model(nodes, [("x", F32, ["batch", 3, 8, 8])], [("y", F32, ["batch", 2, 5])], inits, opset)
+
+
+def test_pytorch_style_dynamic_batch_folds_its_shape_subgraphs():
+    model = _pytorch_style_dynamic_batch()
+    with pytest.raises(aot.ShapeError, match="named 'batch'"):
+        aot.build(model)
+    x = np.random.default_rng(3).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    got = _compare(model, {"x": x}, input_shapes={"x": (2, 3, 8, 8)})
+    assert got["y"].shape == (2, 2, 5)
+    artifact = aot.build(model, input_shapes={"x": (2, 3, 8, 8)})
+    ops = {node.op for node in artifact.program.graph.nodes}
+    assert not ops & {"Shape", "Gather", "Range", "ConstantOfShape", "Slice", "Concat", "Expand"}, ops
+
+
+def test_a_shape_known_only_at_run_time_names_its_node():
+    nodes = [helper.make_node("Cast", ["x"], ["xi"], name="to_int", to=I64),
+             helper.make_node("Reshape", ["x", "xi"], ["y"], name="data_reshape")]
+    model = _typed_model(nodes, [("x", F32, [2])], [("y", F32, None)])
+    with pytest.raises(aot.AotError, match="'data_reshape' \\(Reshape\\)\\) has a shape that depends on values "
+                                           "computed at run time \\(axis 0"):
+        aot.build(model)
+
+
+def _gated_model():
+    """x (float [1, 4]) plus a bool flag choosing a branch and a gain vector, both meant to be frozen."""
+    then = _branch("scaled", [helper.make_node("Mul", ["x", "gain0"], ["y0"], name="mul")], "y0", [1, 4])
+    other = _branch("plain", [helper.make_node("Neg", ["x"], ["y0n"], name="neg")], "y0n", [1, 4])
+    nodes = [helper.make_node("If", ["flag"], ["y1"], name="gate", then_branch=then, else_branch=other),
+             helper.make_node("Add", ["y1", "gain"], ["y"], name="add")]
+    return _typed_model(nodes, [("x", F32, [1, 4]), ("flag", BOOL, []), ("gain", F32, [4])],
+                        [("y", F32, [1, 4])], [("gain0", np.float32(3.0))])
+
+
+def test_freeze_binds_inputs_of_any_dtype(tmp_path):
+    model = _gated_model()
+    x = np.arange(4, dtype=np.float32).reshape(1, 4) - 1.5
+    np.save(tmp_path / "gain.npy", np.array([1, 2, 3, 4], np.float32))
+    for flag in ("true", "0", True):
+        for gain in ("0.5,1,-1,2", str(tmp_path / "gain.npy"), [0.5, 1, -1, 2]):
+            expected_gain = np.load(tmp_path / "gain.npy") if str(gain).endswith(".npy") else \
+                np.array([0.5, 1, -1, 2], np.float32)
+            frozen = {"flag": np.array(flag in ("true", True)), "gain": expected_gain}
+            expected = onnxruntime_outputs(model, {"x": x, **frozen})
+            got = aot.run(model, inputs={"x": x}, freeze={"flag": flag, "gain": gain})
+            np.testing.assert_allclose(got["y"], expected["y"], rtol=1e-6)
+    result = aot.check(model, freeze={"flag": "1", "gain": "1,2,3,4"})
+    assert result.ok and list(result.inputs) == ["x"]
+
+
+@pytest.mark.parametrize("freeze, message", [
+    ({"nope": 1}, "--freeze names 'nope', but the model's inputs are: x, flag, gain"),
+    ({"flag": "maybe"}, "--freeze flag=maybe: cannot parse 'maybe' as true/false"),
+    ({"gain": "1,2,x,4"}, "--freeze gain=1,2,x,4: cannot parse '1,2,x,4' as float32"),
+    ({"gain": "1,2,3"}, "--freeze gain=1,2,3: 3 values of shape [3] given, but input 'gain' has shape [4] (4 values)"),
+    ({"flag": 2}, "--freeze flag=2: the input is bool, and the value does not convert to it exactly"),
+    ({"gain": "missing.npy"}, "--freeze gain=missing.npy: cannot read it as a .npy file"),
+])
+def test_bad_freeze_values_are_one_clear_error(freeze, message):
+    with pytest.raises(aot.OptionError) as err:
+        aot.build(_gated_model(), freeze=freeze)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_freezing_an_input_removes_it_from_the_build_and_the_reference(tmp_path):
+    artifact = aot.build(_gated_model(), out_dir=tmp_path / "b", freeze={"flag": 1, "gain": np.ones(4)})
+    assert [i["name"] for i in artifact.metadata["inputs"]] == ["x"]
+    assert [vi.name for vi in artifact.model.proto.graph.input] == ["x"]
+    with pytest.raises(aot.OptionError, match="--input-shape names 'flag' \\(it is frozen\\)"):
+        aot.build(_gated_model(), freeze={"flag": 1, "gain": np.ones(4)}, input_shapes={"flag": (1,)})
+
+
+def _branch(name, nodes, out, shape, initializers=()):
+    return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(out, F32, shape)],
+                             initializer=[numpy_helper.from_array(np.asarray(a), n) for n, a in initializers])
+
+
+def _vad_model():
+    """A voice-activity detector's shape: the sample rate `sr` picks a 16 kHz or an 8 kHz network."""
+    rng = np.random.default_rng(4)
+    w16 = rng.standard_normal((512, 8)).astype(np.float32) * 0.1
+    w8 = rng.standard_normal((8, 1, 64)).astype(np.float32) * 0.1
+    # the branch's 'h' becomes 'by_rate/h', a name the main graph already uses: inlining must rename it
+    then = _branch("sr16k", [helper.make_node("MatMul", ["x", "w16"], ["h"], name="fc"),
+                             helper.make_node("Tanh", ["h"], ["out16"], name="tanh")],
+                   "out16", [1, 8], [("w16", w16)])
+    other = _branch("sr8k", [helper.make_node("Reshape", ["x", "s3"], ["x3"], name="as_1d"),
+                             helper.make_node("Conv", ["x3", "w8"], ["c"], name="conv", strides=[64]),
+                             helper.make_node("ReduceMean", ["c"], ["m"], name="mean", axes=[2], keepdims=0),
+                             helper.make_node("Relu", ["m"], ["out8"], name="relu")],
+                    "out8", [1, 8], [("w8", w8), ("s3", np.array([1, 1, 512], np.int64))])
+    nodes = [helper.make_node("Equal", ["sr", "sr16000"], ["is16k"], name="is_16k"),
+             helper.make_node("If", ["is16k"], ["by_rate/h"], name="by_rate", then_branch=then, else_branch=other),
+             helper.make_node("Mul", ["by_rate/h", "w"], ["hw"], name="scale"),
+             helper.make_node("Sigmoid", ["hw"], ["prob"], name="prob")]
+    return _typed_model(nodes, [("x", F32, [1, 512]), ("sr", I64, [])], [("prob", F32, [1, 8])],
+                        [("sr16000", np.array(16000, np.int64)), ("w", np.full(8, 2.0, np.float32))])
+
+
+def test_vad_model_with_the_sample_rate_frozen():
+    model = _vad_model()
+    x = np.random.default_rng(5).standard_normal((1, 512)).astype(np.float32)
+    for sr in (16000, 8000):
+        _compare(model, {"x": x}, frozen={"sr": np.array(sr, np.int64)})
+        assert aot.check(model, freeze={"sr": str(sr)}).ok
+    artifact = aot.build(model, freeze={"sr": 8000})
+    assert "Conv" in {n.op for n in artifact.program.graph.nodes}
+
+
+def test_if_decided_at_run_time_suggests_freezing_its_input():
+    with pytest.raises(aot.UnsupportedOpError) as err:
+        aot.build(_vad_model())
+    message = str(err.value)
+    assert "node 'by_rate' (If) chooses its branch at run time" in message
+    assert "--freeze sr=VALUE" in message and "\n" not in message
+
+
+def test_nested_ifs_and_a_condition_from_a_shape_fold():
+    """The outer condition is Shape(x)[1] == 4, known once the input shape is fixed; the inner one is
+    constant. Inlined names may not collide with the main graph's ('t' is in both)."""
+    inner = helper.make_node("If", ["true"], ["inner_out"], name="inner",
+                             then_branch=_branch("a", [helper.make_node("Add", ["x", "t"], ["s"], name="add")],
+                                                 "s", [None, 4], [("t", np.float32(1.0))]),
+                             else_branch=_branch("b", [helper.make_node("Neg", ["x"], ["s2"])], "s2", [None, 4]))
+    then = _branch("outer_then", [inner, helper.make_node("Relu", ["inner_out"], ["r"], name="relu")], "r", [None, 4])
+    other = _branch("outer_else", [helper.make_node("Abs", ["x"], ["e"], name="abs")], "e", [None, 4])
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "one"], ["width"], axis=0),
+             helper.make_node("Equal", ["width", "four"], ["c"]),
+             helper.make_node("If", ["c"], ["o"], name="outer", then_branch=then, else_branch=other),
+             helper.make_node("Mul", ["o", "t"], ["y"], name="mul")]
+    model = _typed_model(nodes, [("x", F32, ["n", 4])], [("y", F32, ["n", 4])],
+                         [("one", np.array(1, np.int64)), ("four", np.array(4, np.int64)), ("true", np.array(True)),
+                          ("t", np.float32(3.0))])
+    x = np.random.default_rng(6).standard_normal((3, 4)).astype(np.float32)
+    _compare(model, {"x": x}, input_shapes={"x": (3, 4)})
+
+
+def _loop_model(trip):
+    """y = x; repeat `trip` times: y = y * 0.5 + i, collecting each y (a scan output)."""
+    body = helper.make_graph(
+        [helper.make_node("Cast", ["i"], ["fi"], to=F32),
+         helper.make_node("Mul", ["y_in", "half"], ["h"]),
+         helper.make_node("Add", ["h", "fi"], ["y_out"]),
+         helper.make_node("Identity", ["y_out"], ["scan"])],
+        "body", [helper.make_tensor_value_info("i", I64, []), helper.make_tensor_value_info("c", BOOL, []),
+                 helper.make_tensor_value_info("y_in", F32, [1, 4])],
+        [helper.make_tensor_value_info("c", BOOL, []), helper.make_tensor_value_info("y_out", F32, [1, 4]),
+         helper.make_tensor_value_info("scan", F32, [1, 4])])
+    nodes = [helper.make_node("Loop", ["trip", "", "x"], ["y", "ys"], name="loop", body=body)]
+    return _typed_model(nodes, [("x", F32, [1, 4]), ("trip", I64, [])], [("y", F32, [1, 4]), ("ys", F32, None)],
+                        [("half", np.float32(0.5))])
+
+
+def test_loop_with_a_constant_trip_count_unrolls():
+    x = np.random.default_rng(7).standard_normal((1, 4)).astype(np.float32)
+    got = _compare(_loop_model(3), {"x": x}, frozen={"trip": np.array(3, np.int64)})
+    assert got["ys"].shape == (3, 1, 4)
+
+
+def test_loop_with_a_run_time_trip_count_is_refused():
+    with pytest.raises(aot.UnsupportedOpError, match="node 'loop' \\(Loop\\) its trip count 'trip' is computed at "
+                                                     "run time.*--freeze trip=VALUE"):
+        aot.build(_loop_model(3))

@@ -1,6 +1,12 @@
-"""ONNX → Graph: load, check, fix input shapes, infer shapes, map nodes one to one.
+"""ONNX → Graph: load, check, freeze inputs, fix input shapes, infer shapes, map nodes one to one.
 
 Nodes keep their ONNX op type and attributes here; passes turn them into the ops aot lowers.
+
+Dimensions: on a graph input, a dimension with no value, a named one (`dim_param`, e.g. `batch`),
+or a `dim_value` of -1 or 0 is unknown and must be fixed with `--input-shape`. ONNX allows a real
+empty dimension (0), but exporters write 0 and -1 for "dynamic", and an empty model input is no use
+to a compiled model, so aot reads them as unknown. Inputs that share a named dimension get the value
+given for it on any of them; two different values for one name are an error.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import onnx
 from onnx import numpy_helper
 
 from aot.errors import ModelError, OptionError, ShapeError, UnsupportedOpError
+from aot.frontend import control_flow
 from aot.graph.evaluate import evaluate
 from aot.graph.ir import Graph, Node, Value
 
@@ -22,14 +29,20 @@ from aot.graph.ir import Graph, Node, Value
 class LoadedModel:
     """The checked ONNX model (input shapes fixed) and where it came from."""
 
-    proto: onnx.ModelProto      # the user's model with input shapes fixed: what a reference runs
+    proto: onnx.ModelProto      # the user's model, inputs frozen and shapes fixed: what a reference runs
     inferred: onnx.ModelProto   # the same with every tensor's shape inferred (for to_graph)
     label: str                  # file name for messages, e.g. "mobilenet.onnx"
     sha256: str
 
 
+FreezeValue = str | os.PathLike | int | float | bool | list | tuple | np.ndarray
+
+
 def load(model: str | os.PathLike | onnx.ModelProto,
-         input_shapes: dict[str, tuple[int, ...]] | None = None) -> LoadedModel:
+         input_shapes: dict[str, tuple[int, ...]] | None = None,
+         freeze: dict[str, FreezeValue] | None = None) -> LoadedModel:
+    """Load and check a model; `freeze` binds inputs to constants (see freeze_inputs), `input_shapes`
+    fixes the dimensions of the others."""
     if isinstance(model, onnx.ModelProto):
         proto, label = model, (model.graph.name or "model")
         data = model.SerializeToString()
@@ -60,6 +73,7 @@ def load(model: str | os.PathLike | onnx.ModelProto,
     except onnx.checker.ValidationError as err:
         first = str(err).strip().splitlines()[0]
         raise ModelError(f"{label}: fails the ONNX checker: {first}") from None
+    proto = freeze_inputs(proto, freeze or {}, label)
     proto = _fix_input_shapes(proto, input_shapes or {}, label)
     return LoadedModel(proto, _infer_static_shapes(proto, label), label, hashlib.sha256(data).hexdigest())
 
@@ -74,17 +88,36 @@ def _infer(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
 
 def _infer_static_shapes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
     """ONNX shape inference, helped where it stops short: exporters compute shapes and pads with
-    chains of small ops (Shape, Gather, Concat, Slice, ...) that inference does not always follow.
-    While some tensor's shape is unknown, fold the nodes computable from constants and infer again."""
-    inferred = _infer(proto, label)
-    for _ in range(16):
-        if not _unknown_shapes(inferred):
-            break
-        helped = _fold_constant_nodes(inferred) or _contrib_shapes(inferred)
+    chains of small ops (Shape, Gather, Concat, Slice, Range, ConstantOfShape, ...) that inference
+    does not always follow, and an If or Loop may decide on a value known only after folding. While
+    some tensor's shape is unknown or control flow is left, inline control flow with constant
+    decisions, fold the nodes computable from constants, and infer again. Every round removes a node
+    or names a new shape, so this ends."""
+    inferred = _infer(_forget_unknown_dims(proto), label)
+    while _unknown_shapes(inferred) or control_flow.has_control_flow(inferred):
+        helped = (control_flow.inline_constant_control_flow(inferred) or _fold_constant_nodes(inferred)
+                  or _contrib_shapes(inferred))
         if helped is None:
             break
         inferred = _infer(helped, label)
     return inferred
+
+
+def _forget_unknown_dims(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """Outputs and value_info as exporters write them may say -1 or 0 for a dynamic dimension; strict
+    shape inference would call the inferred size a contradiction, so make those dimensions unknown."""
+    g = proto.graph
+    stale = [d for vi in list(g.output) + list(g.value_info) if vi.type.HasField("tensor_type")
+             for d in vi.type.tensor_type.shape.dim if d.HasField("dim_value") and d.dim_value <= 0]
+    if not stale:
+        return proto
+    result = onnx.ModelProto()
+    result.CopyFrom(proto)
+    for vi in list(result.graph.output) + list(result.graph.value_info):
+        for d in vi.type.tensor_type.shape.dim if vi.type.HasField("tensor_type") else ():
+            if d.HasField("dim_value") and d.dim_value <= 0:
+                d.Clear()
+    return result
 
 
 def _contrib_shapes(proto: onnx.ModelProto) -> onnx.ModelProto | None:
@@ -167,12 +200,13 @@ def _fold_constant_nodes(proto: onnx.ModelProto) -> onnx.ModelProto | None:
     g = proto.graph
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 17)
     constants = {t.name: numpy_helper.to_array(t) for t in g.initializer}
-    shapes = {vi.name: vi.type.tensor_type for vi in list(g.value_info) + list(g.input)}
+    shapes = {vi.name: vi.type.tensor_type for vi in list(g.value_info) + list(g.input) + list(g.output)}
     kept, folded = [], False
     for node in g.node:
         static = node.op_type in ("Shape", "Size") and _static_shape(shapes.get(node.input[0]))
+        # Control flow is inlined (control_flow.py), not evaluated: its subgraphs read outer names.
         if node.domain in ("", "ai.onnx") and (static or all(i in constants for i in node.input if i)) \
-                and not node.op_type.startswith("Random"):
+                and not node.op_type.startswith("Random") and node.op_type not in control_flow.CONTROL_FLOW:
             feeds = {i: constants[i] if i in constants else
                      np.zeros(_static_shape(shapes[i]), onnx.helper.tensor_dtype_to_np_dtype(shapes[i].elem_type))
                      for i in node.input if i}
@@ -208,35 +242,158 @@ def _graph_inputs(proto: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     return [v for v in proto.graph.input if v.name not in initializers]
 
 
+def _known(dim) -> bool:
+    """A dimension with a real size; -1 and 0 are how exporters write "dynamic" (see the module doc)."""
+    return dim.HasField("dim_value") and dim.dim_value > 0
+
+
 def _fix_input_shapes(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], label: str) -> onnx.ModelProto:
+    """Give every graph input static dimensions: from `shapes`, or from a named dimension that a given
+    shape fixed on another input; any dimension left unknown is a ShapeError saying what to give."""
     inputs = _graph_inputs(proto)
     names = [v.name for v in inputs]
     for name in shapes:
         if name not in names:
-            raise OptionError(f"{label}: --input-shape names '{name}', but the model's inputs are: {', '.join(names)}")
-    proto = onnx.ModelProto.FromString(proto.SerializeToString()) if shapes else proto
+            frozen = " (it is frozen)" if any(t.name == name for t in proto.graph.initializer) else ""
+            raise OptionError(f"{label}: --input-shape names '{name}'{frozen}, but the model's inputs are: "
+                              f"{', '.join(names) or 'none'}")
+    named = _named_dims(inputs, shapes, label)
+    if not shapes and all(v.type.tensor_type.HasField("shape") and all(_known(d) for d in v.type.tensor_type.shape.dim)
+                          for v in inputs):
+        return proto
+    proto = onnx.ModelProto.FromString(proto.SerializeToString())
     for vi in _graph_inputs(proto):
-        dims = vi.type.tensor_type.shape.dim
-        if vi.name in shapes:
-            want = shapes[vi.name]
-            if len(dims) and len(dims) != len(want):
-                raise OptionError(f"{label}: --input-shape {vi.name} has rank {len(want)}, "
-                                  f"the model's input has rank {len(dims)}")
-            for dim, size in zip(dims, want):
-                if dim.HasField("dim_value") and dim.dim_value != size:
-                    raise OptionError(f"{label}: --input-shape {vi.name}={'x'.join(map(str, want))} contradicts the "
-                                      f"model's static shape {_dims_text(dims)}")
-            del dims[:]
-            for size in want:
-                dims.add().dim_value = size
-            continue
-        for axis, dim in enumerate(dims):
-            if not dim.HasField("dim_value") or dim.dim_value <= 0:
-                symbol = dim.dim_param or "?"
-                raise ShapeError(f"{label}: input '{vi.name}' has a dynamic dimension ({symbol}) at axis {axis}: "
-                                 f"give its shape with --input-shape {vi.name}=" + "x".join(
-                                     str(d.dim_value) if d.HasField("dim_value") else "N" for d in dims))
+        ttype = vi.type.tensor_type
+        if vi.name not in shapes and not ttype.HasField("shape"):
+            raise ShapeError(f"{label}: input '{vi.name}' declares no shape (not even its rank): give it with "
+                             f"--input-shape {vi.name}=DIMS (input_shapes= in the Python API)")
+        dims = ttype.shape.dim
+        want = shapes[vi.name] if vi.name in shapes else tuple(
+            d.dim_value if _known(d) else named.get(d.dim_param, 0) for d in dims)
+        unknown = [axis for axis, size in enumerate(want) if size <= 0]
+        if unknown:
+            raise ShapeError(_dynamic_message(label, vi.name, dims, unknown))
+        del dims[:]
+        for size in want:
+            dims.add().dim_value = size
     return proto
+
+
+def _named_dims(inputs: list[onnx.ValueInfoProto], shapes: dict[str, tuple[int, ...]], label: str) -> dict[str, int]:
+    """Check each given shape against its input's rank and known dimensions, and collect the sizes it
+    gives to named dimensions (dim_param); one name given two sizes is an OptionError."""
+    named: dict[str, tuple[int, str]] = {}
+    for vi in inputs:
+        if vi.name not in shapes:
+            continue
+        dims, want = vi.type.tensor_type.shape.dim, shapes[vi.name]
+        given = f"--input-shape {vi.name}={'x'.join(map(str, want))}"
+        if len(dims) and len(dims) != len(want):
+            raise OptionError(f"{label}: {given} has rank {len(want)}, the model's input has rank {len(dims)} "
+                              f"({_dims_text(dims)})")
+        for axis, (dim, size) in enumerate(zip(dims, want)):
+            if _known(dim) and dim.dim_value != size:
+                raise OptionError(f"{label}: {given} contradicts the model's shape {_dims_text(dims)} "
+                                  f"(axis {axis} is {dim.dim_value})")
+            if dim.dim_param:
+                first = named.setdefault(dim.dim_param, (size, f"--input-shape {vi.name} (axis {axis})"))
+                if first[0] != size:
+                    raise OptionError(f"{label}: {given} gives the named dimension '{dim.dim_param}' size {size}, "
+                                      f"but {first[1]} gives it {first[0]}; inputs sharing a named dimension "
+                                      f"must agree")
+    return {name: size for name, (size, _) in named.items()}
+
+
+def _dynamic_message(label: str, name: str, dims, unknown: list[int]) -> str:
+    def what(axis: int) -> str:
+        d = dims[axis]
+        return f"named '{d.dim_param}'" if d.dim_param else (str(d.dim_value) if d.HasField("dim_value") else "?")
+
+    where = ", ".join(f"{axis} ({what(axis)})" for axis in unknown)
+    where = f"dynamic dimensions at axes {where}" if len(unknown) > 1 else f"a dynamic dimension at axis {where}"
+    example = "x".join(str(d.dim_value) if _known(d) else "N" for d in dims)
+    return (f"{label}: input '{name}' has {where}: give its shape with --input-shape {name}={example} "
+            f"(input_shapes= in the Python API)")
+
+
+def freeze_inputs(proto: onnx.ModelProto, freeze: dict[str, FreezeValue], label: str) -> onnx.ModelProto:
+    """Bind inputs to constants: each named input becomes an initializer of its declared dtype and
+    shape and is no longer an input, so the nodes reading it fold, and a reference running this proto
+    sees the same value. A value is a number, a comma list ("1,0,1"), a .npy path, or an array."""
+    if not freeze:
+        return proto
+    inputs = {v.name: v for v in _graph_inputs(proto)}
+    for name in freeze:
+        if name not in inputs:
+            raise OptionError(f"{label}: --freeze names '{name}', but the model's inputs are: "
+                              f"{', '.join(inputs) or 'none'}")
+    arrays = {name: _freeze_value(inputs[name], value, label) for name, value in freeze.items()}
+    result = onnx.ModelProto.FromString(proto.SerializeToString())
+    result.graph.initializer.extend(numpy_helper.from_array(a, name) for name, a in arrays.items())
+    if result.ir_version >= 4:     # before IR 4 every initializer must also be listed as an input
+        kept = [vi for vi in result.graph.input if vi.name not in arrays]
+        del result.graph.input[:]
+        result.graph.input.extend(kept)
+    return result
+
+
+def _freeze_value(vi: onnx.ValueInfoProto, value: FreezeValue, label: str) -> np.ndarray:
+    """The value in the input's declared shape: an array of a matching shape as it is, n values for an
+    input of n elements (a scalar or shape [1] takes one number), any count for a 1-D dynamic input."""
+    ttype = vi.type.tensor_type
+    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(ttype.elem_type))
+    shown = os.fspath(value) if isinstance(value, (str, os.PathLike)) else str(value).replace("\n", "")
+    where = f"{label}: --freeze {vi.name}={shown}"
+    array = _freeze_array(value, dtype, where)
+    if not ttype.HasField("shape"):
+        return array
+    dims = ttype.shape.dim
+    shape = tuple(d.dim_value if _known(d) else -1 for d in dims)
+    if array.ndim == len(shape) and all(s in (-1, a) for s, a in zip(shape, array.shape)):
+        return array
+    if -1 not in shape and array.size == int(np.prod(shape)) and array.ndim <= 1:
+        return array.reshape(shape)
+    if shape == (-1,) and array.ndim <= 1:
+        return array.reshape(-1)
+    count = "1 value" if array.size == 1 else f"{array.size} values"
+    wanted = f" ({int(np.prod(shape))} values)" if -1 not in shape else ""
+    raise OptionError(f"{where}: {count} of shape {list(array.shape)} given, but input '{vi.name}' has shape "
+                      f"[{_dims_text(dims).replace('x', ', ')}]{wanted}")
+
+
+def _freeze_array(value: FreezeValue, dtype: np.dtype, where: str) -> np.ndarray:
+    """The frozen value as an array of the input's dtype: text is parsed (a number or a comma list),
+    a .npy path is read; an integer or bool input refuses values that do not convert exactly."""
+    if isinstance(value, (str, os.PathLike)) and os.fspath(value).endswith(".npy"):
+        try:
+            array = np.load(os.fspath(value), allow_pickle=False)
+        except (OSError, ValueError) as err:
+            raise OptionError(f"{where}: cannot read it as a .npy file: {err}") from None
+    elif isinstance(value, str):
+        parse = _parse_bool if dtype == np.bool_ else (float if dtype.kind == "f" else int)
+        try:
+            array = np.array([parse(part.strip()) for part in value.split(",")])
+        except ValueError:
+            kind = "true/false" if dtype == np.bool_ else str(dtype)
+            raise OptionError(f"{where}: cannot parse '{value}' as {kind} (give a number, a comma list, "
+                              f"or a .npy file)") from None
+        if "," not in value:
+            array = array.reshape(())
+    else:
+        array = np.asarray(value)
+    if array.dtype.kind not in "biuf":
+        raise OptionError(f"{where}: the value is not numeric ({array.dtype})")
+    cast = array.astype(dtype)
+    if dtype.kind in "biu" and not np.array_equal(cast, array):
+        raise OptionError(f"{where}: the input is {dtype}, and the value does not convert to it exactly")
+    return cast
+
+
+def _parse_bool(text: str) -> bool:
+    words = {"true": True, "1": True, "false": False, "0": False}
+    if text.lower() not in words:
+        raise ValueError(text)
+    return words[text.lower()]
 
 
 def _dims_text(dims) -> str:
@@ -263,6 +420,7 @@ def to_graph(model: LoadedModel) -> Graph:
     """Map the checked, shape-inferred model to a Graph; every non-constant value needs a static shape."""
     g = model.inferred.graph
     label = model.label
+    control_flow.refuse_control_flow(model.inferred, label)
     opset = next((o.version for o in model.inferred.opset_import if o.domain in ("", "ai.onnx")), 17)
     constants: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     infos = {vi.name: vi for vi in list(g.value_info) + list(g.input) + list(g.output)}
@@ -280,11 +438,14 @@ def to_graph(model: LoadedModel) -> Graph:
         if ttype is None or not ttype.HasField("shape"):
             raise ShapeError(f"{label}: cannot infer the shape of tensor '{name}' ({where})")
         dims = []
-        for dim in ttype.shape.dim:
+        for axis, dim in enumerate(ttype.shape.dim):
             if not dim.HasField("dim_value"):
-                # Inputs are static by now, so only a data-dependent op can leave a dimension unknown.
-                raise UnsupportedOpError(f"{label}: tensor '{name}' ({where}) has a data-dependent shape "
-                                         f"(dimension {dim.dim_param or '?'}); aot needs static shapes")
+                # Inputs are static and everything computable from constants is folded by now, so
+                # only a value computed at run time can leave a dimension unknown (inference names
+                # it unk__N, which means nothing to a user).
+                raise UnsupportedOpError(f"{label}: tensor '{name}' ({where}) has a shape that depends on "
+                                         f"values computed at run time (axis {axis} is unknown with every input "
+                                         f"shape fixed and constants folded); aot needs static shapes")
             dims.append(dim.dim_value)
         dtype = _DTYPES.get(ttype.elem_type)
         if dtype is None:

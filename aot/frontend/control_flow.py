@@ -1,0 +1,269 @@
+"""Control flow whose decisions are known at compile time, made into plain nodes of the main graph.
+
+aot compiles one straight sequence of kernels, so an `If` must have a constant condition (often
+only after constant folding or `--freeze`) and a `Loop` a constant trip count. Such nodes are
+replaced by their subgraph's nodes: the taken branch, or the body once per iteration. Names the
+subgraph defines are renamed `<node>/<name>` (made unique against every name of the model, so the
+result is deterministic); names it reads from the outer scope stay. Anything else is refused with
+a message naming the node and, where the decision depends on a graph input, the `--freeze` to give.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from aot.errors import UnsupportedOpError
+
+CONTROL_FLOW = ("If", "Loop", "Scan")
+MAX_UNROLL = 1024       # iterations; past this an unrolled Loop is no longer a sensible kernel sequence
+
+
+def has_control_flow(proto: onnx.ModelProto) -> bool:
+    return any(_is_control_flow(n) for n in proto.graph.node)
+
+
+def _is_control_flow(node: onnx.NodeProto) -> bool:
+    return node.domain in ("", "ai.onnx") and node.op_type in CONTROL_FLOW
+
+
+def inline_constant_control_flow(proto: onnx.ModelProto) -> onnx.ModelProto | None:
+    """Replace every If with a constant condition by its taken branch and every Loop with a constant
+    trip count by its unrolled body; None if there was none. Nested control flow comes up into the
+    main graph and is handled on a later call, once its own condition has been folded."""
+    g = proto.graph
+    constants = {t.name: t for t in g.initializer}
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 17)
+    taken = _all_names(g)
+    nodes: list[onnx.NodeProto] = []
+    initializers: list[onnx.TensorProto] = []
+    changed = False
+    for index, node in enumerate(g.node):
+        prefix = node.name or f"{node.op_type}_{index}"
+        if _is_control_flow(node) and node.op_type == "If" and node.input[0] in constants:
+            cond = bool(numpy_helper.to_array(constants[node.input[0]]).reshape(-1)[0])
+            branch = _subgraph(node, "then_branch" if cond else "else_branch")
+            new_nodes, new_inits, outs = _inline(branch, {}, f"{prefix}/", taken)
+            nodes += new_nodes + _identities(outs, node.output, prefix, taken)
+            initializers += new_inits
+            changed = True
+        elif _is_control_flow(node) and node.op_type == "Loop" and _loop_problem(node, constants) is None:
+            new_nodes, new_inits = _unroll(node, constants, prefix, taken, opset)
+            nodes += new_nodes
+            initializers += new_inits
+            changed = True
+        else:
+            nodes.append(node)
+    if not changed:
+        return None
+    result = onnx.ModelProto()
+    result.CopyFrom(proto)
+    del result.graph.node[:]
+    result.graph.node.extend(nodes)
+    result.graph.initializer.extend(initializers)
+    del result.graph.value_info[:]       # inferred again from the new nodes
+    return result
+
+
+def _subgraph(node: onnx.NodeProto, name: str) -> onnx.GraphProto:
+    return next(a.g for a in node.attribute if a.name == name)
+
+
+def _all_names(g: onnx.GraphProto) -> set[str]:
+    """Every tensor name used anywhere in the graph, subgraphs included."""
+    names = {v.name for v in list(g.input) + list(g.output) + list(g.value_info)}
+    names |= {t.name for t in g.initializer}
+    for node in g.node:
+        names |= set(node.input) | set(node.output)
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
+                names |= _all_names(sub)
+    return names
+
+
+def _fresh(name: str, taken: set[str]) -> str:
+    candidate, n = name, 1
+    while candidate in taken:
+        candidate, n = f"{name}_{n}", n + 1
+    taken.add(candidate)
+    return candidate
+
+
+def _inline(sub: onnx.GraphProto, bindings: dict[str, str], prefix: str, taken: set[str]
+            ) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto], list[str]]:
+    """A subgraph's nodes and initializers with the names it defines renamed `<prefix><name>`;
+    `bindings` maps its formal inputs to tensors of the main graph. Also returns what its outputs
+    are called after renaming (a renamed local, a binding, or an outer-scope name)."""
+    rename = dict(bindings)
+    for name in [t.name for t in sub.initializer] + [o for n in sub.node for o in n.output if o]:
+        if name not in rename:
+            rename[name] = _fresh(prefix + name, taken)
+    inits = []
+    for t in sub.initializer:
+        copy = onnx.TensorProto()
+        copy.CopyFrom(t)
+        copy.name = rename[t.name]
+        inits.append(copy)
+    nodes = []
+    for n in sub.node:
+        copy = onnx.NodeProto()
+        copy.CopyFrom(n)
+        _rename_node(copy, rename)
+        if copy.name:
+            copy.name = prefix + copy.name
+        nodes.append(copy)
+    return nodes, inits, [rename.get(o.name, o.name) for o in sub.output]
+
+
+def _rename_node(node: onnx.NodeProto, rename: dict[str, str]) -> None:
+    """Rename a node's inputs and outputs, and the outer-scope names its own subgraphs read (ONNX
+    names are unique across scopes, so a renamed name is never one a nested graph defines)."""
+    node.input[:] = [rename.get(i, i) for i in node.input]
+    node.output[:] = [rename.get(o, o) for o in node.output]
+    for attr in node.attribute:
+        for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
+            for inner in sub.node:
+                _rename_node(inner, rename)
+            for out in sub.output:
+                out.name = rename.get(out.name, out.name)
+
+
+def _identities(sources: Iterable[str], targets: Iterable[str], prefix: str, taken: set[str]
+                ) -> list[onnx.NodeProto]:
+    """Identity nodes giving a subgraph's outputs the names the control-flow node's outputs had."""
+    return [onnx.helper.make_node("Identity", [src], [dst], name=_fresh(f"{prefix}/output_{i}", taken))
+            for i, (src, dst) in enumerate(zip(sources, targets)) if dst]
+
+
+def _scalar(constants: dict[str, onnx.TensorProto], name: str) -> np.ndarray | None:
+    if name not in constants:
+        return None
+    array = numpy_helper.to_array(constants[name])
+    return array.reshape(-1)[0] if array.size == 1 else None
+
+
+def _loop_problem(node: onnx.NodeProto, constants: dict[str, onnx.TensorProto]) -> str | None:
+    """Why a Loop cannot be unrolled yet (None if it can): it needs a constant trip count, a constant
+    true (or absent) start condition, and a body whose condition output is its condition input or true."""
+    trip = node.input[0] if node.input else ""
+    cond = node.input[1] if len(node.input) > 1 else ""
+    if not trip:
+        return "has no trip count (it runs until a condition computed at run time turns false)"
+    count = _scalar(constants, trip)
+    if count is None:
+        return f"its trip count '{trip}' is computed at run time"
+    if cond and _scalar(constants, cond) is None:
+        return f"its start condition '{cond}' is computed at run time"
+    if cond and not bool(_scalar(constants, cond)):
+        return None    # runs zero times: unrolled to Identity of the initial values (if no scan outputs)
+    body = _subgraph(node, "body")
+    cond_out = body.output[0].name
+    if cond_out != body.input[1].name and not _body_constant_true(body, cond_out):
+        return f"its body computes the condition '{cond_out}' at run time (it may stop early)"
+    if int(count) > MAX_UNROLL:
+        return f"its trip count {int(count)} is more than the {MAX_UNROLL} iterations aot unrolls"
+    if int(count) <= 0 and len(body.output) > len(node.input) - 1:
+        return "it runs zero times but has scan outputs (empty tensors)"
+    return None
+
+
+def _body_constant_true(body: onnx.GraphProto, name: str) -> bool:
+    for t in body.initializer:
+        if t.name == name:
+            return bool(numpy_helper.to_array(t).all())
+    for n in body.node:
+        if n.op_type == "Constant" and list(n.output) == [name]:
+            value = next((a for a in n.attribute if a.name == "value"), None)
+            return value is not None and bool(numpy_helper.to_array(value.t).all())
+    return False
+
+
+def _unroll(node: onnx.NodeProto, constants: dict[str, onnx.TensorProto], prefix: str, taken: set[str],
+            opset: int) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    """The Loop's body once per iteration: each iteration's carried values feed the next, and each
+    scan output is the per-iteration values stacked along a new first axis (Unsqueeze + Concat)."""
+    body = _subgraph(node, "body")
+    cond = node.input[1] if len(node.input) > 1 else ""
+    count = 0 if cond and not bool(_scalar(constants, cond)) else int(_scalar(constants, node.input[0]))
+    carried = list(node.input[2:])
+    n_carried = len(carried)
+    nodes: list[onnx.NodeProto] = []
+    inits: list[onnx.TensorProto] = []
+    scans: list[list[str]] = [[] for _ in body.output[1 + n_carried:]]
+    true = _fresh(f"{prefix}/true", taken)
+    inits.append(numpy_helper.from_array(np.array(True), true))
+    for i in range(count):
+        iteration = _fresh(f"{prefix}/{i}/iteration", taken)
+        inits.append(numpy_helper.from_array(np.array(i, np.int64), iteration))
+        bindings = {body.input[0].name: iteration, body.input[1].name: true}
+        bindings.update({formal.name: actual for formal, actual in zip(body.input[2:], carried)})
+        new_nodes, new_inits, outs = _inline(body, bindings, f"{prefix}/{i}/", taken)
+        nodes += new_nodes
+        inits += new_inits
+        carried = outs[1:1 + n_carried]
+        for j, name in enumerate(outs[1 + n_carried:]):
+            scans[j].append(name)
+    nodes += _identities(carried, node.output[:n_carried], prefix, taken)
+    if scans and any(node.output[n_carried:]):
+        axes = _fresh(f"{prefix}/axes", taken)
+        inits.append(numpy_helper.from_array(np.array([0], np.int64), axes))
+    for j, (values, out) in enumerate(zip(scans, node.output[n_carried:])):
+        if not out:
+            continue
+        stacked = []
+        for i, value in enumerate(values):
+            name = _fresh(f"{prefix}/scan_{j}/{i}", taken)
+            stacked.append(name)
+            nodes.append(onnx.helper.make_node("Unsqueeze", [value, axes], [name], name=name) if opset >= 13
+                         else onnx.helper.make_node("Unsqueeze", [value], [name], name=name, axes=[0]))
+        nodes.append(onnx.helper.make_node("Concat", stacked, [out], name=_fresh(f"{prefix}/scan_{j}", taken),
+                                           axis=0))
+    return nodes, inits
+
+
+def refuse_control_flow(proto: onnx.ModelProto, label: str) -> None:
+    """After folding, any If, Loop or Scan left decides at run time: say which node, why, and which
+    input to freeze when the decision depends on graph inputs."""
+    g = proto.graph
+    constants = {t.name: t for t in g.initializer}
+    for index, node in enumerate(g.node):
+        if not _is_control_flow(node):
+            continue
+        name = node.name or f"{node.op_type}_{index}"
+        if node.op_type == "If":
+            why, depends = f"chooses its branch at run time (its condition '{node.input[0]}' is not a constant)", \
+                [node.input[0]]
+        elif node.op_type == "Loop":
+            why, depends = _loop_problem(node, constants), [i for i in node.input[:2] if i]
+        else:
+            why, depends = "is a Scan, which aot does not unroll", []
+        raise UnsupportedOpError(f"{label}: node '{name}' ({node.op_type}) {why}; aot compiles straight-line "
+                                 f"code only{_freeze_hint(g, depends)}")
+
+
+def _freeze_hint(g: onnx.GraphProto, names: list[str]) -> str:
+    inputs = _input_ancestors(g, names)
+    if not inputs:
+        return ""
+    options = " ".join(f"--freeze {i}=VALUE" for i in inputs)
+    which = "input " + ", ".join(f"'{i}'" for i in inputs)
+    return (f"; the decision depends on {which}: fix it at compile time with {options} "
+            f"(freeze={{'{inputs[0]}': VALUE}} in the Python API)")
+
+
+def _input_ancestors(g: onnx.GraphProto, names: list[str]) -> list[str]:
+    """The graph inputs (not initializers) that the named tensors are computed from, in graph order."""
+    producers = {o: n for n in g.node for o in n.output}
+    initializers = {t.name for t in g.initializer}
+    seen, stack = set(), list(names)
+    while stack:
+        name = stack.pop()
+        if name in seen or name in initializers:
+            continue
+        seen.add(name)
+        if name in producers:
+            stack.extend(i for i in producers[name].input if i)
+    return [vi.name for vi in g.input if vi.name in seen and vi.name not in initializers]
