@@ -2,7 +2,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# tests import their helpers (oracle.py) and the example model zoo by module name.
-for path in (ROOT / "tests", ROOT / "examples"):
+# tests import their helpers (oracle.py), the example model zoo and the conformance script by module name.
+for path in (ROOT / "tests", ROOT / "examples", ROOT / "benchmarks"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
