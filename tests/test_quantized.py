@@ -14,10 +14,14 @@ import aot
 
 
 def quantized(model: onnx.ModelProto, tmp_path, fmt: str, per_channel: bool,
-              activations: QuantType = QuantType.QInt8) -> str:
-    """The model as onnxruntime's documented flow quantizes it (examples/quantize.py), saved."""
+              activations: QuantType = QuantType.QInt8, reduce_range: bool = False) -> str:
+    """The model as onnxruntime's documented flow quantizes it (examples/quantize.py), saved.
+
+    `reduce_range` (7-bit weights) where onnxruntime itself is the weak reference: on x86 without VNNI
+    its u8 x s8 kernels saturate 16-bit pair sums with full-range weights, so it is off by a step or
+    more where the exact integer arithmetic is not."""
     out = tmp_path / f"{fmt}_{int(per_channel)}_{activations.name}.onnx"
-    onnx.save(quantize_model(model, fmt, per_channel, activations.name), out)
+    onnx.save(quantize_model(model, fmt, per_channel, activations.name, reduce_range=reduce_range), out)
     return str(out)
 
 
@@ -51,7 +55,7 @@ def test_mlperf_tiny_int8(name, fmt, per_channel, tmp_path):
 
 @pytest.mark.parametrize("activations", [QuantType.QInt8, QuantType.QUInt8])
 def test_activation_types(activations, tmp_path):
-    path = quantized(zoo.resnet8(), tmp_path, "QOperator", True, activations)
+    path = quantized(zoo.resnet8(), tmp_path, "QOperator", True, activations, reduce_range=True)
     assert_within_one_step(path)
 
 
@@ -73,7 +77,7 @@ def test_int8_weights_take_a_quarter_of_the_flash(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["mobilenet_v2", "resnet18"])
 def test_large_int8_qoperator(name, tmp_path):
-    assert_within_one_step(quantized(zoo.ZOO[name](), tmp_path, "QOperator", True))
+    assert_within_one_step(quantized(zoo.ZOO[name](), tmp_path, "QOperator", True, reduce_range=True))
 
 
 @pytest.mark.slow
@@ -83,7 +87,7 @@ def test_large_int8_qdq(name, tmp_path):
     52 run in float between Dequantize and Quantize); float accumulation rounds a value to the other side
     of a step now and then, and over 20-50 layers that compounds. So two steps here; the same networks in
     QOperator form, integer throughout in onnxruntime too, stay within one (above)."""
-    assert_within_one_step(quantized(zoo.ZOO[name](), tmp_path, "QDQ", True), steps=2)
+    assert_within_one_step(quantized(zoo.ZOO[name](), tmp_path, "QDQ", True, reduce_range=True), steps=2)
 
 
 @pytest.mark.qemu

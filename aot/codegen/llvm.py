@@ -207,7 +207,7 @@ class _FunctionEmitter:
             one = b.insert_element(ir.Constant(vt, ir.Undefined), self.expr(e.value), ir.Constant(_I32, 0))
             return b.shuffle_vector(one, ir.Constant(vt, ir.Undefined),
                                     ir.Constant(ir.VectorType(_I32, e.lanes), [0] * e.lanes))
-        if isinstance(e, k.Bin) and e.op == "sqrt":
+        if isinstance(e, k.Sqrt):
             return self.sqrt(e)
         if isinstance(e, k.Bin):
             return self.binary(e.op, e.a.dtype, self.expr(e.a), self.expr(e.b))
@@ -229,14 +229,13 @@ class _FunctionEmitter:
             return self.dot(e)
         raise TypeError(e)
 
-    def sqrt(self, e: k.Bin) -> ir.Value:
-        """Bin("sqrt", x, portable) from aot.kernel.math.sqrt: the FPU's square root (correctly rounded,
-        one instruction) where there is an FPU; with soft float llvm.sqrt would become a call to libm's
-        sqrtf, so there the portable expansion in the second operand is emitted instead."""
+    def sqrt(self, e: k.Sqrt) -> ir.Value:
+        """The FPU's square root; with soft float llvm.sqrt would become a call to libm's sqrtf, so there
+        the portable expansion is emitted instead."""
         if self.mb.target.float_abi == "soft":
-            return self.expr(e.b)
+            return self.expr(e.portable)
         fn = self.mb.intrinsic("llvm.sqrt", self.mb.type_of(e.dtype, e.lanes), 1)
-        return self.b.call(fn, [self.expr(e.a)])
+        return self.b.call(fn, [self.expr(e.value)])
 
     def dot(self, e: k.Dot) -> ir.Value:
         """Group-of-G 8-bit dot products into i32 lanes: one instruction where the target has it."""

@@ -151,6 +151,22 @@ class Dot(Expr):
 
 
 @dataclass(frozen=True, eq=False)
+class Sqrt(Expr):
+    """Square root: the FPU's instruction where the target has one (correctly rounded); soft-float
+    targets, where LLVM would call libm's sqrtf, compute `portable` instead (plain arithmetic)."""
+    value: Expr
+    portable: Expr
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return self.value.dtype
+
+    @property
+    def lanes(self) -> int:  # type: ignore[override]
+        return self.value.lanes
+
+
+@dataclass(frozen=True, eq=False)
 class Reduce(Expr):
     """Horizontal reduction of a vector to a scalar: op is "add" or "max"."""
     op: str
@@ -368,6 +384,8 @@ def dump(kernel: Kernel) -> str:
             return f"{'bitcast' if e.bitcast else 'cast'}<{e.dtype}>({ex(e.value)})"
         if isinstance(e, Reduce):
             return f"reduce_{e.op}({ex(e.value)})"
+        if isinstance(e, Sqrt):
+            return f"sqrt({ex(e.value)})"
         if isinstance(e, Reinterpret):
             return f"reinterpret<{e.dtype}x{e.lanes}>({ex(e.value)})"
         if isinstance(e, Dot):

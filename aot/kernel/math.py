@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 
-from aot.kernel.ir import Bin, Cast, Expr, binop, const, fma, maximum, minimum, select
+from aot.kernel.ir import Cast, Expr, Sqrt, binop, const, fma, maximum, minimum, select
 
 _LOG2E = 1.44269504088896341
 _LN2 = 0.693147180559945309
@@ -151,10 +151,9 @@ def sqrt_newton(x: Expr) -> Expr:
 
 
 def sqrt(x: Expr) -> Expr:
-    """Square root, correctly rounded where the target has an FPU (llvm.sqrt: sqrtss, fsqrt, vsqrt.f32);
-    on soft-float targets, where llvm.sqrt would become a call to libm's sqrtf, `sqrt_newton`.
-    In the IR it is Bin("sqrt", x, portable): the backend emits one operand or the other."""
-    return Bin("sqrt", x, sqrt_newton(x))
+    """Square root, correctly rounded where the target has an FPU (sqrtss, fsqrt, vsqrt.f32); on
+    soft-float targets, where llvm.sqrt would become a call to libm's sqrtf, `sqrt_newton`."""
+    return Sqrt(x, sqrt_newton(x))
 
 
 def rsqrt(x: Expr) -> Expr:
