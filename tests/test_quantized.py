@@ -170,7 +170,8 @@ def _qdq_around(op: str, shape: tuple[int, ...], **attrs) -> onnx.ModelProto:
              helper.make_node("QuantizeLinear", ["yf", "ys", "z"], ["yq"]),
              helper.make_node("DequantizeLinear", ["yq", "ys", "z"], ["y"])]
     inits = [helper.make_tensor("s", TensorProto.FLOAT, [], [0.05]),
-             helper.make_tensor("ys", TensorProto.FLOAT, [], [0.01]), helper.make_tensor("z", TensorProto.INT8, [], [0])]
+             helper.make_tensor("ys", TensorProto.FLOAT, [], [0.01]),
+             helper.make_tensor("z", TensorProto.INT8, [], [0])]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
