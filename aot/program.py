@@ -45,7 +45,8 @@ class Program:
 
 def materialize_outputs(graph: Graph) -> Graph:
     """Give every graph output storage of its own: copy it if it is (a view of) an input, a constant,
-    or storage that another output already uses."""
+    or storage that another output already uses. An output that is a constant itself (a model whose
+    result folded) keeps its name: the constant moves to a fresh name and is copied out."""
     producers = graph.producers()
 
     def root(name: str) -> str:
@@ -57,10 +58,12 @@ def materialize_outputs(graph: Graph) -> Graph:
     claimed: set[str] = set()
     copies: dict[str, str] = {}
     for out in graph.outputs:
-        if out not in producers:
-            raise UnsupportedOpError(f"graph output '{out}' is a graph input or a constant, not computed by the model")
         r = root(out)
-        if r in graph.inputs or r in graph.constants or r in claimed:
+        if out in graph.constants:
+            rw.add("Copy", out + "_copy", [rw.constant(out + "_value", rw.constants.pop(out))], [out])
+        elif out not in producers:
+            raise UnsupportedOpError(f"graph output '{out}' is also a graph input: aot needs it computed by the model")
+        elif r in graph.inputs or r in graph.constants or r in claimed:
             copies[out] = rw.like(out + "_src", out)
         else:
             claimed.add(r)

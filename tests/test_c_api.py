@@ -3,6 +3,7 @@
 import subprocess
 
 import numpy as np
+import onnx
 import pytest
 from onnx import helper
 from oracle import make_model, onnxruntime_outputs
@@ -139,3 +140,15 @@ def test_program_using_the_api(artifact, tmp_path):
     ref = onnxruntime_outputs(model, inputs)
     expected = np.concatenate([ref["head.b"].ravel(), ref["head-a"].ravel()])
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+
+
+def test_a_model_without_inputs_whose_output_is_a_constant(tmp_path):
+    """Everything folded: the output is a constant, copied out by the one kernel; no inputs at all."""
+    from onnx import TensorProto, helper
+
+    values = np.arange(6, dtype=np.float32).reshape(2, 3)
+    node = helper.make_node("Constant", [], ["y"], value=onnx.numpy_helper.from_array(values))
+    graph = helper.make_graph([node], "g", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    outputs = aot.run(model, {}, out_dir=tmp_path / "b")
+    np.testing.assert_array_equal(outputs["y"], values)
