@@ -31,7 +31,8 @@ def fuse_epilogues(graph: Graph) -> Graph:
 def _fuse_once(graph: Graph) -> Graph | None:
     users = graph.consumers()
     for anchor in graph.nodes:
-        if op_def(anchor.op).fusion not in _ANCHORS or anchor.outputs[0] in graph.outputs or "quant" in anchor.attrs:
+        if (op_def(anchor.op).fusion not in _ANCHORS or anchor.outputs[0] in graph.outputs
+                or "quant" in anchor.attrs or len(anchor.outputs) > 1):
             continue
         next_users = users.get(anchor.outputs[0], [])
         if len(next_users) != 1:
