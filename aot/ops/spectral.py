@@ -1,0 +1,94 @@
+"""DFT as a matrix product: the transform of a fixed length is a constant matrix, so a DFT becomes a
+Gemm (with the register-blocked micro-kernel) between transposes that bring the signal axis last.
+
+A row of the Gemm's input holds one signal with its real/imaginary parts interleaved (n * c + j for c
+components); a column of the constant matrix gives one output component (k * 2 + re/im):
+
+    forward  X[k] = sum_n x[n] e^(-2 pi i k n / N)        inverse  x[n] = 1/N sum_k X[k] e^(+2 pi i k n / N)
+
+Signals shorter than dft_length are zero-padded (their rows are absent), longer ones truncated.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from aot.graph.ir import Node, Rewriter
+from aot.ops.registry import FLOAT, define
+from aot.ops.rewrite import const_input, refuse, view
+
+
+def dft_matrix(length: int, components: int, dft_length: int, onesided: bool, inverse: bool) -> np.ndarray:
+    """(length * components, outputs * 2) with outputs = dft_length // 2 + 1 if onesided else dft_length;
+    an inverse onesided transform gives real signals instead, (length * 2, dft_length)."""
+    if inverse and onesided:
+        return _irfft_matrix(length, dft_length)
+    outputs = dft_length // 2 + 1 if onesided else dft_length
+    used = min(length, dft_length)
+    n = np.arange(used, dtype=np.float64)[:, None]
+    k = np.arange(outputs, dtype=np.float64)[None, :]
+    angle = 2.0 * np.pi * n * k / dft_length
+    sign = 1.0 if inverse else -1.0
+    cos, sin = np.cos(angle), sign * np.sin(angle)            # e^(sign i angle) = cos + i sin
+    scale = 1.0 / dft_length if inverse else 1.0
+    matrix = np.zeros((length, components, outputs, 2), np.float64)
+    matrix[:used, 0, :, 0], matrix[:used, 0, :, 1] = cos, sin                     # real part of x
+    if components == 2:
+        matrix[:used, 1, :, 0], matrix[:used, 1, :, 1] = -sin, cos                # imaginary part of x
+    return (matrix * scale).reshape(length * components, outputs * 2).astype(np.float32)
+
+
+def _irfft_matrix(length: int, dft_length: int) -> np.ndarray:
+    """The real signal of a one-sided spectrum (numpy's irfft): bins k and N - k are conjugates, so each
+    bin but DC and Nyquist counts twice; their imaginary parts meet sin = 0 and drop out."""
+    bins = min(length, dft_length // 2 + 1)
+    k = np.arange(bins, dtype=np.float64)[:, None]
+    n = np.arange(dft_length, dtype=np.float64)[None, :]
+    angle = 2.0 * np.pi * k * n / dft_length
+    twice = np.where((k == 0) | (2 * k == dft_length), 1.0, 2.0)
+    matrix = np.zeros((length, 2, dft_length), np.float64)
+    matrix[:bins, 0], matrix[:bins, 1] = twice * np.cos(angle), -twice * np.sin(angle)
+    return (matrix / dft_length).reshape(length * 2, dft_length).astype(np.float32)
+
+
+def canonical_dft(rw: Rewriter, node: Node) -> None:
+    x, out = node.inputs[0], node.outputs[0]
+    shape = rw.values[x].shape
+    rank = len(shape)
+    components = shape[-1]
+    if rank < 3 or components not in (1, 2):
+        raise refuse(node, "the input must be (batch, ..., signal, 1 or 2)")
+    axis = const_input(rw, node, 2, "axis")            # an input from opset 20, an attribute before
+    axis = int(axis) if axis is not None else int(node.attrs.get("axis", 1 if rw.graph.opset < 20 else -2))
+    axis %= rank
+    if axis in (0, rank - 1):
+        raise refuse(node, f"axis {axis} is the batch or the component axis")
+    length = shape[axis]
+    onesided, inverse = bool(node.attrs.get("onesided", 0)), bool(node.attrs.get("inverse", 0))
+    dft_length = const_input(rw, node, 1, "dft_length")
+    default_length = 2 * (length - 1) if inverse and onesided else length
+    dft_length = int(dft_length) if dft_length is not None else default_length
+    if onesided and not inverse and components == 2:
+        raise refuse(node, "a onesided transform of a complex input is not defined")
+    matrix = rw.constant(node.name + "_dft", dft_matrix(length, components, dft_length, onesided, inverse))
+    matrix_columns = rw.constants[matrix].shape[1]
+    out_components = rw.values[out].shape[-1]
+    # Bring the signal axis next to the components, make rows of signals, multiply, and go back.
+    perm = tuple(a for a in range(rank - 1) if a != axis) + (axis, rank - 1)
+    moved = x
+    if perm != tuple(range(rank)):
+        moved = rw.like(x + "_signal_last", x, tuple(shape[p] for p in perm))
+        rw.add("Transpose", node.name + "_to_rows", [x], [moved], perm=perm)
+    batch = tuple(shape[p] for p in perm[:-2])
+    rows = int(np.prod(batch, dtype=np.int64))
+    flat = view(rw, node, moved, (rows, length * components))
+    product = rw.value(node.name + "_product", (rows, matrix_columns))
+    rw.add("Gemm", node.name, [flat, matrix, ""], [product])
+    if perm == tuple(range(rank)):
+        view(rw, node, product, rw.values[out].shape, out)
+        return
+    spectra = view(rw, node, product, batch + (matrix_columns // out_components, out_components))
+    rw.add("Transpose", node.name + "_from_rows", [spectra], [out], perm=tuple(int(i) for i in np.argsort(perm)))
+
+
+define("DFT", canonical=canonical_dft, dtypes=FLOAT | {"int64", "int32"})
