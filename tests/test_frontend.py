@@ -330,3 +330,29 @@ def test_loop_with_a_run_time_trip_count_is_refused():
     with pytest.raises(aot.UnsupportedOpError, match="node 'loop' \\(Loop\\) its trip count 'trip' is computed at "
                                                      "run time.*--freeze trip=VALUE"):
         aot.build(_loop_model(3))
+
+
+def _scan_model(opset: int) -> onnx.ModelProto:
+    """A running sum over the rows of x (read from the end), with each step's sum times w as a scan
+    output stacked along axis 1."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["acc", "row"], ["acc_next"]),
+         helper.make_node("Mul", ["acc_next", "w"], ["out_row"])], "body",
+        [helper.make_tensor_value_info("acc", F32, [3]), helper.make_tensor_value_info("row", F32, [3])],
+        [helper.make_tensor_value_info("acc_next", F32, [3]), helper.make_tensor_value_info("out_row", F32, [3])])
+    scan = helper.make_node("Scan", ["init", "x"], ["total", "steps"], name="scan", body=body, num_scan_inputs=1,
+                            scan_input_directions=[1], scan_output_axes=[1])
+    graph = helper.make_graph([scan], "g", [helper.make_tensor_value_info("init", F32, [3]),
+                                            helper.make_tensor_value_info("x", F32, [5, 3])],
+                              [helper.make_tensor_value_info("total", F32, [3]),
+                               helper.make_tensor_value_info("steps", F32, [3, 5])],
+                              [numpy_helper.from_array(np.array([0.5, -1.0, 2.0], np.float32), "w")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+
+
+@pytest.mark.parametrize("opset", [11, 17])
+def test_scan_of_a_static_length_unrolls(opset):
+    rng = np.random.default_rng(8)
+    feeds = {"init": rng.standard_normal(3).astype(np.float32), "x": rng.standard_normal((5, 3)).astype(np.float32)}
+    got = _compare(_scan_model(opset), feeds)
+    assert got["steps"].shape == (3, 5)

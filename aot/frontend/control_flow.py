@@ -1,8 +1,9 @@
 """Control flow whose decisions are known at compile time, made into plain nodes of the main graph.
 
 aot compiles one straight sequence of kernels, so an `If` must have a constant condition (often
-only after constant folding or `--freeze`) and a `Loop` a constant trip count. Such nodes are
-replaced by their subgraph's nodes: the taken branch, or the body once per iteration. Names the
+only after constant folding or `--freeze`), a `Loop` a constant trip count and a `Scan` a sequence of
+static length. Such nodes are replaced by their subgraph's nodes: the taken branch, or the body once
+per iteration. Names the
 subgraph defines are renamed `<node>/<name>` (made unique against every name of the model, so the
 result is deterministic); names it reads from the outer scope stay. Anything else is refused with
 a message naming the node and, where the decision depends on a graph input, the `--freeze` to give.
@@ -52,6 +53,11 @@ def inline_constant_control_flow(proto: onnx.ModelProto) -> onnx.ModelProto | No
             changed = True
         elif _is_control_flow(node) and node.op_type == "Loop" and _loop_problem(node, constants) is None:
             new_nodes, new_inits = _unroll(node, constants, prefix, taken, opset)
+            nodes += new_nodes
+            initializers += new_inits
+            changed = True
+        elif _is_control_flow(node) and node.op_type == "Scan" and _scan_problem(node, g, opset) is None:
+            new_nodes, new_inits = _unroll_scan(node, _scan_length(node, g), prefix, taken, opset)
             nodes += new_nodes
             initializers += new_inits
             changed = True
@@ -224,6 +230,95 @@ def _unroll(node: onnx.NodeProto, constants: dict[str, onnx.TensorProto], prefix
     return nodes, inits
 
 
+def _scan_length(node: onnx.NodeProto, g: onnx.GraphProto) -> int | None:
+    """The number of iterations: the first scan input's size along its scan axis, if inference knows it."""
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    first = node.input[len(node.input) - attrs["num_scan_inputs"]]
+    infos = {vi.name: vi for vi in list(g.value_info) + list(g.input)}
+    if first not in infos or not infos[first].type.tensor_type.HasField("shape"):
+        return None
+    dims = infos[first].type.tensor_type.shape.dim
+    axis = (list(attrs.get("scan_input_axes", [])) or [0])[0] % len(dims)
+    return dims[axis].dim_value if dims[axis].HasField("dim_value") else None
+
+
+def _scan_problem(node: onnx.NodeProto, g: onnx.GraphProto, opset: int) -> str | None:
+    """Why a Scan cannot be unrolled yet (None if it can)."""
+    if opset < 9:
+        return "is a Scan of opset 8 (with a batch axis), which aot does not unroll"
+    length = _scan_length(node, g)
+    if length is None:
+        return "scans a tensor whose length is not known at compile time"
+    if length > MAX_UNROLL:
+        return f"scans {length} steps, more than the {MAX_UNROLL} iterations aot unrolls"
+    return None
+
+
+def _unroll_scan(node: onnx.NodeProto, length: int, prefix: str, taken: set[str], opset: int
+                 ) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    """The Scan's body once per step: step t reads slice t of each scan input (from the end where its
+    direction is 1), carries the states to the next step, and each scan output stacks the steps'
+    values along its axis (in reverse where its direction is 1)."""
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    body = attrs["body"]
+    m = attrs["num_scan_inputs"]
+    n_states = len(node.input) - m
+    in_axes = list(attrs.get("scan_input_axes", [])) or [0] * m
+    in_dirs = list(attrs.get("scan_input_directions", [])) or [0] * m
+    k = len(body.output) - n_states
+    out_axes = list(attrs.get("scan_output_axes", [])) or [0] * k
+    out_dirs = list(attrs.get("scan_output_directions", [])) or [0] * k
+    nodes: list[onnx.NodeProto] = []
+    inits: list[onnx.TensorProto] = []
+
+    def const(hint: str, value) -> str:
+        name = _fresh(f"{prefix}/{hint}", taken)
+        inits.append(numpy_helper.from_array(np.asarray(value, np.int64), name))
+        return name
+
+    states = list(node.input[:n_states])
+    steps: list[list[str]] = [[] for _ in range(k)]
+    for t in range(length):
+        bindings = {formal.name: actual for formal, actual in zip(body.input[:n_states], states)}
+        for j, (source, axis, direction) in enumerate(zip(node.input[n_states:], in_axes, in_dirs)):
+            index = length - 1 - t if direction else t
+            part, item = _fresh(f"{prefix}/{t}/slice_{j}", taken), _fresh(f"{prefix}/{t}/item_{j}", taken)
+            if opset >= 10:
+                nodes.append(onnx.helper.make_node("Slice", [source, const("start", [index]), const("end", [index + 1]),
+                                                             const("axis", [axis])], [part], name=part))
+            else:
+                nodes.append(onnx.helper.make_node("Slice", [source], [part], name=part, starts=[index],
+                                                   ends=[index + 1], axes=[axis]))
+            nodes.append(_axes_node("Squeeze", part, item, axis, opset, const))
+            bindings[body.input[n_states + j].name] = item
+        new_nodes, new_inits, outs = _inline(body, bindings, f"{prefix}/{t}/", taken)
+        nodes += new_nodes
+        inits += new_inits
+        states = outs[:n_states]
+        for j, name in enumerate(outs[n_states:]):
+            steps[j].append(name)
+    nodes += _identities(states, node.output[:n_states], prefix, taken)
+    for j, (values, out) in enumerate(zip(steps, node.output[n_states:])):
+        if not out:
+            continue
+        axis = out_axes[j]
+        stacked = []
+        for value in reversed(values) if out_dirs[j] else values:
+            name = _fresh(f"{prefix}/scan_{j}/step", taken)
+            nodes.append(_axes_node("Unsqueeze", value, name, axis, opset, const))
+            stacked.append(name)
+        nodes.append(onnx.helper.make_node("Concat", stacked, [out], name=_fresh(f"{prefix}/scan_{j}", taken),
+                                           axis=axis))
+    return nodes, inits
+
+
+def _axes_node(op: str, source: str, out: str, axis: int, opset: int, const) -> onnx.NodeProto:
+    """Squeeze or Unsqueeze of one axis, in the form of the model's opset (an input from 13 on)."""
+    if opset >= 13:
+        return onnx.helper.make_node(op, [source, const("axes", [axis])], [out], name=out)
+    return onnx.helper.make_node(op, [source], [out], name=out, axes=[axis])
+
+
 def refuse_control_flow(proto: onnx.ModelProto, label: str) -> None:
     """After folding, any If, Loop or Scan left decides at run time: say which node, why, and which
     input to freeze when the decision depends on graph inputs."""
@@ -239,7 +334,9 @@ def refuse_control_flow(proto: onnx.ModelProto, label: str) -> None:
         elif node.op_type == "Loop":
             why, depends = _loop_problem(node, constants), [i for i in node.input[:2] if i]
         else:
-            why, depends = "is a Scan, which aot does not unroll", []
+            why = _scan_problem(node, g, next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")),
+                                              17)) or "cannot be unrolled"
+            depends = []
         raise UnsupportedOpError(f"{label}: node '{name}' ({node.op_type}) {why}; aot compiles straight-line "
                                  f"code only{_freeze_hint(g, depends)}")
 
