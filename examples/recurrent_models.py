@@ -73,8 +73,8 @@ def lstm_kws(seed: int = 0, frames: int = 49, mfcc: int = 10, hidden: int = 32, 
     g = Graph(seed)
     g.node("Transpose", ["input"], ["seq"], perm=[1, 0, 2])
     recurrent(g, "LSTM", "seq", mfcc, hidden, ["y", "", ""])                # Y: (frames, 1, 1, hidden)
-    starts, ends = g.const("last_start", np.array([frames - 1], np.int64)), g.const("last_end", np.array([frames], np.int64))
-    g.node("Slice", ["y", starts, ends, g.const("axis0", np.array([0], np.int64))], ["y_last"])
+    starts, ends = g.const("last_start", np.array([frames - 1], np.int64)), g.const("last_end", np.array([frames]))
+    g.node("Slice", ["y", starts, ends, g.const("axis0", np.array([0]))], ["y_last"])
     g.node("Reshape", ["y_last", g.const("flat", np.array([1, hidden], np.int64))], ["features"])
     g.node("Gemm", ["features", g.weight("fc_w", (classes, hidden), hidden), g.weight("fc_b", (classes,), 1)],
            ["logits"], transB=1)

@@ -187,10 +187,10 @@ def canonical_recurrent(rw: Rewriter, node: Node) -> None:
             outputs.append(name)
     roles.append("scratch")
     outputs.append(rw.value(node.name + "_scratch", (bias.shape[1],)))
-    rw.add("Recurrent", node.name, inputs, outputs, cell=node.op, hidden=hidden, direction=direction,
-           layout=layout, activations=_activations(node, cell, directions), clip=float(clip) if clip is not None else None,
-           input_forget=bool(node.attrs.get("input_forget", 0)), linear_before_reset=lbr, roles=tuple(roles),
-           gates=g)
+    rw.add("Recurrent", node.name, inputs, outputs, cell=node.op, hidden=hidden, gates=g, direction=direction,
+           layout=layout, activations=_activations(node, cell, directions),
+           clip=float(clip) if clip is not None else None, input_forget=bool(node.attrs.get("input_forget", 0)),
+           linear_before_reset=lbr, roles=tuple(roles))
 
 
 # --- the kernel ----------------------------------------------------------------------------------
@@ -252,34 +252,44 @@ def hidden_chunks(b: Builder, n: int, lanes: int, body: Callable[[Expr, int], No
 
 @dataclass(frozen=True)
 class Step:
-    """Everything one direction's time step reads: buffers, offsets of the current row, packed weights."""
+    """What one time step of one direction and batch row reads and writes."""
 
     b: Builder
     lanes: int
     hidden: int
+    attrs: dict              # the Recurrent node's attributes
     x: Buffer
-    x_off: Expr
-    h: Buffer
-    c: Buffer | None
+    x_off: Expr              # x_t of this row
+    h: Buffer                # hidden state (Y_h), updated in place
+    c: Buffer | None         # cell state (Y_c, LSTM)
     state_off: Expr
-    g: Buffer            # scratch
+    y: Buffer | None         # every step's hidden state, when the model keeps Y
+    y_off: Expr | None
+    g: Buffer                # gate scratch
     bias: Buffer
     bias_off: int
     peep: Buffer | None
     peep_off: int
-    acts: tuple[Act, ...]
-    clip: float | None
+    acts: tuple[Act, ...]    # this direction's activations
     panels: dict[str, Panel]
 
     def ld(self, buf: Buffer, off: Expr | int, m: Expr, width: int) -> Expr:
         return buf.vec(m + off, width) if width > 1 else buf[m + off]
 
     def pre(self, value: Expr) -> Expr:
-        """A gate's pre-activation, clipped when the node asks."""
-        return value if self.clip is None else minimum(maximum(value, -self.clip), self.clip)
+        """A gate's pre-activation, clipped to [-clip, clip] when the node asks."""
+        clip = self.attrs["clip"]
+        return value if clip is None else minimum(maximum(value, -clip), clip)
+
+    def store_h(self, m: Expr, value: Expr) -> None:
+        """The new hidden state, into the state and into Y."""
+        h = self.b.let("h", value)
+        self.b.store(self.h, self.state_off + m, h)
+        if self.y is not None:
+            self.b.store(self.y, self.y_off + m, h)
 
 
-def _lstm_step(s: Step, input_forget: bool) -> None:
+def _lstm_step(s: Step) -> None:
     b, hn = s.b, s.hidden
     matvec(b, s.g, 0, s.bias, s.bias_off, [(s.x, s.x_off, s.panels["x"]), (s.h, s.state_off, s.panels["h"])])
     f_act, g_act, h_act = s.acts
@@ -287,32 +297,31 @@ def _lstm_step(s: Step, input_forget: bool) -> None:
     def update(m: Expr, width: int) -> None:
         c_prev = b.let("c_prev", s.ld(s.c, s.state_off, m, width))
 
-        def peep(gate: int, c: Expr) -> Expr:     # P is (i, o, f)
-            return c * s.ld(s.peep, s.peep_off + gate * hn, m, width) if s.peep is not None else None
-
-        def gate(row: int, extra: Expr | None) -> Expr:
+        def gate(row: int, peep_row: int, c: Expr) -> Expr:     # gates i o f c; P is (i, o, f)
             value = s.ld(s.g, row * hn, m, width)
-            return apply_act(f_act, s.pre(value + extra if extra is not None else value))
+            if s.peep is not None:
+                value = fma(c, s.ld(s.peep, s.peep_off + peep_row * hn, m, width), value)
+            return apply_act(f_act, s.pre(value))
 
-        i = b.let("i", gate(0, peep(0, c_prev)))
-        f = b.let("f", 1.0 - i if input_forget else gate(2, peep(2, c_prev)))
+        i = b.let("i", gate(0, 0, c_prev))
+        f = b.let("f", 1.0 - i if s.attrs["input_forget"] else gate(2, 2, c_prev))
         cand = apply_act(g_act, s.pre(s.ld(s.g, 3 * hn, m, width)))
         c_new = b.let("c", fma(f, c_prev, i * cand))
-        o = gate(1, peep(1, c_new))
         b.store(s.c, s.state_off + m, c_new)
-        b.store(s.h, s.state_off + m, o * apply_act(h_act, c_new))
+        s.store_h(m, gate(1, 1, c_new) * apply_act(h_act, c_new))
     hidden_chunks(b, hn, s.lanes, update)
 
 
-def _gru_step(s: Step, linear_before_reset: bool) -> None:
+def _gru_step(s: Step) -> None:
     b, hn = s.b, s.hidden
     f_act, g_act = s.acts
+    lbr = s.attrs["linear_before_reset"]
     x, h = (s.x, s.x_off), (s.h, s.state_off)
     matvec(b, s.g, 0, s.bias, s.bias_off, [(*x, s.panels["x_zr"]), (*h, s.panels["h_zr"])])
-    if linear_before_reset:     # rows: z, r, W_h x + Wbh, R_h h + Rbh
+    if lbr:     # scratch rows: z, r, W_h x + Wbh, R_h h + Rbh
         matvec(b, s.g, 2 * hn, s.bias, s.bias_off + 2 * hn, [(*x, s.panels["x_h"])])
         matvec(b, s.g, 3 * hn, s.bias, s.bias_off + 3 * hn, [(*h, s.panels["h_h"])])
-    else:                       # rows: z, r, candidate, r * h (the candidate's recurrent operand)
+    else:       # scratch rows: z, r, candidate, r * h (the candidate's recurrent operand)
         def reset(m: Expr, width: int) -> None:
             r = apply_act(f_act, s.pre(s.ld(s.g, hn, m, width)))
             b.store(s.g, 3 * hn + m, r * s.ld(s.h, s.state_off, m, width))
@@ -323,20 +332,21 @@ def _gru_step(s: Step, linear_before_reset: bool) -> None:
     def update(m: Expr, width: int) -> None:
         z = b.let("z", apply_act(f_act, s.pre(s.ld(s.g, 0, m, width))))
         cand = s.ld(s.g, 2 * hn, m, width)
-        if linear_before_reset:
+        if lbr:
             r = apply_act(f_act, s.pre(s.ld(s.g, hn, m, width)))
             cand = fma(r, s.ld(s.g, 3 * hn, m, width), cand)
         hh = b.let("hh", apply_act(g_act, s.pre(cand)))
-        h_prev = s.ld(s.h, s.state_off, m, width)
-        b.store(s.h, s.state_off + m, fma(z, h_prev - hh, hh))     # (1 - z) * hh + z * h_prev
+        s.store_h(m, fma(z, s.ld(s.h, s.state_off, m, width) - hh, hh))     # (1 - z) * hh + z * h_prev
     hidden_chunks(b, hn, s.lanes, update)
 
 
 def _rnn_step(s: Step) -> None:
-    b = s.b
-    matvec(b, s.g, 0, s.bias, s.bias_off, [(s.x, s.x_off, s.panels["x"]), (s.h, s.state_off, s.panels["h"])])
-    hidden_chunks(b, s.hidden, s.lanes,
-                  lambda m, w: b.store(s.h, s.state_off + m, apply_act(s.acts[0], s.pre(s.ld(s.g, 0, m, w)))))
+    matvec(s.b, s.g, 0, s.bias, s.bias_off, [(s.x, s.x_off, s.panels["x"]), (s.h, s.state_off, s.panels["h"])])
+    hidden_chunks(s.b, s.hidden, s.lanes,
+                  lambda m, w: s.store_h(m, apply_act(s.acts[0], s.pre(s.ld(s.g, 0, m, w)))))
+
+
+_STEPS: dict[str, Callable[[Step], None]] = {"LSTM": _lstm_step, "GRU": _gru_step, "RNN": _rnn_step}
 
 
 def _panels(ctx: LowerContext, node: Node, d: int) -> dict[str, Panel]:
@@ -351,6 +361,7 @@ def _panels(ctx: LowerContext, node: Node, d: int) -> dict[str, Panel]:
 
 
 def recurrent(ctx: LowerContext, node: Node, name: str) -> Kernel:
+    """for each direction (code copied), batch row, time step (a run-time loop): one cell step."""
     ins, outs, params = ctx.io(node)
     x, _, _, bias, lens, h0, c0, peep = ins
     out = dict(zip(node.attrs["roles"], outs))
@@ -359,10 +370,8 @@ def recurrent(ctx: LowerContext, node: Node, name: str) -> Kernel:
     seq, batch, width = (x_shape[1], x_shape[0], x_shape[2]) if layout else x_shape
     directions = 2 if node.attrs["direction"] == "bidirectional" else 1
     lanes = ctx.target.lanes
+    y = out.get("y")
     b = Builder()
-
-    def state_at(d: int, row: Expr) -> Expr:
-        return (row * directions + d) * hn if layout else (row + d * batch) * hn
 
     def y_at(d: int, row: Expr, t: Expr) -> Expr:
         return ((row * seq + t) * directions + d) * hn if layout else ((t * directions + d) * batch + row) * hn
@@ -372,28 +381,23 @@ def recurrent(ctx: LowerContext, node: Node, name: str) -> Kernel:
         panels = _panels(ctx, node, d)
         with b.loop("row", 0, batch) as row:
             length = const(seq)
-            if lens is not None:
+            if lens is not None:      # the row's own length, kept within the buffers
                 length = b.let("len", minimum(maximum(Cast(lens[row], "idx"), 0), seq))
-            state = b.let("st", state_at(d, row))
-            _initial_state(b, lanes, hn, out["h"], h0, state, length if lens is not None else None)
-            if "c" in out:
-                _initial_state(b, lanes, hn, out["c"], c0, state, length if lens is not None else None)
+            state = b.let("st", (row * directions + d) * hn if layout else (row + d * batch) * hn)
+            for buf, init in ((out["h"], h0), (out.get("c"), c0)):
+                if buf is not None:
+                    _initial_state(b, lanes, hn, buf, init, state, length if lens is not None else None)
             with b.loop("t", 0, length) as step:
                 t = b.let("tt", length - 1 - step) if reverse else step
                 x_off = b.let("xo", (row * seq + t) * width if layout else (t * batch + row) * width)
-                s = Step(b, lanes, hn, x, x_off, out["h"], out.get("c"), state, out["scratch"], bias,
-                         d * bias.size // directions, peep, d * 3 * hn, node.attrs["activations"][d], node.attrs["clip"],
-                         panels)
-                {"LSTM": lambda: _lstm_step(s, node.attrs["input_forget"]),
-                 "GRU": lambda: _gru_step(s, node.attrs["linear_before_reset"]),
-                 "RNN": lambda: _rnn_step(s)}[node.attrs["cell"]]()
-                if "y" in out:
-                    y_off = b.let("yo", y_at(d, row, t))
-                    hidden_chunks(b, hn, lanes, lambda m, w: b.store(out["y"], y_off + m, s.ld(out["h"], state, m, w)))
-            if "y" in out and lens is not None:      # steps past the row's length are zeros
+                _STEPS[node.attrs["cell"]](Step(
+                    b, lanes, hn, node.attrs, x, x_off, out["h"], out.get("c"), state,
+                    y, b.let("yo", y_at(d, row, t)) if y is not None else None, out["scratch"],
+                    bias, d * bias.size // directions, peep, d * 3 * hn, node.attrs["activations"][d], panels))
+            if y is not None and lens is not None:      # steps past the row's length are zeros
                 with b.loop("t", length, seq) as t:
                     y_off = b.let("yo", y_at(d, row, t))
-                    hidden_chunks(b, hn, lanes, lambda m, w: b.store(out["y"], y_off + m, const(0.0, "f32", w)))
+                    hidden_chunks(b, hn, lanes, lambda m, w: b.store(y, y_off + m, const(0.0, "f32", w)))
     return Kernel(name, params, b.block())
 
 
