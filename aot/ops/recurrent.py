@@ -134,6 +134,30 @@ def _sequence_lens(rw: Rewriter, node: Node, seq: int) -> str:
     return "" if np.all(lens == seq) else rw.constant(name + "_i32", lens.astype(np.int32))
 
 
+def _check_float(rw: Rewriter, node: Node, indices: tuple[int, ...]) -> None:
+    """X, initial_h and initial_c are float32 (the op's dtypes admit int32 for sequence_lens only)."""
+    for index in indices:
+        name = node.inputs[index] if len(node.inputs) > index else ""
+        if name and rw.values[name].dtype != "float32":
+            raise refuse(node, f"input '{name}' is {rw.values[name].dtype}; only float32 is supported")
+
+
+def _outputs(rw: Rewriter, node: Node, cell: Cell, state: tuple[int, ...], scratch: int) -> tuple[list, list]:
+    """The Recurrent node's outputs and their roles: Y when the model keeps it, Y_h and Y_c always (the
+    state lives there; a fresh workspace value when the model drops them), then the gate scratch."""
+    roles, outputs = [], []
+    for index, role in enumerate(("y", "h", "c")):
+        name = node.outputs[index] if len(node.outputs) > index else ""
+        if role == "c" and not cell.state_c:
+            continue
+        if not name and role != "y":
+            name = rw.value(f"{node.name}_{role}_state", state)
+        if name:
+            roles.append(role)
+            outputs.append(name)
+    return roles + ["scratch"], outputs + [rw.value(node.name + "_scratch", (scratch,))]
+
+
 def canonical_recurrent(rw: Rewriter, node: Node) -> None:
     cell = CELLS[node.op]
     layout = int(node.attrs.get("layout", 0))
@@ -143,52 +167,38 @@ def canonical_recurrent(rw: Rewriter, node: Node) -> None:
     if direction not in ("forward", "reverse", "bidirectional"):
         raise refuse(node, f"direction '{direction}' is not forward, reverse or bidirectional")
     directions = 2 if direction == "bidirectional" else 1
+    _check_float(rw, node, (0, 5, 6))
     w = const_input(rw, node, 1, "the input weights W")
     r = const_input(rw, node, 2, "the recurrence weights R")
     b = const_input(rw, node, 3, "the bias B")
+    peep = const_input(rw, node, 7, "the peepholes P") if node.op == "LSTM" else None
     if w is None or r is None:
         raise refuse(node, "W and R are required")
     hidden = r.shape[-1]
     if int(node.attrs.get("hidden_size", hidden)) != hidden:
         raise refuse(node, f"hidden_size {node.attrs['hidden_size']} differs from R's {hidden} columns")
-    x_shape = rw.values[node.inputs[0]].shape
-    if rw.values[node.inputs[0]].dtype != "float32":
-        raise refuse(node, f"X is {rw.values[node.inputs[0]].dtype}; only float32 sequences are supported")
-    seq = x_shape[1] if layout else x_shape[0]
-    lbr = bool(node.attrs.get("linear_before_reset", 0))
-    peep = const_input(rw, node, 7, "the peepholes P") if node.op == "LSTM" else None
     clip = node.attrs.get("clip")
     if clip is not None and not float(clip) > 0:
         raise refuse(node, f"clip {clip} is not positive")
+    x_shape = rw.values[node.inputs[0]].shape
+    seq, batch = (x_shape[1], x_shape[0]) if layout else x_shape[:2]
+    lbr = bool(node.attrs.get("linear_before_reset", 0))
 
     def optional(index: int) -> str:
         return node.inputs[index] if len(node.inputs) > index else ""
 
-    g = cell.gates * hidden
-    wx = np.ascontiguousarray(w.astype(np.float32).transpose(0, 2, 1))     # (directions, input, gates)
-    wh = np.ascontiguousarray(r.astype(np.float32).transpose(0, 2, 1))     # (directions, hidden, gates)
+    wx = w.astype(np.float32).transpose(0, 2, 1)     # (directions, input, gates): a gate row contiguous
+    wh = r.astype(np.float32).transpose(0, 2, 1)     # (directions, hidden, gates)
     bias = _bias(node, cell, b, directions, hidden, lbr)
     inputs = [node.inputs[0], rw.constant(node.name + "_wx", wx), rw.constant(node.name + "_wh", wh),
               rw.constant(node.name + "_bias", bias), _sequence_lens(rw, node, seq), optional(5),
               optional(6) if cell.state_c else "",
               rw.constant(node.name + "_p", peep.astype(np.float32).reshape(directions, 3 * hidden))
               if peep is not None else ""]
-    batch = x_shape[0] if layout else x_shape[1]
     state = (batch, directions, hidden) if layout else (directions, batch, hidden)
-    roles, outputs = [], []
-    for index, role in enumerate(("y", "h", "c")):
-        name = node.outputs[index] if len(node.outputs) > index else ""
-        if role == "c" and not cell.state_c:
-            continue
-        if not name and role != "y":     # the state lives in Y_h / Y_c even when the model drops them
-            name = rw.value(f"{node.name}_{role}_state", state)
-        if name:
-            roles.append(role)
-            outputs.append(name)
-    roles.append("scratch")
-    outputs.append(rw.value(node.name + "_scratch", (bias.shape[1],)))
-    rw.add("Recurrent", node.name, inputs, outputs, cell=node.op, hidden=hidden, gates=g, direction=direction,
-           layout=layout, activations=_activations(node, cell, directions),
+    roles, outputs = _outputs(rw, node, cell, state, bias.shape[1])
+    rw.add("Recurrent", node.name, inputs, outputs, cell=node.op, hidden=hidden, gates=cell.gates * hidden,
+           direction=direction, layout=layout, activations=_activations(node, cell, directions),
            clip=float(clip) if clip is not None else None, input_forget=bool(node.attrs.get("input_forget", 0)),
            linear_before_reset=lbr, roles=tuple(roles))
 
