@@ -245,6 +245,25 @@ def test_layout_batch_first(op):
         np.testing.assert_allclose(got[name], want[name].transpose(1, 0, 2), atol=1e-5, rtol=1e-4)
 
 
+def test_onnx_node_tests_with_frozen_weights():
+    """ONNX's own LSTM/GRU/RNN node tests (layout 1 among them) against their expected outputs, with the
+    operands aot needs as constants (W, R, B, sequence_lens, P), which the tests feed as inputs, frozen."""
+    import conformance
+
+    cases = [c for c in conformance.onnx_cases() if c.model.graph.node[0].op_type in GATES
+             and not c.name.endswith("_expanded")]
+    assert len(cases) == 18
+    for case in cases:
+        node = case.model.graph.node[0]
+        constant = set(node.input[1:5]) | set(node.input[7:8])
+        inputs, expected = case.data_sets[0]
+        names = [vi.name for vi in case.model.graph.input]
+        freeze = {n: v for n, v in zip(names, inputs) if n in constant}
+        got = aot.run(case.model, inputs={n: v for n, v in zip(names, inputs) if n not in constant}, freeze=freeze)
+        for value, want in zip(got.values(), expected):
+            np.testing.assert_allclose(value, want, rtol=case.rtol, atol=case.atol, err_msg=case.name)
+
+
 # --------------------------------------------------------------------------- refusals, memory
 
 def _refused(model: onnx.ModelProto, message: str) -> None:
