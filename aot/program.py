@@ -68,12 +68,10 @@ def materialize_outputs(graph: Graph) -> Graph:
         else:
             claimed.add(r)
     for node in graph.nodes:
-        out = node.outputs[0]
-        if out in copies:
-            rw.keep(node.with_(outputs=(copies[out],)))
-            rw.add("Copy", out + "_copy", [copies[out]], [out])
-        else:
-            rw.keep(node)
+        rw.keep(node.with_(outputs=tuple(copies.get(out, out) for out in node.outputs)))
+        for out in node.outputs:
+            if out in copies:
+                rw.add("Copy", out + "_copy", [copies[out]], [out])
     return rw.finish()
 
 
