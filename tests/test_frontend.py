@@ -356,3 +356,12 @@ def test_scan_of_a_static_length_unrolls(opset):
     feeds = {"init": rng.standard_normal(3).astype(np.float32), "x": rng.standard_normal((5, 3)).astype(np.float32)}
     got = _compare(_scan_model(opset), feeds)
     assert got["steps"].shape == (3, 5)
+
+
+def test_question_mark_dims_are_anonymous():
+    """Some exporters write '?' as the name of every dynamic dimension: it names none, so two '?' axes
+    may take different sizes."""
+    x = np.random.default_rng(9).standard_normal((1, 3, 8, 20)).astype(np.float32)
+    model = _typed_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F32, [1, 3, "?", "?"])],
+                         [("y", F32, [1, 3, "?", "?"])])
+    _compare(model, {"x": x}, input_shapes={"x": (1, 3, 8, 20)})

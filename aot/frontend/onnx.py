@@ -248,6 +248,11 @@ def _graph_inputs(proto: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     return [v for v in proto.graph.input if v.name not in initializers]
 
 
+def _named(dim) -> str:
+    """The dimension's name, if it is a real one: "?" (as some exporters write) names no dimension."""
+    return dim.dim_param if dim.dim_param not in ("", "?") else ""
+
+
 def _known(dim) -> bool:
     """A dimension with a real size; -1 and 0 are how exporters write "dynamic" (see the module doc)."""
     return dim.HasField("dim_value") and dim.dim_value > 0
@@ -275,7 +280,7 @@ def _fix_input_shapes(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]
                              f"--input-shape {vi.name}=DIMS (input_shapes= in the Python API)")
         dims = ttype.shape.dim
         want = shapes[vi.name] if vi.name in shapes else tuple(
-            d.dim_value if _known(d) else named.get(d.dim_param, 0) for d in dims)
+            d.dim_value if _known(d) else named.get(_named(d), 0) for d in dims)
         unknown = [axis for axis, size in enumerate(want) if size <= 0]
         if unknown:
             raise ShapeError(_dynamic_message(label, vi.name, dims, unknown))
@@ -301,7 +306,7 @@ def _named_dims(inputs: list[onnx.ValueInfoProto], shapes: dict[str, tuple[int, 
             if _known(dim) and dim.dim_value != size:
                 raise OptionError(f"{label}: {given} contradicts the model's shape {_dims_text(dims)} "
                                   f"(axis {axis} is {dim.dim_value})")
-            if dim.dim_param:
+            if _named(dim):
                 first = named.setdefault(dim.dim_param, (size, f"--input-shape {vi.name} (axis {axis})"))
                 if first[0] != size:
                     raise OptionError(f"{label}: {given} gives the named dimension '{dim.dim_param}' size {size}, "
