@@ -1,0 +1,159 @@
+"""Resampling and detection-head ops against onnxruntime: Resize, Upsample, ConvTranspose,
+DepthToSpace, SpaceToDepth, Expand, Tile, dilated pooling, LpPool; and two detector-style models."""
+
+from __future__ import annotations
+
+import numpy as np
+import oracle
+import pytest
+from onnx import helper
+
+try:
+    from oracle import assert_matches_onnxruntime, make_model
+except ImportError:  # tests/ imported as a package
+    from tests.oracle import assert_matches_onnxruntime, make_model
+
+from aot.errors import UnsupportedOpError
+
+HOST = ["host"]
+QEMU = ["host", pytest.param("aarch64", marks=pytest.mark.qemu), pytest.param("cortex-m4", marks=pytest.mark.qemu)]
+
+
+@pytest.fixture(autouse=True)
+def target(request, monkeypatch):
+    """Most cases run on the host; a representative one per op is parametrized over QEMU targets."""
+    name = request.node.callspec.params.get("where", "host") if hasattr(request.node, "callspec") else "host"
+    monkeypatch.setattr(oracle, "TARGET", name)
+    return name
+
+
+def node(op, inputs, outputs, **attrs):
+    return helper.make_node(op, list(inputs), list(outputs), name=f"{op}_{outputs[0]}", **attrs)
+
+
+def randn(rng, shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def f32(values):
+    return np.asarray(values, dtype=np.float32)
+
+
+def i64(values):
+    return np.asarray(values, dtype=np.int64)
+
+
+def run(nodes, inputs, outputs, inits=None, opset=19, tol=1e-4, seed=0):
+    model = make_model(nodes, inputs, outputs, inits or {}, opset=opset)
+    rng = np.random.default_rng(seed)
+    feeds = {k: randn(rng, s) for k, s in inputs.items()}
+    return assert_matches_onnxruntime(model, feeds, tol=tol)
+
+
+# --------------------------------------------------------------------------- Resize
+
+def resize(shape, scales=None, sizes=None, roi=None, opset=19, tol=1e-4, **attrs):
+    inits = {"roi": f32(roi if roi is not None else [])}
+    ins = ["x", "roi"]
+    if scales is not None:
+        inits["scales"] = f32(scales)
+        ins.append("scales")
+    else:
+        inits["sizes"] = i64(sizes)
+        ins += ["", "sizes"]
+    return run([node("Resize", ins, ["y"], **attrs)], {"x": shape}, {"y": None}, inits, opset=opset, tol=tol)
+
+
+NEAREST_MODES = ["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"]
+TRANSFORMS = ["half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric"]
+
+
+@pytest.mark.parametrize("where", QEMU)
+def test_resize_nearest_x2(where):
+    resize((1, 3, 5, 6), scales=[1, 1, 2, 2], mode="nearest")
+
+
+@pytest.mark.parametrize("nearest_mode", NEAREST_MODES)
+@pytest.mark.parametrize("transform", TRANSFORMS)
+def test_resize_nearest_modes(nearest_mode, transform):
+    resize((1, 2, 5, 7), sizes=[1, 2, 8, 5], mode="nearest", nearest_mode=nearest_mode,
+           coordinate_transformation_mode=transform)
+
+
+@pytest.mark.parametrize("transform", TRANSFORMS)
+def test_resize_linear(transform):
+    resize((2, 5, 4, 6), sizes=[2, 5, 7, 13], mode="linear", coordinate_transformation_mode=transform)
+
+
+@pytest.mark.parametrize("where", QEMU)
+def test_resize_linear_x2_half_pixel(where):
+    resize((1, 9, 5, 6), scales=[1, 1, 2, 2], mode="linear")
+
+
+@pytest.mark.parametrize("transform", TRANSFORMS)
+@pytest.mark.parametrize("exclude_outside", [0, 1])
+def test_resize_cubic(transform, exclude_outside):
+    resize((1, 3, 6, 5), sizes=[1, 3, 9, 3], mode="cubic", coordinate_transformation_mode=transform,
+           exclude_outside=exclude_outside, cubic_coeff_a=-0.5)
+
+
+def test_resize_downsample_linear():
+    resize((1, 4, 9, 10), scales=[1, 1, 0.5, 0.6], mode="linear")
+
+
+def test_resize_3d_linear_last_axis():
+    """Not 4-D: the innermost (resized) axis runs scalar, NCHW."""
+    resize((2, 3, 7), scales=[1, 1, 1.5], mode="linear")
+
+
+def test_resize_channels_and_depth():
+    """5-D trilinear, and a 4-D resize of the channel axis (which stays NCHW)."""
+    resize((1, 2, 3, 4, 5), scales=[1, 1, 2, 1.5, 0.8], mode="linear")
+    resize((1, 3, 4, 5), sizes=[1, 5, 4, 5], mode="nearest")
+
+
+@pytest.mark.parametrize("where", QEMU)
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_resize_tf_crop_and_resize(where, mode):
+    resize((1, 2, 6, 7), sizes=[1, 2, 5, 4], roi=[0, 0, -0.2, 0.3, 1, 1, 0.8, 1.4], mode=mode,
+           coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=2.5)
+
+
+@pytest.mark.parametrize("policy", ["not_larger", "not_smaller"])
+def test_resize_axes_keep_aspect_ratio(policy):
+    resize((1, 3, 6, 8), sizes=[9, 10], axes=[2, 3], mode="linear", keep_aspect_ratio_policy=policy)
+
+
+def test_resize_opset10_and_11():
+    resize_old = node("Resize", ["x", "scales"], ["y"], mode="linear")
+    run([resize_old], {"x": (1, 2, 3, 4)}, {"y": None}, {"scales": f32([1, 1, 2, 1.5])}, opset=10)
+    resize((1, 2, 4, 5), scales=[1, 1, 1.5, 2], opset=11, mode="nearest")
+    resize((1, 2, 4, 5), scales=[1, 1, 1.5, 2], opset=13, mode="cubic")
+
+
+def test_resize_after_conv_nhwc():
+    """After a convolution the resize runs channels-last; both feed a Concat and a Conv."""
+    rng = np.random.default_rng(1)
+    nodes = [node("Conv", ["x", "w"], ["a"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]),
+             node("Resize", ["a", "", "scales"], ["up"], mode="nearest"),
+             node("Concat", ["up", "x"], ["cat"], axis=1),
+             node("Conv", ["cat", "w2"], ["y"], kernel_shape=[1, 1])]
+    inits = {"w": randn(rng, (10, 3, 3, 3), 0.3), "scales": f32([1, 1, 2, 2]), "w2": randn(rng, (4, 13, 1, 1), 0.3)}
+    run(nodes, {"x": (1, 3, 8, 10)}, {"y": None}, inits, opset=13)
+
+
+def test_upsample():
+    run([node("Upsample", ["x", "scales"], ["y"], mode="nearest")], {"x": (1, 2, 3, 4)}, {"y": None},
+        {"scales": f32([1, 1, 2, 3])}, opset=9)
+    run([node("Upsample", ["x", "scales"], ["y"], mode="linear")], {"x": (1, 2, 3, 4)}, {"y": None},
+        {"scales": f32([1, 1, 2, 1.5])}, opset=9)
+
+
+def test_resize_refusals():
+    with pytest.raises(UnsupportedOpError, match="antialias"):
+        resize((1, 1, 4, 4), scales=[1, 1, 0.5, 0.5], mode="linear", antialias=1)
+    model = make_model([node("Resize", ["x", "", "scales"], ["y"])], {"x": (1, 1, 4, 4), "scales": (4,)},
+                       {"y": (1, 1, 8, 8)})
+    import aot
+    with pytest.raises(UnsupportedOpError, match="scales must be a constant"):
+        aot.build(model, target="host")
