@@ -157,3 +157,108 @@ def test_resize_refusals():
     import aot
     with pytest.raises(UnsupportedOpError, match="scales must be a constant"):
         aot.build(model, target="host")
+
+
+# --------------------------------------------------------------------------- ConvTranspose
+
+def conv_transpose(shape, c_out, kernel, group=1, bias=True, seed=0, **attrs):
+    rng = np.random.default_rng(seed)
+    c_in = shape[1]
+    inits = {"w": randn(rng, (c_in, c_out // group, *kernel), 0.5)}
+    ins = ["x", "w"]
+    if bias:
+        inits["b"] = randn(rng, (c_out,))
+        ins.append("b")
+    return run([node("ConvTranspose", ins, ["y"], kernel_shape=list(kernel), group=group, **attrs)],
+               {"x": shape}, {"y": None}, inits, opset=17, seed=seed)
+
+
+CONV_TRANSPOSE_CASES = {
+    "k2_s2": ((1, 8, 5, 6), 4, (2, 2), 1, True, {"strides": [2, 2]}),
+    "k3_s1_p1": ((1, 3, 5, 5), 5, (3, 3), 1, True, {"pads": [1, 1, 1, 1]}),
+    "k3_s2_p1_outpad": ((1, 4, 4, 5), 6, (3, 3), 1, True, {"strides": [2, 2], "pads": [1, 1, 1, 1],
+                                                          "output_padding": [1, 1]}),
+    "k4_s2_p1": ((1, 5, 3, 4), 9, (4, 4), 1, False, {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    "k3_s3_asym": ((2, 3, 3, 4), 4, (3, 2), 1, True, {"strides": [3, 2], "pads": [0, 1, 2, 0]}),
+    "k3_d2_s2": ((1, 3, 4, 4), 2, (3, 3), 1, True, {"strides": [2, 2], "dilations": [2, 2]}),
+    "k3_d2_s1": ((1, 3, 4, 4), 2, (3, 3), 1, True, {"dilations": [2, 1], "pads": [2, 1, 0, 1]}),
+    "groups2": ((1, 4, 4, 4), 6, (3, 3), 2, True, {"strides": [2, 2], "pads": [1, 1, 0, 0]}),
+    "depthwise": ((1, 5, 4, 3), 5, (2, 2), 5, True, {"strides": [2, 2]}),
+    "output_shape": ((1, 3, 4, 4), 2, (3, 3), 1, True, {"strides": [2, 2], "output_shape": [10, 9]}),
+    "same_upper": ((1, 3, 4, 5), 2, (4, 4), 1, True, {"strides": [2, 2], "auto_pad": "SAME_UPPER"}),
+    "same_lower": ((1, 3, 4, 5), 2, (2, 2), 1, True, {"strides": [2, 2], "auto_pad": "SAME_LOWER"}),
+    "valid_big_pads_crop": ((1, 2, 5, 5), 3, (3, 3), 1, True, {"strides": [2, 2], "pads": [4, 3, 3, 4]}),
+    "c17_to_33": ((1, 17, 3, 3), 33, (2, 2), 1, True, {"strides": [2, 2]}),
+}
+
+
+@pytest.mark.parametrize("case", list(CONV_TRANSPOSE_CASES))
+def test_conv_transpose(case):
+    shape, c_out, kernel, group, bias, attrs = CONV_TRANSPOSE_CASES[case]
+    conv_transpose(shape, c_out, kernel, group, bias, **attrs)
+
+
+@pytest.mark.parametrize("where", QEMU)
+def test_conv_transpose_k3_s2(where):
+    conv_transpose((1, 6, 4, 5), 8, (3, 3), strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1])
+
+
+def test_conv_transpose_1d():
+    conv_transpose((1, 4, 7), 3, (3,), strides=[2], pads=[1, 0])
+    conv_transpose((2, 3, 5), 6, (4,), group=3, strides=[3], output_padding=[2])
+
+
+def test_conv_transpose_refuses_computed_weight():
+    import aot
+    model = make_model([node("ConvTranspose", ["x", "w"], ["y"])], {"x": (1, 2, 3, 3), "w": (2, 2, 3, 3)},
+                       {"y": (1, 2, 5, 5)})
+    with pytest.raises(UnsupportedOpError, match="weight must be a constant"):
+        aot.build(model, target="host")
+
+
+# --------------------------------------------------------------------------- DepthToSpace, SpaceToDepth
+
+@pytest.mark.parametrize("where", QEMU)
+@pytest.mark.parametrize("mode", ["DCR", "CRD"])
+def test_depth_to_space(where, mode):
+    run([node("DepthToSpace", ["x"], ["y"], blocksize=2, mode=mode)], {"x": (2, 12, 3, 4)}, {"y": None})
+
+
+def test_depth_to_space_after_conv():
+    """Inside an NHWC region: conv -> DepthToSpace (a pixel shuffle) -> conv."""
+    rng = np.random.default_rng(2)
+    nodes = [node("Conv", ["x", "w"], ["a"], kernel_shape=[1, 1]),
+             node("DepthToSpace", ["a"], ["s"], blocksize=3, mode="CRD"),
+             node("Conv", ["s", "w2"], ["y"], kernel_shape=[3, 3])]
+    inits = {"w": randn(rng, (18, 3, 1, 1)), "w2": randn(rng, (4, 2, 3, 3))}
+    run(nodes, {"x": (1, 3, 3, 4)}, {"y": None}, inits)
+
+
+@pytest.mark.parametrize("where", QEMU)
+def test_space_to_depth(where):
+    run([node("SpaceToDepth", ["x"], ["y"], blocksize=2)], {"x": (1, 5, 6, 4)}, {"y": None})
+    run([node("SpaceToDepth", ["x"], ["y"], blocksize=3)], {"x": (2, 2, 3, 9)}, {"y": None})
+
+
+# --------------------------------------------------------------------------- Expand, Tile
+
+@pytest.mark.parametrize("where", QEMU)
+def test_expand(where):
+    run([node("Expand", ["x", "shape"], ["y"])], {"x": (3, 1, 5)}, {"y": None}, {"shape": i64([2, 1, 3, 4, 5])})
+    run([node("Expand", ["x", "shape"], ["y"])], {"x": (1, 6)}, {"y": None}, {"shape": i64([4, 1])})
+
+
+@pytest.mark.parametrize("where", QEMU)
+def test_tile(where):
+    run([node("Tile", ["x", "repeats"], ["y"])], {"x": (2, 3, 4)}, {"y": None}, {"repeats": i64([2, 1, 3])})
+    run([node("Tile", ["x", "repeats"], ["y"])], {"x": (1, 3, 2, 5)}, {"y": None}, {"repeats": i64([1, 2, 2, 1])})
+
+
+def test_expand_tile_after_conv():
+    """Both follow an NHWC input (repeats remapped to channels-last)."""
+    rng = np.random.default_rng(3)
+    nodes = [node("Conv", ["x", "w"], ["a"], kernel_shape=[1, 1]),
+             node("Tile", ["a", "repeats"], ["t"]),
+             node("Expand", ["t", "shape"], ["y"])]
+    inits = {"w": randn(rng, (5, 3, 1, 1)), "repeats": i64([1, 2, 1, 3]), "shape": i64([2, 1, 1, 1])}
+    run(nodes, {"x": (1, 3, 4, 1)}, {"y": None}, inits)
