@@ -262,3 +262,47 @@ def test_expand_tile_after_conv():
              node("Expand", ["t", "shape"], ["y"])]
     inits = {"w": randn(rng, (5, 3, 1, 1)), "repeats": i64([1, 2, 1, 3]), "shape": i64([2, 1, 1, 1])}
     run(nodes, {"x": (1, 3, 4, 1)}, {"y": None}, inits)
+
+
+# --------------------------------------------------------------------------- dilated pooling, LpPool
+
+POOL_CASES = {
+    "d2": ((1, 5, 9, 10), {"kernel_shape": [3, 3], "dilations": [2, 2]}),
+    "d2_s2_p2": ((1, 3, 9, 8), {"kernel_shape": [3, 2], "dilations": [2, 3], "strides": [2, 1], "pads": [2, 1, 1, 1]}),
+    "d3_c9": ((1, 9, 7, 7), {"kernel_shape": [2, 3], "dilations": [3, 2], "pads": [1, 2, 1, 0]}),
+    "d2_ceil": ((1, 4, 8, 9), {"kernel_shape": [2, 2], "dilations": [2, 2], "strides": [2, 2], "ceil_mode": 1}),
+}
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+@pytest.mark.parametrize("case", list(POOL_CASES))
+def test_dilated_pool(op, case):
+    shape, attrs = POOL_CASES[case]
+    extra = [{}, {"count_include_pad": 1}] if op == "AveragePool" else [{}]
+    for more in extra:
+        run([node(op, ["x"], ["y"], **attrs, **more)], {"x": shape}, {"y": None}, opset=19)
+
+
+@pytest.mark.parametrize("where", QEMU)
+def test_dilated_max_pool_1d(where):
+    run([node("MaxPool", ["x"], ["y"], kernel_shape=[3], dilations=[2], pads=[1, 2])], {"x": (1, 6, 11)},
+        {"y": None}, opset=19)
+
+
+LP_CASES = {
+    "p2_3x3": ((1, 6, 7, 8), {"kernel_shape": [3, 3]}),
+    "p1_s2_pads": ((1, 5, 8, 9), {"kernel_shape": [2, 3], "strides": [2, 2], "pads": [1, 1, 0, 1], "p": 1}),
+    "p3_same": ((1, 3, 6, 5), {"kernel_shape": [3, 3], "auto_pad": "SAME_UPPER", "p": 3}),
+    "p2_dilated": ((1, 4, 9, 9), {"kernel_shape": [2, 2], "dilations": [2, 3]}),
+}
+
+
+@pytest.mark.parametrize("case", list(LP_CASES))
+def test_lp_pool(case):
+    shape, attrs = LP_CASES[case]
+    run([node("LpPool", ["x"], ["y"], **attrs)], {"x": shape}, {"y": None}, opset=18)
+
+
+@pytest.mark.parametrize("where", QEMU)
+def test_lp_pool_1d(where):
+    run([node("LpPool", ["x"], ["y"], kernel_shape=[3], strides=[2], p=2)], {"x": (1, 9, 10)}, {"y": None}, opset=18)
