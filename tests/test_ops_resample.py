@@ -3,6 +3,8 @@ DepthToSpace, SpaceToDepth, Expand, Tile, dilated pooling, LpPool; and two detec
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import oracle
 import pytest
@@ -113,10 +115,10 @@ def test_resize_channels_and_depth():
 
 
 @pytest.mark.parametrize("where", QEMU)
-@pytest.mark.parametrize("mode", ["nearest", "linear"])
-def test_resize_tf_crop_and_resize(where, mode):
-    resize((1, 2, 6, 7), sizes=[1, 2, 5, 4], roi=[0, 0, -0.2, 0.3, 1, 1, 0.8, 1.4], mode=mode,
-           coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=2.5)
+def test_resize_tf_crop_and_resize(where):
+    for mode in ("nearest", "linear", "cubic"):
+        resize((1, 2, 6, 7), sizes=[1, 2, 5, 4], roi=[0, 0, -0.2, 0.3, 1, 1, 0.8, 1.4], mode=mode,
+               coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=2.5)
 
 
 @pytest.mark.parametrize("policy", ["not_larger", "not_smaller"])
@@ -219,9 +221,9 @@ def test_conv_transpose_refuses_computed_weight():
 # --------------------------------------------------------------------------- DepthToSpace, SpaceToDepth
 
 @pytest.mark.parametrize("where", QEMU)
-@pytest.mark.parametrize("mode", ["DCR", "CRD"])
-def test_depth_to_space(where, mode):
-    run([node("DepthToSpace", ["x"], ["y"], blocksize=2, mode=mode)], {"x": (2, 12, 3, 4)}, {"y": None})
+def test_depth_to_space(where):
+    for mode in ("DCR", "CRD"):
+        run([node("DepthToSpace", ["x"], ["y"], blocksize=2, mode=mode)], {"x": (2, 12, 3, 4)}, {"y": None})
 
 
 def test_depth_to_space_after_conv():
@@ -306,3 +308,94 @@ def test_lp_pool(case):
 @pytest.mark.parametrize("where", QEMU)
 def test_lp_pool_1d(where):
     run([node("LpPool", ["x"], ["y"], kernel_shape=[3], strides=[2], p=2)], {"x": (1, 9, 10)}, {"y": None}, opset=18)
+
+
+# --------------------------------------------------------------------------- detector-style models
+
+def _conv(name, x, y, c_in, c_out, k, rng, stride=1, relu=True):
+    """A Conv (pads k//2) with random weights and bias, optionally followed by Relu."""
+    inits = {f"{name}_w": randn(rng, (c_out, c_in, k, k), 1 / math.sqrt(c_in * k * k)),
+             f"{name}_b": randn(rng, (c_out,), 0.1)}
+    out = f"{name}_pre" if relu else y
+    nodes = [helper.make_node("Conv", [x, f"{name}_w", f"{name}_b"], [out], name=name, kernel_shape=[k, k],
+                              strides=[stride, stride], pads=[k // 2] * 4)]
+    if relu:
+        nodes.append(helper.make_node("Relu", [out], [y], name=f"{name}_relu"))
+    return nodes, inits
+
+
+def yolo_head_model(size: int = 16, reg: int = 16, classes: int = 3):
+    """Two feature maps; the coarse one upsampled x2 (nearest) and concatenated with the fine one; a conv
+    head; (1, 4*reg + classes, N) split into box and class parts; DFL (softmax over the reg bins, expectation
+    by a 1x1 conv with arange weights); sigmoid on the classes; both concatenated."""
+    rng = np.random.default_rng(7)
+    nodes, inits = [], {}
+    for part in (_conv("c1", "x", "f1", 3, 8, 3, rng, stride=2), _conv("c2", "f1", "f2", 8, 16, 3, rng, stride=2),
+                 _conv("head", "cat", "raw", 24, 4 * reg + classes, 1, rng, relu=False)):
+        nodes += part[0]
+        inits.update(part[1])
+    n = (size // 2) ** 2
+    inits.update({"scales": f32([1, 1, 2, 2]), "shape_flat": i64([1, 4 * reg + classes, n]),
+                  "split": i64([4 * reg, classes]), "shape_bins": i64([1, 4, reg, n]), "shape_box": i64([1, 4, n]),
+                  "dfl_w": np.arange(reg, dtype=np.float32).reshape(1, reg, 1, 1)})
+    nodes.insert(len(nodes) - 1, helper.make_node("Resize", ["f2", "", "scales"], ["up"], name="up", mode="nearest"))
+    nodes.insert(len(nodes) - 1, helper.make_node("Concat", ["up", "f1"], ["cat"], name="cat", axis=1))
+    nodes += [
+        helper.make_node("Reshape", ["raw", "shape_flat"], ["flat"], name="flat"),
+        helper.make_node("Split", ["flat", "split"], ["box", "cls"], name="split", axis=1),
+        helper.make_node("Reshape", ["box", "shape_bins"], ["bins"], name="bins"),
+        helper.make_node("Transpose", ["bins"], ["bins_t"], name="bins_t", perm=[0, 2, 1, 3]),
+        helper.make_node("Softmax", ["bins_t"], ["prob"], name="prob", axis=1),
+        helper.make_node("Conv", ["prob", "dfl_w"], ["dist"], name="dfl", kernel_shape=[1, 1]),
+        helper.make_node("Reshape", ["dist", "shape_box"], ["boxes"], name="boxes"),
+        helper.make_node("Sigmoid", ["cls"], ["scores"], name="scores"),
+        helper.make_node("Concat", ["boxes", "scores"], ["y"], name="out", axis=1),
+    ]
+    return make_model(nodes, {"x": (1, 3, size, size)}, {"y": (1, 4 + classes, n)}, inits, opset=17)
+
+
+def dbnet_model(size: int = 32):
+    """A small conv backbone (strides 2, 4, 8), a top-down FPN (1x1 laterals, Resize x2 linear half_pixel,
+    Add), a 3x3 fuse conv, two stride-2 ConvTranspose heads (to twice the input size), Sigmoid."""
+    rng = np.random.default_rng(11)
+    nodes, inits = [], {}
+    parts = [_conv("c1", "x", "c1", 3, 8, 3, rng, stride=2), _conv("c2", "c1", "c2", 8, 16, 3, rng, stride=2),
+             _conv("c3", "c2", "c3", 16, 16, 3, rng, stride=2),
+             _conv("l3", "c3", "in3", 16, 8, 1, rng, relu=False), _conv("l2", "c2", "in2", 16, 8, 1, rng, relu=False),
+             _conv("l1", "c1", "in1", 8, 8, 1, rng, relu=False)]
+    for part in parts:
+        nodes += part[0]
+        inits.update(part[1])
+    inits["scales"] = f32([1, 1, 2, 2])
+    nodes += [helper.make_node("Resize", ["in3", "", "scales"], ["up3"], name="up3", mode="linear"),
+              helper.make_node("Add", ["in2", "up3"], ["out2"], name="add2"),
+              helper.make_node("Resize", ["out2", "", "scales"], ["up2"], name="up2", mode="linear",
+                               coordinate_transformation_mode="half_pixel"),
+              helper.make_node("Add", ["in1", "up2"], ["out1"], name="add1")]
+    fuse_nodes, fuse_inits = _conv("fuse", "out1", "p", 8, 8, 3, rng)
+    nodes += fuse_nodes
+    inits.update(fuse_inits)
+    inits.update({"t1_w": randn(rng, (8, 4, 2, 2), 0.3), "t1_b": randn(rng, (4,), 0.1),
+                  "t2_w": randn(rng, (4, 1, 2, 2), 0.3), "t2_b": randn(rng, (1,), 0.1)})
+    nodes += [helper.make_node("ConvTranspose", ["p", "t1_w", "t1_b"], ["t1"], name="t1", kernel_shape=[2, 2],
+                               strides=[2, 2]),
+              helper.make_node("Relu", ["t1"], ["t1r"], name="t1_relu"),
+              helper.make_node("ConvTranspose", ["t1r", "t2_w", "t2_b"], ["t2"], name="t2", kernel_shape=[2, 2],
+                               strides=[2, 2]),
+              helper.make_node("Sigmoid", ["t2"], ["y"], name="prob")]
+    return make_model(nodes, {"x": (1, 3, size, size)}, {"y": (1, 1, 2 * size, 2 * size)}, inits, opset=13)
+
+
+@pytest.mark.parametrize("where", QEMU)
+def test_yolo_head_model(where):
+    model = yolo_head_model()
+    x = randn(np.random.default_rng(0), (1, 3, 16, 16))
+    out = assert_matches_onnxruntime(model, {"x": x}, tol=1e-4)["y"]
+    assert np.all((out[:, 4:] > 0) & (out[:, 4:] < 1)) and np.all((out[:, :4] >= 0) & (out[:, :4] <= 15))
+
+
+@pytest.mark.parametrize("where", QEMU)
+def test_dbnet_model(where):
+    model = dbnet_model()
+    x = randn(np.random.default_rng(0), (1, 3, 32, 32))
+    assert_matches_onnxruntime(model, {"x": x}, tol=1e-4)
