@@ -8,16 +8,17 @@ import math
 import numpy as np
 import oracle
 import pytest
-from onnx import helper
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
 
 try:
     from oracle import assert_matches_onnxruntime, make_model
 except ImportError:  # tests/ imported as a package
     from tests.oracle import assert_matches_onnxruntime, make_model
 
+import aot
 from aot.errors import UnsupportedOpError
 
-HOST = ["host"]
 QEMU = ["host", pytest.param("aarch64", marks=pytest.mark.qemu), pytest.param("cortex-m4", marks=pytest.mark.qemu)]
 
 
@@ -156,7 +157,6 @@ def test_resize_refusals():
         resize((1, 1, 4, 4), scales=[1, 1, 0.5, 0.5], mode="linear", antialias=1)
     model = make_model([node("Resize", ["x", "", "scales"], ["y"])], {"x": (1, 1, 4, 4), "scales": (4,)},
                        {"y": (1, 1, 8, 8)})
-    import aot
     with pytest.raises(UnsupportedOpError, match="scales must be a constant"):
         aot.build(model, target="host")
 
@@ -211,7 +211,6 @@ def test_conv_transpose_1d():
 
 
 def test_conv_transpose_refuses_computed_weight():
-    import aot
     model = make_model([node("ConvTranspose", ["x", "w"], ["y"])], {"x": (1, 2, 3, 3), "w": (2, 2, 3, 3)},
                        {"y": (1, 2, 5, 5)})
     with pytest.raises(UnsupportedOpError, match="weight must be a constant"):
@@ -240,6 +239,17 @@ def test_depth_to_space_after_conv():
 def test_space_to_depth(where):
     run([node("SpaceToDepth", ["x"], ["y"], blocksize=2)], {"x": (1, 5, 6, 4)}, {"y": None})
     run([node("SpaceToDepth", ["x"], ["y"], blocksize=3)], {"x": (2, 2, 3, 9)}, {"y": None})
+
+
+def test_space_to_depth_crd():
+    """Mode CRD (ONNX opset 28; onnxruntime lacks it): against onnx.reference."""
+    graph = helper.make_graph([node("SpaceToDepth", ["x"], ["y"], blocksize=2, mode="CRD")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 12, 2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 28)])
+    x = randn(np.random.default_rng(4), (1, 3, 4, 6))
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(aot.run(model, inputs={"x": x}, target="host")["y"], want)
 
 
 # --------------------------------------------------------------------------- Expand, Tile

@@ -55,11 +55,13 @@ def depth_to_space(ctx: LowerContext, node: Node, name: str) -> Kernel:
 
 
 def space_to_depth(ctx: LowerContext, node: Node, name: str) -> Kernel:
-    """out[n, h, w, (i*bs + j)*C + c] = in[n, h*bs+i, w*bs+j, c]."""
+    """out[n, h, w, channel(i, j, c)] = in[n, h*bs+i, w*bs+j, c]; DCR: (i*bs + j)*C + c, CRD: c*bs*bs + i*bs + j."""
     n, h, w, c = ctx.graph.shape(node.inputs[0])
     bs = node.attrs["blocksize"]
-    dims = [n, h // bs, w // bs, bs, bs, c]
-    src = [h * w * c, bs * w * c, bs * c, w * c, c, 1]
+    if node.attrs["mode"] == "DCR":
+        dims, src = [n, h // bs, w // bs, bs, bs, c], [h * w * c, bs * w * c, bs * c, w * c, c, 1]
+    else:
+        dims, src = [n, h // bs, w // bs, c, bs, bs], [h * w * c, bs * w * c, bs * c, 1, w * c, c]
     return strided_copy(ctx, node, name, dims, src)
 
 
