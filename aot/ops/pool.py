@@ -1,10 +1,12 @@
-"""Pooling in NHWC, vectorized along channels: MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool."""
+"""Pooling in NHWC, vectorized along channels: MaxPool, AveragePool and LpPool (dilated windows too),
+GlobalAveragePool, GlobalMaxPool."""
 
 from __future__ import annotations
 
 from aot.graph.ir import Node, Rewriter
 from aot.graph.quant import RANGES, Quant
-from aot.kernel.ir import Builder, Cast, Expr, Kernel, const, maximum, minimum
+from aot.kernel import math
+from aot.kernel.ir import Builder, Cast, Expr, Kernel, binop, const, maximum, minimum
 from aot.ops import LowerContext
 from aot.ops.conv import Geometry, channel_blocks, spatial_loops
 from aot.ops.quantized import int_dtype, quantize, widen
@@ -21,18 +23,19 @@ def pool(ctx: LowerContext, node: Node, name: str) -> Kernel:
     _, oh, ow, _ = ctx.graph.shape(node.outputs[0])
     kh, kw = node.attrs["kernel"]
     pads = tuple(node.attrs["pads"])
-    g = Geometry(n, h, w, c, oh, ow, c, kh, kw, tuple(node.attrs["strides"]), (1, 1), pads)
+    dy, dx = node.attrs.get("dilations", (1, 1))
+    g = Geometry(n, h, w, c, oh, ow, c, kh, kw, tuple(node.attrs["strides"]), (dy, dx), pads)
     is_max = node.op == "MaxPool"
     include_pad = bool(node.attrs.get("count_include_pad", 0))
     blocks = channel_blocks(c, ctx.target.lanes, 2)
-    values = _Values(ctx.graph.values[node.inputs[0]].dtype, is_max, node.attrs.get("quant"))
+    values = _Values(ctx.graph.values[node.inputs[0]].dtype, is_max, node.attrs.get("quant"), node.attrs.get("p"))
     b = Builder()
 
     def divisor(oh_: Expr, ow_: Expr, kh_lo, kh_hi, kw_lo, kw_hi) -> Expr:
-        if include_pad:     # window clipped to the padded input, pads counted
+        if include_pad:     # taps inside the padded input, pads counted
             hs, ws = g.in_row(oh_, 0), g.in_row(ow_, 1)
-            rows = minimum(hs + kh, h + pads[2]) - hs
-            cols = minimum(ws + kw, w + pads[3]) - ws
+            rows = minimum(binop("div", h + pads[2] - hs + (dy - 1), const(dy)), kh)
+            cols = minimum(binop("div", w + pads[3] - ws + (dx - 1), const(dx)), kw)
             return Cast(rows * cols, "f32")
         return Cast((kh_hi - kh_lo) * (kw_hi - kw_lo), "f32")
 
@@ -45,10 +48,10 @@ def pool(ctx: LowerContext, node: Node, name: str) -> Kernel:
         accs = [b.local("acc", values.init(blk.lanes)) for _ in range(blk.nr)]
         with b.loop("kh", kh_lo, kh_hi) as r:
             with b.loop("kw", kw_lo, kw_hi) as s:
-                base = ((n_ * h + g.in_row(oh_, 0) + r) * w + g.in_row(ow_, 1) + s) * c + ch0
+                base = ((n_ * h + g.in_row(oh_, 0) + r * dy) * w + g.in_row(ow_, 1) + s * dx) * c + ch0
                 for j, acc in enumerate(accs):
                     b.assign(acc, values.combine(acc, x.vec(base + j * blk.lanes, blk.lanes)))
-        inv = None if is_max else b.let("inv", 1.0 / divisor(oh_, ow_, kh_lo, kh_hi, kw_lo, kw_hi))
+        inv = None if is_max or values.p else b.let("inv", 1.0 / divisor(oh_, ow_, kh_lo, kh_hi, kw_lo, kw_hi))
         obase = ((n_ * oh + oh_) * ow + ow_) * c + ch0
         for j, acc in enumerate(accs):
             b.store(out, obase + j * blk.lanes, values.finish(acc, inv))
@@ -59,10 +62,11 @@ def pool(ctx: LowerContext, node: Node, name: str) -> Kernel:
 
 class _Values:
     """What a pool accumulates: floats, or integers (int32 sums of x - zero point for averages,
-    requantized at the end; maxima compared as integers, same scale in and out)."""
+    requantized at the end; maxima compared as integers, same scale in and out); or, for LpPool (p set),
+    the float sum of |x|**p, whose p-th root is taken at the end."""
 
-    def __init__(self, dtype: str, is_max: bool, quant: Quant | None):
-        self.dtype, self.is_max, self.quant = dtype, is_max, quant
+    def __init__(self, dtype: str, is_max: bool, quant: Quant | None, p: int | None = None):
+        self.dtype, self.is_max, self.quant, self.p = dtype, is_max, quant, p
         self.integer = dtype != "float32"
 
     def init(self, lanes: int) -> Expr:
@@ -71,11 +75,15 @@ class _Values:
         return const(RANGES[self.dtype][0] if self.is_max else 0, "i32", lanes)
 
     def combine(self, acc: Expr, v: Expr) -> Expr:
+        if self.p:
+            return acc + math.pow_const(math.fabs(v), self.p)
         if self.integer:
             v = widen(v) if self.is_max else widen(v) - self.quant.x_zp
         return maximum(acc, v) if self.is_max else acc + v
 
     def finish(self, acc: Expr, inv: Expr | float | None) -> Expr:
+        if self.p:
+            return math.pow_const(acc, 1.0 / self.p)
         if self.is_max:
             return Cast(acc, int_dtype(self.dtype)) if self.integer else acc
         if not self.integer:
@@ -109,17 +117,16 @@ def canonical_pool(rw: Rewriter, node: Node) -> None:
     if len(node.outputs) > 1 and node.outputs[1]:
         raise refuse(node, "the Indices output is not supported")
     kernel = tuple(node.attrs["kernel_shape"])
-    if any(d != 1 for d in node.attrs.get("dilations", ())):
-        raise refuse(node, "dilated pooling is not supported")
     attrs = spatial_attrs(rw, node, kernel)
-    del attrs["dilations"]
     attrs.update(quant_attrs(node))
     if node.op == "AveragePool":
         attrs["count_include_pad"] = int(node.attrs.get("count_include_pad", 0))
+    if node.op == "LpPool":
+        attrs["p"] = int(node.attrs.get("p", 2))
+        if attrs["p"] < 1:
+            raise refuse(node, f"p={attrs['p']} is not supported (p >= 1)")
     if len(kernel) == 1:
-        attrs["dilations"] = (1,)
         x2, out2, _ = lift_1d(rw, node, attrs)
-        del attrs["dilations"]
         rw.add(node.op, node.name, [x2], [out2], **attrs)
         view(rw, node, out2, rw.values[node.outputs[0]].shape, node.outputs[0])
     elif len(kernel) == 2:
@@ -145,6 +152,7 @@ _INT8 = frozenset({"float32", "int8", "uint8"})
 define("MaxPool", canonical=canonical_pool, lower=pool, layout=Layout.NHWC, moves_values=True, dtypes=_INT8,
        quant=QuantForm.MOVE)
 define("AveragePool", canonical=canonical_pool, lower=pool, layout=Layout.NHWC, quant=QuantForm.RESCALE)
+define("LpPool", canonical=canonical_pool, lower=pool, layout=Layout.NHWC)
 define("GlobalAveragePool", canonical=canonical_global_pool, lower=global_pool, layout=Layout.NHWC,
        quant=QuantForm.RESCALE)
 define("GlobalMaxPool", canonical=canonical_global_pool, lower=global_pool, layout=Layout.NHWC)

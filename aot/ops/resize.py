@@ -1,0 +1,351 @@
+"""Resize and Upsample: per-axis source indices and weights computed at compile time, so the kernel is
+table lookups and multiply-adds.
+
+Interpolation is separable: along each resized axis an output coordinate reads T input coordinates
+(nearest 1, linear 2, cubic 4) with T weights. The tables follow onnxruntime's arithmetic (float32
+coordinates, its rounding for nearest, edge clamping), which the ONNX reference agrees with. The op
+follows its input's layout: after a convolution a 4-D resize over H and W runs channels-last and is
+vectorized along channels; otherwise along the innermost axis when that one is not resized.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from aot.graph.ir import Graph, Node, Rewriter
+from aot.kernel.ir import Buffer, Builder, Cast, Expr, Kernel, fma
+from aot.ops import LowerContext
+from aot.ops.registry import AxisAttr, Layout, define
+from aot.ops.rewrite import const_input, refuse
+
+_MODES = ("nearest", "linear", "cubic")
+_TRANSFORMS = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
+               "tf_crop_and_resize")
+_NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "simple")
+
+
+@dataclass(frozen=True, eq=False)
+class Taps:
+    """One resized axis: output coordinate o reads input coordinates index[o, :] with weight[o, :]
+    (None: a single tap of weight 1, nearest); keep[o] is 0 where the output takes the
+    extrapolation value (tf_crop_and_resize), None when no coordinate leaves the input."""
+
+    index: np.ndarray           # (out, T) int64, inside [0, in)
+    weight: np.ndarray | None   # (out, T) float32
+    keep: np.ndarray | None     # (out,) float32 of 0 and 1
+
+
+@dataclass(frozen=True)
+class Spec:
+    """How one Resize samples: the ONNX attributes that matter, validated."""
+
+    mode: str
+    transform: str
+    nearest: str
+    cubic_a: float
+    exclude_outside: bool
+
+
+# --- tables ------------------------------------------------------------------------------------------
+
+def source_coords(spec: Spec, out_len: int, in_len: int, scale: np.float32, roi: tuple[float, float]
+                  ) -> np.ndarray:
+    """Each output coordinate's position in the input (float32, onnxruntime's formulas)."""
+    f = np.float32
+    x = np.arange(out_len, dtype=f)
+    t = spec.transform
+    if t == "asymmetric":
+        return x / scale
+    if t == "half_pixel":
+        return (x + f(0.5)) / scale - f(0.5)
+    if t == "pytorch_half_pixel":
+        return (x + f(0.5)) / scale - f(0.5) if out_len > 1 else np.zeros(out_len, f)
+    if t == "half_pixel_symmetric":
+        adjustment = f(out_len) / (scale * f(in_len))
+        offset = f(in_len) / f(2) * (f(1) - adjustment)
+        return offset + (x + f(0.5)) / scale - f(0.5)
+    if t == "align_corners":
+        return x * f(in_len - 1) / f(out_len - 1) if out_len > 1 else np.zeros(out_len, f)
+    start, end = f(roi[0]), f(roi[1])      # tf_crop_and_resize
+    if out_len > 1:
+        return start * f(in_len - 1) + x * (end - start) * f(in_len - 1) / f(out_len - 1)
+    return np.full(out_len, f(0.5) * (start + end) * f(in_len - 1), f)
+
+
+def _nearest_index(spec: Spec, xs: np.ndarray, downsampling: bool) -> np.ndarray:
+    mode = spec.nearest
+    if mode == "round_prefer_floor":
+        return np.where(xs == np.trunc(xs) + np.float32(0.5), np.floor(xs), _round_away(xs))
+    if mode == "round_prefer_ceil":
+        return _round_away(xs)
+    if mode == "floor":
+        return np.floor(xs)
+    if mode == "ceil":
+        return np.ceil(xs)
+    return np.ceil(xs) if downsampling else np.trunc(xs)    # simple (Upsample, opset-10 Resize)
+
+
+def _round_away(xs: np.ndarray) -> np.ndarray:
+    """C's round(): halves away from zero."""
+    return np.sign(xs) * np.floor(np.abs(xs) + np.float32(0.5))
+
+
+def _cubic(ratio: np.ndarray, a: float) -> np.ndarray:
+    """Keys' cubic convolution weights of the 4 neighbours at offsets -1, 0, 1, 2 (rows: outputs)."""
+    s = ratio.astype(np.float64)[:, None]
+    d = np.concatenate([s + 1, s, 1 - s, 2 - s], axis=1)
+    near = ((a + 2) * d - (a + 3)) * d * d + 1
+    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+    return np.where(d <= 1, near, far)
+
+
+def axis_taps(spec: Spec, in_len: int, out_len: int, scale: np.float32, roi: tuple[float, float]) -> Taps:
+    """The table of one resized axis."""
+    xs = source_coords(spec, out_len, in_len, scale, roi)
+    keep = None
+    if spec.transform == "tf_crop_and_resize":
+        outside = (xs < 0) | (xs > np.float32(in_len - 1))
+        keep = None if not outside.any() else (~outside).astype(np.float32)
+    last = in_len - 1
+    if spec.mode == "nearest":
+        index = np.clip(_nearest_index(spec, xs, scale < 1), 0, last).astype(np.int64)[:, None]
+        return Taps(index, None, keep)
+    if spec.mode == "linear":
+        x = np.clip(xs, np.float32(0), np.float32(last))
+        i1 = np.minimum(x.astype(np.int64), last)
+        i2 = np.minimum(i1 + 1, last)
+        d1, d2 = np.abs(x - i1.astype(np.float32)), np.abs(x - i2.astype(np.float32))
+        same = i1 == i2
+        d1, d2 = np.where(same, np.float32(0.5), d1), np.where(same, np.float32(0.5), d2)
+        weight = np.stack([d2, d1], axis=1).astype(np.float32)
+        return Taps(np.stack([i1, i2], axis=1), weight, keep)
+    base = np.floor(xs)
+    raw = base.astype(np.int64)[:, None] + np.arange(-1, 3)[None, :]
+    weight = _cubic(xs - base, spec.cubic_a)
+    if spec.exclude_outside:
+        weight = np.where((raw < 0) | (raw > last), 0.0, weight)
+        weight = weight / weight.sum(axis=1, keepdims=True)
+    return Taps(np.clip(raw, 0, last), weight.astype(np.float32), keep)
+
+
+# --- kernel ------------------------------------------------------------------------------------------
+
+def _strides(shape) -> list[int]:
+    return [int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape))]
+
+
+def _merge_axes(in_shape, out_shape, taps) -> tuple[list[int], list[int], list[Taps | None]]:
+    """Adjacent axes that are not resized merge into one (fewer loops, longer vectors)."""
+    ins, outs, merged = [], [], []
+    for i, o, t in zip(in_shape, out_shape, taps):
+        if t is None and merged and merged[-1] is None:
+            ins[-1] *= i
+            outs[-1] *= o
+        else:
+            ins.append(i)
+            outs.append(o)
+            merged.append(t)
+    return ins, outs, merged
+
+
+@dataclass
+class _Axis:
+    """Per resized axis, the kernel's constant tables: element offsets into the input, weights, keep."""
+
+    taps: int
+    offset: Buffer
+    weight: Buffer | None
+    keep: Buffer | None
+
+
+def resize(ctx: LowerContext, node: Node, name: str) -> Kernel:
+    ins, outs, params = ctx.io(node)
+    in_shape, out_shape, taps = _merge_axes(ctx.graph.shape(node.inputs[0]), ctx.graph.shape(node.outputs[0]),
+                                            node.attrs["taps"])
+    strides = _strides(in_shape)
+    axes: list[_Axis | None] = []
+    for t, stride in zip(taps, strides):
+        if t is None:
+            axes.append(None)
+            continue
+        offset = ctx.const((t.index * stride).astype(np.int32), "ix")
+        weight = ctx.const(t.weight, "wt") if t.weight is not None else None
+        keep = ctx.const(t.keep, "keep") if t.keep is not None else None
+        axes.append(_Axis(t.index.shape[1], offset, weight, keep))
+    extrapolation = float(node.attrs.get("extrapolation_value", 0.0))
+    b = Builder()
+    x, out = ins[0], outs[0]
+    out_strides = _strides(out_shape)
+    lanes = ctx.target.lanes
+
+    def finish(value: Expr, keep: Expr | None) -> Expr:
+        """Outputs whose source lies outside the input (keep 0) take the extrapolation value."""
+        return value if keep is None else value * keep + (1.0 - keep) * extrapolation
+
+    def combine(terms, width: int, delta: Expr | int) -> Expr:
+        """Sum of weight * x over the taps (vectors of `width` lanes at offset + delta)."""
+        acc: Expr | None = None
+        for offset, weight in terms:
+            v = x.vec(offset + delta, width) if width > 1 else x[offset + delta]
+            if weight is None:
+                acc = v if acc is None else acc + v
+            else:
+                acc = weight * v if acc is None else fma(weight, v, acc)
+        return acc
+
+    def level(depth: int, terms, d_off: Expr | int, keep: Expr | None) -> None:
+        axis = axes[depth]
+        inner = depth == len(in_shape) - 1
+        if axis is None and inner:      # contiguous, not resized: vectors along it
+            n = out_shape[depth]
+            width = lanes if n >= lanes else 1
+            main = n - n % width
+            for lo, hi, w in ((0, main, width), (main, n, 1)):
+                if hi > lo:
+                    with b.loop("j", lo, hi, w) as j:
+                        b.store(out, d_off + j, finish(combine(terms, w, j), keep))
+            return
+        with b.loop("o", 0, out_shape[depth]) as o:
+            if axis is None:
+                new_terms = [(off + o * strides[depth], wt) for off, wt in terms]
+                new_keep = keep
+            else:
+                new_terms, new_keep = _taps_at(b, axis, o, terms, keep)
+            if inner:
+                b.store(out, d_off + o, finish(combine(new_terms, 1, 0), new_keep))
+            else:
+                level(depth + 1, new_terms, d_off + o * out_strides[depth], new_keep)
+
+    level(0, [(0, None)], 0, None)
+    return Kernel(name, params, b.block())
+
+
+def _taps_at(b: Builder, axis: _Axis, o: Expr, terms, keep: Expr | None):
+    """Extend every (offset, weight) term by this axis's taps at output coordinate o."""
+    offsets = [b.let("src", Cast(axis.offset[o * axis.taps + k], "idx")) for k in range(axis.taps)]
+    weights = [b.let("w", axis.weight[o * axis.taps + k]) if axis.weight is not None else None
+               for k in range(axis.taps)]
+    new_terms = []
+    for off, wt in terms:
+        for src, w in zip(offsets, weights):
+            weight = w if wt is None else (wt if w is None else b.let("ww", wt * w))
+            new_terms.append((off + src, weight))
+    if axis.keep is not None:
+        k = b.let("keep", axis.keep[o])
+        keep = k if keep is None else b.let("keep", keep * k)
+    return new_terms, keep
+
+
+# --- ONNX Resize / Upsample -> Resize(taps) ----------------------------------------------------------
+
+def _spec(node: Node, opset: int) -> Spec:
+    mode = node.attrs.get("mode", "nearest")
+    if isinstance(mode, bytes):
+        mode = mode.decode()
+    mode = {"bilinear": "linear", "trilinear": "linear"}.get(mode, mode)
+    if mode not in _MODES:
+        raise refuse(node, f"mode '{mode}' is not supported ({', '.join(_MODES)})")
+    old = node.op == "Upsample" or opset < 11
+    transform = "asymmetric" if old else node.attrs.get("coordinate_transformation_mode", "half_pixel")
+    nearest = "simple" if old else node.attrs.get("nearest_mode", "round_prefer_floor")
+    if transform not in _TRANSFORMS:
+        raise refuse(node, f"coordinate_transformation_mode '{transform}' is not supported")
+    if nearest not in _NEAREST:
+        raise refuse(node, f"nearest_mode '{nearest}' is not supported")
+    if int(node.attrs.get("antialias", 0)):
+        raise refuse(node, "antialias=1 is not supported")
+    return Spec(mode, transform, nearest, float(node.attrs.get("cubic_coeff_a", -0.75)),
+                bool(node.attrs.get("exclude_outside", 0)))
+
+
+def _sizes_and_scales(rw: Rewriter, node: Node, rank: int, in_shape: tuple[int, ...], axes: list[int]
+                      ) -> tuple[list[int], list[np.float32]]:
+    """Output sizes and per-axis scales (float32, as onnxruntime uses them) from the node's inputs."""
+    if node.op == "Upsample" or rw.graph.opset < 11:
+        scales = node.attrs.get("scales")
+        if scales is None:
+            scales = const_input(rw, node, 1, "scales")
+        scales_arr, sizes_arr = np.asarray(scales, np.float32), None
+    else:
+        scales_arr = const_input(rw, node, 2, "scales")
+        sizes_arr = const_input(rw, node, 3, "sizes")
+        if scales_arr is not None and scales_arr.size == 0:
+            scales_arr = None
+        if sizes_arr is not None and sizes_arr.size == 0:
+            sizes_arr = None
+    full_scale = [np.float32(1)] * rank
+    full_size = list(in_shape)
+    if sizes_arr is None:
+        if scales_arr is None:
+            raise refuse(node, "neither scales nor sizes are given")
+        for axis, s in zip(axes, scales_arr.astype(np.float32)):
+            full_scale[axis] = np.float32(s)
+            full_size[axis] = int(np.float32(in_shape[axis]) * np.float32(s))
+        return full_size, full_scale
+    for axis, s in zip(axes, sizes_arr):
+        full_size[axis] = int(s)
+        full_scale[axis] = np.float32(int(s)) / np.float32(in_shape[axis])
+    policy = node.attrs.get("keep_aspect_ratio_policy", "stretch")
+    if policy != "stretch":
+        if policy not in ("not_larger", "not_smaller"):
+            raise refuse(node, f"keep_aspect_ratio_policy '{policy}' is not supported")
+        pick = min if policy == "not_larger" else max
+        scale = pick(full_scale[a] for a in axes)
+        for axis in axes:
+            full_scale[axis] = scale
+            full_size[axis] = int(math.floor(float(scale) * in_shape[axis] + 0.5))
+    return full_size, full_scale
+
+
+def canonical_resize(rw: Rewriter, node: Node) -> None:
+    x, y = node.inputs[0], node.outputs[0]
+    in_shape = rw.values[x].shape
+    rank = len(in_shape)
+    spec = _spec(node, rw.graph.opset)
+    axes = [int(a) % rank for a in node.attrs.get("axes", range(rank))]
+    sizes, scales = _sizes_and_scales(rw, node, rank, in_shape, axes)
+    if tuple(sizes) != rw.values[y].shape:
+        raise refuse(node, f"computed output shape {sizes} differs from the model's {list(rw.values[y].shape)}")
+    if any(s == 0 for s in sizes):
+        raise refuse(node, "an empty output is not supported")
+    roi = _roi(rw, node, rank, axes) if spec.transform == "tf_crop_and_resize" else None
+    taps = []
+    for axis in range(rank):
+        identity = sizes[axis] == in_shape[axis] and scales[axis] == 1 and (roi is None or roi[axis] == (0, 1))
+        taps.append(None if identity else axis_taps(spec, in_shape[axis], sizes[axis], scales[axis],
+                                                    roi[axis] if roi else (0.0, 1.0)))
+    if all(t is None for t in taps):
+        rw.add("Copy", node.name, [x], [y])
+        return
+    rw.add("Resize", node.name, [x], [y], taps=tuple(taps),
+           extrapolation_value=float(node.attrs.get("extrapolation_value", 0.0)))
+
+
+def _roi(rw: Rewriter, node: Node, rank: int, axes: list[int]) -> list[tuple[float, float]]:
+    roi = const_input(rw, node, 1, "roi")
+    if roi is None or roi.size != 2 * len(axes):
+        raise refuse(node, "tf_crop_and_resize needs a constant roi with a start and an end per axis")
+    full = [(0.0, 1.0)] * rank
+    for i, axis in enumerate(axes):
+        full[axis] = (float(roi[i]), float(roi[len(axes) + i]))
+    return full
+
+
+def check_resize(graph: Graph, node: Node) -> str | None:
+    if "taps" not in node.attrs:      # the ONNX node, before canonicalize
+        return None
+    x, y = graph.shape(node.inputs[0]), graph.shape(node.outputs[0])
+    for axis, (t, i, o) in enumerate(zip(node.attrs["taps"], x, y)):
+        if t is None and i != o:
+            return f"axis {axis} is not resized but changes from {i} to {o}"
+        if t is not None and (t.index.shape[0] != o or t.index.max() >= i):
+            return f"the table of axis {axis} does not map {o} outputs into {i} inputs"
+    return None
+
+
+define("Resize", canonical=canonical_resize, lower=resize, layout=Layout.FOLLOW,
+       axis_attrs={"taps": AxisAttr.PER_AXIS}, check=check_resize)
+define("Upsample", canonical=canonical_resize)
