@@ -244,11 +244,13 @@ def canonical_mod(rw: Rewriter, node: Node) -> None:
 
 def canonical_clip(rw: Rewriter, node: Node) -> None:
     """Constant bounds: a Unary clip (fusable, and an integer clamp when quantized); a bound computed at
-    run time: a Nary clip of x and both bounds (an absent one as an infinite constant)."""
+    run time: a Nary clip of x and both bounds (an absent one as -+FLT_MAX, ONNX's default, so an infinite
+    x is clipped as onnxruntime clips it)."""
     bounds = [node.inputs[i] if len(node.inputs) > i else "" for i in (1, 2)]
     if any(name and name not in rw.constants for name in bounds):
-        names = [name or rw.constant(f"{node.name}_{key}", np.array(inf, np.float32))
-                 for name, key, inf in zip(bounds, ("min", "max"), (-np.inf, np.inf))]
+        top = np.finfo(np.float32).max
+        names = [name or rw.constant(f"{node.name}_{key}", np.array(limit, np.float32))
+                 for name, key, limit in zip(bounds, ("min", "max"), (-top, top))]
         rw.add("Nary", node.name, [node.inputs[0], *names], node.outputs, fn="clip")
         return
     lo, hi = node.attrs.get("min", -np.inf), node.attrs.get("max", np.inf)
