@@ -267,9 +267,12 @@ def pow_const(x: Expr, y: float) -> Expr:
         square = x * x
         p = {1: x, 2: square, 3: square * x, 4: square * square}[n]
         return p if y > 0 else 1.0 / p
-    if y in (0.5, -0.5, 1.5):        # C's specials: (-0)**y as (+0)**y, (-inf)**y as (+inf)**y
-        s = select(binop("eq", x, -_INF), _c(_INF, x), sqrt(x + 0.0))
-        return {0.5: s, -0.5: 1.0 / s, 1.5: fabs(x) * s}[y]     # |x|: NaN for x < 0 comes from s
+    if y == 0.5:
+        return sqrt(x)
+    if y == -0.5:
+        return 1.0 / sqrt(x + 0.0)      # (-0)**-0.5 = +inf, as C's pow gives (1/sqrt(-0) would be -inf)
+    if y == 1.5:
+        return x * sqrt(x)
     return pow(x, _c(y, x))
 
 
