@@ -152,18 +152,18 @@ def _fold(op: str, v: list[Expr]) -> Expr:
     return acc
 
 
-# Nary fn -> (operands, the target has FMA) -> value. Clip's bounds go first in max/min so that a NaN
-# input stays NaN (max/min return their second operand when the comparison is unordered).
+# Nary fn -> (operands, the target has FMA, a let binding intermediate values) -> value. Clip's bounds go
+# first in max/min so that a NaN input stays NaN (max/min return their second operand when unordered).
 _NARY = {
-    "sum": lambda v, fused: _sum(v),
-    "mean": lambda v, fused: _sum(v) / float(len(v)),
-    "max": lambda v, fused: _fold("max", v),
-    "min": lambda v, fused: _fold("min", v),
-    "pow": lambda v, fused: kmath.pow(v[0], v[1]),
-    "prelu": lambda v, fused: select(binop("lt", v[0], 0.0), v[0] * v[1], v[0]),
-    "fmod": lambda v, fused: kmath.fmod(v[0], v[1], fused),
-    "mod": lambda v, fused: kmath.mod(v[0], v[1], fused),
-    "clip": lambda v, fused: minimum(v[2], maximum(v[1], v[0])),
+    "sum": lambda v, fused, let: _sum(v),
+    "mean": lambda v, fused, let: _sum(v) / float(len(v)),
+    "max": lambda v, fused, let: _fold("max", v),
+    "min": lambda v, fused, let: _fold("min", v),
+    "pow": lambda v, fused, let: kmath.pow(v[0], v[1]),
+    "prelu": lambda v, fused, let: select(binop("lt", v[0], 0.0), v[0] * v[1], v[0]),
+    "fmod": lambda v, fused, let: kmath.fmod(v[0], v[1], fused, let),
+    "mod": lambda v, fused, let: kmath.mod(v[0], v[1], fused, let),
+    "clip": lambda v, fused, let: minimum(v[2], maximum(v[1], v[0])),
 }
 
 
@@ -173,10 +173,12 @@ def nary(ctx: LowerContext, node: Node, name: str) -> Kernel:
     shapes = [ctx.graph.shape(n) for n in node.inputs]
     fn, acts, fused = _NARY[node.attrs["fn"]], node.attrs.get("acts", ()), ctx.target.fma
 
-    def compute(v: list[Expr]) -> Expr:
-        return apply(acts, fn([x if x.dtype == "f32" else Cast(x, "f32") for x in v], fused))
-
     b = Builder()
+
+    def compute(v: list[Expr]) -> Expr:     # called inside the loop body: lets land before the store
+        return apply(acts, fn([x if x.dtype == "f32" else Cast(x, "f32") for x in v], fused,
+                              lambda e: b.let("t", e)))
+
     elementwise_loops(b, ctx.target.lanes, ctx.graph.shape(node.outputs[0]), list(zip(ins, shapes)), outs[0],
                       compute)
     return Kernel(name, params, b.block())
