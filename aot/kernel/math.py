@@ -29,6 +29,7 @@ exp overflows to inf above 88.72 and underflows gradually to 0 below -103.97; lo
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from aot.kernel.ir import Cast, Expr, Sqrt, binop, const, fma, maximum, minimum, select
 
@@ -270,7 +271,7 @@ def pow_const(x: Expr, y: float) -> Expr:
     if y == 0.5:
         return sqrt(x)
     if y == -0.5:
-        return 1.0 / sqrt(x)
+        return 1.0 / sqrt(x + 0.0)      # (-0)**-0.5 = +inf, as C's pow gives (1/sqrt(-0) would be -inf)
     if y == 1.5:
         return x * sqrt(x)
     return pow(x, _c(y, x))
@@ -493,3 +494,49 @@ def atanh(x: Expr) -> Expr:
                             3.33337300303e-1)) * z, ax, ax)
     wide = log((ax + 1.0) / (1.0 - ax)) * 0.5
     return _signed(select(binop("lt", ax, 0.5), small, wide), x)
+
+
+# --------------------------------------------------------------------------- remainder
+
+
+def fmod(x: Expr, y: Expr, fused: bool = True, bind: Callable[[Expr], Expr] | None = None) -> Expr:
+    """C fmod: x - n*y with n = trunc(x/y), the sign of x, exact (the remainder is always representable).
+
+    |x| is reduced by ys = |y| * 2**k in steps that each take out up to `bits` quotient bits (k chosen from
+    the exponents so that q = trunc(r / ys) < 2**(bits+1)). q is the true quotient or one more (rounding
+    cannot go below an integer), so r - q*ys lies in (-ys, ys) and is exact: with a fused multiply-add
+    directly (22 bits a step, 12 steps); without one (`fused=False`) ys is split into two 12-bit halves
+    so that both products are exact (11 bits a step, 23 steps). A negative remainder gets ys back.
+    fmod(x, 0), fmod(inf, y) and NaNs give NaN, fmod(x, inf) = x. A denormal y (below 1.2e-38) is
+    reduced with its exponent misread and gives an inexact result. `bind` (a Builder's let) names each
+    step's remainder, so the expression stays shallow.
+    """
+    bind = bind or (lambda e: e)
+    ax, ay = fabs(x), fabs(y)
+    bits = 22 if fused else 11
+    ey = binop("shr", _bits(ay), 23)
+    r = ax
+    for _ in range((253 - bits + bits - 1) // bits + 1):        # exponent fields differ by at most 253
+        k = maximum(binop("shr", _bits(r), 23) - ey - bits, _i(0, r))
+        ys = _float(_bits(ay) + binop("shl", k, 23))
+        q = trunc(r / ys)
+        if fused:
+            r = fma(-q, ys, r)
+        else:
+            ys_hi = _float(binop("and", _bits(ys), _i(-0x1000, ys)))
+            split = (r - q * ys_hi) - q * (ys - ys_hi)
+            r = select(binop("le", q, 2.0), r - q * ys, split)    # q*ys exact for q <= 2 (r near ys)
+        r = bind(select(binop("lt", r, 0.0), r + ys, r))
+    result = copysign(r, x)
+    result = select(binop("eq", ay, _INF), x, result)
+    bad = binop("or", binop("eq", ay, 0.0), binop("ge", ax, _INF))
+    bad = binop("or", bad, binop("or", binop("ne", x, x), binop("ne", y, y)))
+    return select(bad, _nan(x), result)
+
+
+def mod(x: Expr, y: Expr, fused: bool = True, bind: Callable[[Expr], Expr] | None = None) -> Expr:
+    """Python's (numpy's) x % y: the sign of y; fmod plus y when the signs differ, a zero signed as y."""
+    r = fmod(x, y, fused, bind)
+    differs = binop("and", binop("ne", r, 0.0), binop("xor", binop("lt", r, 0.0), binop("lt", y, 0.0)))
+    r = select(differs, r + y, r)
+    return select(binop("eq", r, 0.0), copysign(_c(0.0, x), y), r)

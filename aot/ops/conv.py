@@ -540,7 +540,12 @@ def _minus_zero_point(weight: np.ndarray, quant: Quant, axis: int) -> np.ndarray
 
 
 def canonical_conv(rw: Rewriter, node: Node) -> None:
-    """1-D and 2-D convolutions with constant weights; a 1-D one runs as 2-D over a height of 1."""
+    """1-D and 2-D convolutions with constant weights; a 1-D one runs as 2-D over a height of 1. A weight
+    or bias computed at run time takes a direct convolution instead (conv_direct.py)."""
+    if any(name and name not in rw.constants for name in node.inputs[1:3]):
+        from aot.ops.conv_direct import canonical_conv_computed  # that module builds on this one
+        canonical_conv_computed(rw, node)
+        return
     w = const_input(rw, node, 1, "the weight")
     rank = w.ndim - 2
     if rank not in (1, 2):

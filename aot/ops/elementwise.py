@@ -1,4 +1,6 @@
-"""Elementwise ops: binary arithmetic with numpy broadcasting, and unary activations.
+"""Elementwise ops: binary arithmetic with numpy broadcasting, unary activations and math functions,
+and `Nary` ops over any number of broadcast operands (Sum, Mean, Max, Min of three or more, Pow and
+PRelu with computed operands, Mod, Clip with computed bounds).
 
 Loops run over the output with operands' strides computed at compile time (0 along broadcast
 axes); adjacent axes that are contiguous for every operand are merged, and the innermost axis is
@@ -11,12 +13,13 @@ import numpy as np
 
 from aot.graph.ir import Graph, Node, Rewriter
 from aot.graph.quant import RANGES, Quant
-from aot.kernel.ir import Broadcast, Buffer, Builder, Expr, Kernel, binop
+from aot.kernel import math as kmath
+from aot.kernel.ir import Broadcast, Buffer, Builder, Cast, Expr, Kernel, binop, maximum, minimum, select
 from aot.ops import LowerContext
 from aot.ops.epilogue import apply
 from aot.ops.quantized import dequantize, quantize
-from aot.ops.registry import Fusion, Layout, QuantForm, broadcast_shape, define, same_shape
-from aot.ops.rewrite import const_input, quant_attrs, refuse, unary_rule
+from aot.ops.registry import FLOAT, Fusion, Layout, QuantForm, broadcast_shape, define, same_shape
+from aot.ops.rewrite import const_input, quant_attrs, refuse, unary_rule, view
 
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min"}
 
@@ -135,15 +138,123 @@ def unary(ctx: LowerContext, node: Node, name: str) -> Kernel:
     return Kernel(name, params, b.block())
 
 
-# --- ONNX ops -> Add/Sub/..., Unary, Quantize/Dequantize ----------------------------------------------
+def _sum(v: list[Expr]) -> Expr:
+    total = v[0]
+    for x in v[1:]:            # left to right, as onnxruntime adds
+        total = total + x
+    return total
+
+
+def _fold(op: str, v: list[Expr]) -> Expr:
+    acc = v[0]
+    for x in v[1:]:
+        acc = binop(op, acc, x)
+    return acc
+
+
+# Nary fn -> (operands, the target has FMA, a let binding intermediate values) -> value. Clip's bounds go
+# first in max/min so that a NaN input stays NaN (max/min return their second operand when unordered).
+_NARY = {
+    "sum": lambda v, fused, let: _sum(v),
+    "mean": lambda v, fused, let: _sum(v) / float(len(v)),
+    "max": lambda v, fused, let: _fold("max", v),
+    "min": lambda v, fused, let: _fold("min", v),
+    "pow": lambda v, fused, let: kmath.pow(v[0], v[1]),
+    "prelu": lambda v, fused, let: select(binop("lt", v[0], 0.0), v[0] * v[1], v[0]),
+    "fmod": lambda v, fused, let: kmath.fmod(v[0], v[1], fused, let),
+    "mod": lambda v, fused, let: kmath.mod(v[0], v[1], fused, let),
+    "clip": lambda v, fused, let: minimum(v[2], maximum(v[1], v[0])),
+}
+
+
+def nary(ctx: LowerContext, node: Node, name: str) -> Kernel:
+    """out = fn(operands...) with numpy broadcasting; integer operands (Pow's exponent) become float."""
+    ins, outs, params = ctx.io(node)
+    shapes = [ctx.graph.shape(n) for n in node.inputs]
+    fn, acts, fused = _NARY[node.attrs["fn"]], node.attrs.get("acts", ()), ctx.target.fma
+
+    b = Builder()
+
+    def compute(v: list[Expr]) -> Expr:     # called inside the loop body: lets land before the store
+        return apply(acts, fn([x if x.dtype == "f32" else Cast(x, "f32") for x in v], fused,
+                              lambda e: b.let("t", e)))
+
+    elementwise_loops(b, ctx.target.lanes, ctx.graph.shape(node.outputs[0]), list(zip(ins, shapes)), outs[0],
+                      compute)
+    return Kernel(name, params, b.block())
+
+
+# --- ONNX ops -> Add/Sub/..., Unary, Nary, Quantize/Dequantize -----------------------------------------
 
 def canonical_binary(rw: Rewriter, node: Node) -> None:
+    if node.op in _VARIADIC and len(node.inputs) != 2:
+        canonical_variadic(rw, node)
+        return
     if len(node.inputs) != 2:
         raise refuse(node, "only two operands are supported")
     rw.keep(node.with_(attrs=quant_attrs(node)))
 
 
+_VARIADIC = {"Sum": "sum", "Mean": "mean", "Max": "max", "Min": "min"}
+
+
+def canonical_variadic(rw: Rewriter, node: Node) -> None:
+    """Sum, Mean, Max, Min of any number of operands: one operand is an Identity; Sum, Max and Min of two
+    are the binary ops (an Add may fuse into a convolution as its residual); else one Nary kernel."""
+    inputs = [name for name in node.inputs if name]
+    if not inputs:
+        raise refuse(node, "no operands")
+    if len(inputs) == 1:
+        view(rw, node, inputs[0], rw.values[node.outputs[0]].shape, node.outputs[0])
+    elif len(inputs) == 2 and node.op != "Mean":
+        rw.add({"Sum": "Add"}.get(node.op, node.op), node.name, inputs, node.outputs)
+    else:
+        rw.add("Nary", node.name, inputs, node.outputs, fn=_VARIADIC[node.op])
+
+
+def canonical_pow(rw: Rewriter, node: Node) -> None:
+    """A constant exponent, one value for every element: a Unary pow (multiplications or sqrt for small
+    integers and halves, fusable); otherwise a Nary pow with the exponent read per element."""
+    x, y = node.inputs[:2]
+    if rw.values[x].dtype != "float32":
+        raise refuse(node, f"only a float32 base is supported, not {rw.values[x].dtype}")
+    exponent = rw.constants.get(y)
+    same = rw.values[x].shape == rw.values[node.outputs[0]].shape
+    if exponent is not None and exponent.size and same and np.all(exponent == exponent.reshape(-1)[0]):
+        value = float(np.float32(exponent.reshape(-1)[0]))
+        rw.add("Unary", node.name, [x], node.outputs, fn="pow", params=(value,))
+    else:
+        rw.add("Nary", node.name, [x, y], node.outputs, fn="pow")
+
+
+def canonical_prelu(rw: Rewriter, node: Node) -> None:
+    """One slope for every element: a LeakyRelu (fusable); otherwise a Nary prelu with the slope
+    broadcast to x (ONNX's unidirectional broadcasting is numpy's with the output shaped as x)."""
+    x, slope = node.inputs[:2]
+    values = rw.constants.get(slope)
+    same = rw.values[x].shape == rw.values[node.outputs[0]].shape
+    if values is not None and values.size and same and np.all(values == values.reshape(-1)[0]):
+        rw.add("Unary", node.name, [x], node.outputs, fn="leaky_relu", params=(float(values.reshape(-1)[0]),))
+    else:
+        rw.add("Nary", node.name, [x, slope], node.outputs, fn="prelu")
+
+
+def canonical_mod(rw: Rewriter, node: Node) -> None:
+    """fmod=1: C's fmod (the sign of x); fmod=0: Python's % (the sign of y), as numpy's mod for floats."""
+    rw.add("Nary", node.name, node.inputs[:2], node.outputs, fn="fmod" if node.attrs.get("fmod", 0) else "mod")
+
+
 def canonical_clip(rw: Rewriter, node: Node) -> None:
+    """Constant bounds: a Unary clip (fusable, and an integer clamp when quantized); a bound computed at
+    run time: a Nary clip of x and both bounds (an absent one as -+FLT_MAX, ONNX's default, so an infinite
+    x is clipped as onnxruntime clips it)."""
+    bounds = [node.inputs[i] if len(node.inputs) > i else "" for i in (1, 2)]
+    if any(name and name not in rw.constants for name in bounds):
+        top = np.finfo(np.float32).max
+        names = [name or rw.constant(f"{node.name}_{key}", np.array(limit, np.float32))
+                 for name, key, limit in zip(bounds, ("min", "max"), (-top, top))]
+        rw.add("Nary", node.name, [node.inputs[0], *names], node.outputs, fn="clip")
+        return
     lo, hi = node.attrs.get("min", -np.inf), node.attrs.get("max", np.inf)
     lo_c, hi_c = const_input(rw, node, 1, "min"), const_input(rw, node, 2, "max")
     lo = float(lo_c) if lo_c is not None else float(lo)
@@ -170,6 +281,14 @@ def canonical_quantize(rw: Rewriter, node: Node) -> None:
 
 
 _QUANT_FORMS = {"Add": (QuantForm.BINARY, True), "Mul": (QuantForm.BINARY, False)}
+define("Nary", lower=nary, layout=Layout.FOLLOW, fusion=Fusion.ANCHOR, dtypes=FLOAT | {"int32", "int64"},
+       check=broadcast_shape)
+for _op in ("Sum", "Mean"):
+    define(_op, canonical=canonical_variadic, check=broadcast_shape)
+define("Pow", canonical=canonical_pow, dtypes=FLOAT | {"int32", "int64"}, check=broadcast_shape)
+define("PRelu", canonical=canonical_prelu, check=broadcast_shape)
+define("Mod", canonical=canonical_mod, check=broadcast_shape)
+
 for _op in _BINARY:
     _form, _acts = _QUANT_FORMS.get(_op, (QuantForm.NONE, False))
     define(_op, canonical=canonical_binary, lower=binary, layout=Layout.FOLLOW, fusion=Fusion.ANCHOR,
@@ -184,6 +303,20 @@ _UNARY = {
     "Reciprocal": unary_rule("reciprocal"),
     "HardSigmoid": unary_rule("hard_sigmoid", ("alpha", 0.2), ("beta", 0.5)), "HardSwish": unary_rule("hard_swish"),
     "Clip": canonical_clip, "Gelu": canonical_gelu,
+    # math functions (aot/kernel/math.py), attribute defaults as in the ONNX spec
+    "Floor": unary_rule("floor"), "Ceil": unary_rule("ceil"), "Round": unary_rule("round"),
+    "Sign": unary_rule("sign"), "Sqrt": unary_rule("sqrt"),
+    "Sin": unary_rule("sin"), "Cos": unary_rule("cos"), "Tan": unary_rule("tan"),
+    "Asin": unary_rule("asin"), "Acos": unary_rule("acos"), "Atan": unary_rule("atan"),
+    "Sinh": unary_rule("sinh"), "Cosh": unary_rule("cosh"),
+    "Asinh": unary_rule("asinh"), "Acosh": unary_rule("acosh"), "Atanh": unary_rule("atanh"),
+    "Softplus": unary_rule("softplus"), "Softsign": unary_rule("softsign"), "Mish": unary_rule("mish"),
+    "Swish": unary_rule("swish", ("alpha", 1.0)),
+    "Elu": unary_rule("elu", ("alpha", 1.0)),
+    "Selu": unary_rule("selu", ("alpha", 1.67326319217681884765625), ("gamma", 1.05070102214813232421875)),
+    "Celu": unary_rule("celu", ("alpha", 1.0)),
+    "ThresholdedRelu": unary_rule("thresholded_relu", ("alpha", 1.0)),
+    "Shrink": unary_rule("shrink", ("bias", 0.0), ("lambd", 0.5)),
 }
 def _clip_bounds(graph: Graph, node: Node) -> tuple[float, float] | None:
     """Clip's [min, max], None when a bound is computed at run time."""

@@ -12,7 +12,7 @@ from aot.ops.conv import channel_blocks
 from aot.ops.elementwise import broadcast_strides
 from aot.ops.epilogue import apply
 from aot.ops.registry import Fusion, QuantForm, define
-from aot.ops.rewrite import refuse, view
+from aot.ops.rewrite import view
 
 
 def _macs(graph: Graph, node: Node) -> int:
@@ -60,9 +60,30 @@ def matmul(ctx: LowerContext, node: Node, name: str) -> Kernel:
     return Kernel(name, params, b.block())
 
 
+def _lift_vectors(rw: Rewriter, node: Node) -> None:
+    """numpy's rule for 1-D operands: a (K,) is a (1, K) row, b (K,) a (K, 1) column, and the product
+    drops the axis added. The 2-D (or batched) product is canonicalized, then viewed back."""
+    a, b = node.inputs
+    out = node.outputs[0]
+    ashape, bshape = rw.values[a].shape, rw.values[b].shape
+    if len(ashape) == 1:
+        a = view(rw, node, a, (1,) + ashape)
+    if len(bshape) == 1:
+        b = (rw.constant(b + "_col", rw.constants[b].reshape(-1, 1)) if b in rw.constants
+             else view(rw, node, b, bshape + (1,)))
+    full = np.broadcast_shapes(rw.values[a].shape[:-2], rw.values[b].shape[:-2])
+    full += (rw.values[a].shape[-2], rw.values[b].shape[-1])
+    product = rw.like(out + "_2d", out, full)
+    canonical_matmul(rw, node.with_(inputs=(a, b), outputs=(product,)))
+    view(rw, node, product, rw.values[out].shape, out)
+
+
 def canonical_matmul(rw: Rewriter, node: Node) -> None:
     a, b = node.inputs
     out = node.outputs[0]
+    if len(rw.values[a].shape) == 1 or len(rw.values[b].shape) == 1:
+        _lift_vectors(rw, node)
+        return
     ashape, bshape, oshape = rw.values[a].shape, rw.values[b].shape, rw.values[out].shape
     if b in rw.constants and len(bshape) == 2:
         k, n = bshape
@@ -73,8 +94,6 @@ def canonical_matmul(rw: Rewriter, node: Node) -> None:
         if out2 != out:
             view(rw, node, out2, oshape, out)
         return
-    if len(ashape) < 2 or len(bshape) < 2:
-        raise refuse(node, "1-D operands of a MatMul of two computed tensors are not supported")
     rw.keep(node.with_(attrs={}))
 
 

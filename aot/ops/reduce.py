@@ -1,18 +1,53 @@
-"""Reduce (sum, mean, max, min) over any axes, keeping dims; vectorized along the last axis when it is
-not reduced. (Reductions over H and W of a 4-D tensor become global pooling instead.)"""
+"""Reduce over any axes, keeping dims; vectorized along the last axis when it is not reduced.
+(Mean and max over H and W of a 4-D tensor become global pooling instead.)
+
+Each fn is init, a transform of each element, a combining op and a transform of the result (ReduceL2
+is sqrt of the sum of squares, as onnxruntime computes it); log_sum_exp takes two passes, the max
+first, so that exp never overflows: log(sum exp(x - max)) + max (an infinite max shifts by 0)."""
 
 from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
 
 import numpy as np
 
 from aot.graph.ir import Node, Rewriter
-from aot.kernel.ir import Builder, Expr, Kernel, const, maximum, minimum
+from aot.kernel import math as kmath
+from aot.kernel.ir import Builder, Expr, Kernel, binop, const, maximum, minimum, select
 from aot.ops import LowerContext
 from aot.ops.movement import _strides
-from aot.ops.registry import AxisAttr, Layout, define
-from aot.ops.rewrite import const_input, view
+from aot.ops.registry import FLOAT, AxisAttr, Layout, define
+from aot.ops.rewrite import const_input, refuse, view
 
-_INIT = {"sum": 0.0, "mean": 0.0, "max": -3.4028234663852886e38, "min": 3.4028234663852886e38}
+
+def _same(x: Expr) -> Expr:
+    return x
+
+
+def _add(acc: Expr, x: Expr) -> Expr:
+    return acc + x
+
+
+def _mul(acc: Expr, x: Expr) -> Expr:
+    return acc * x
+
+
+def _square(x: Expr) -> Expr:
+    return x * x
+
+
+# fn -> (init, per element, combine, result); mean divides by the count in `reduce`.
+_FNS: dict[str, tuple[float, Callable[[Expr], Expr], Callable[[Expr, Expr], Expr], Callable[[Expr], Expr]]] = {
+    "sum": (0.0, _same, _add, _same), "mean": (0.0, _same, _add, _same),
+    "max": (-np.inf, _same, maximum, _same), "min": (np.inf, _same, minimum, _same),
+    "prod": (1.0, _same, _mul, _same),
+    "l1": (0.0, kmath.fabs, _add, _same), "l2": (0.0, _square, _add, kmath.sqrt),
+    "sum_square": (0.0, _square, _add, _same), "log_sum": (0.0, _same, _add, kmath.log),
+}
+_OPS = {"ReduceMean": "mean", "ReduceMax": "max", "ReduceMin": "min", "ReduceSum": "sum", "ReduceProd": "prod",
+        "ReduceL1": "l1", "ReduceL2": "l2", "ReduceSumSquare": "sum_square", "ReduceLogSum": "log_sum",
+        "ReduceLogSumExp": "log_sum_exp"}
 
 
 def reduce(ctx: LowerContext, node: Node, name: str) -> Kernel:
@@ -28,20 +63,30 @@ def reduce(ctx: LowerContext, node: Node, name: str) -> Kernel:
     vector_axis = kept[-1] if kept and kept[-1] == len(shape) - 1 else None
     b = Builder()
 
-    def combine(acc: Expr, v: Expr) -> Expr:
-        return {"max": maximum, "min": minimum}[fn](acc, v) if fn in ("max", "min") else acc + v
-
-    def reduce_at(src: Expr, dst: Expr, width: int) -> None:
-        acc = b.local("acc", const(_INIT[fn], "f32", width))
+    def accumulate(src: Expr, width: int, init: float, each, combine) -> Expr:
+        acc = b.local("acc", const(init, "f32", width))
 
         def walk(depth: int, off: Expr) -> None:
             if depth == len(reduced):
-                b.assign(acc, combine(acc, ins[0].vec(off, width) if width > 1 else ins[0][off]))
+                b.assign(acc, combine(acc, each(ins[0].vec(off, width) if width > 1 else ins[0][off])))
                 return
             with b.loop("r", 0, shape[reduced[depth]]) as r:
                 walk(depth + 1, off + r * in_strides[reduced[depth]])
         walk(0, src)
-        b.store(outs[0], dst, acc * (1.0 / count) if fn == "mean" else acc)
+        return acc
+
+    def reduce_at(src: Expr, dst: Expr, width: int) -> None:
+        if fn == "log_sum_exp":
+            top = accumulate(src, width, -np.inf, _same, maximum)
+            shift = b.let("shift", select(binop("eq", kmath.fabs(top), np.inf), 0.0, top))
+            total = accumulate(src, width, 0.0, lambda v: kmath.exp(v - shift), _add)
+            result = kmath.log(total) + shift
+        else:
+            init, each, combine, finish = _FNS[fn]
+            result = finish(accumulate(src, width, init, each, combine))
+            if fn == "mean":
+                result = result * (1.0 / count) if count else result * np.nan
+        b.store(outs[0], dst, result)
 
     outer = [a for a in kept if a != vector_axis]
 
@@ -66,20 +111,45 @@ def reduce(ctx: LowerContext, node: Node, name: str) -> Kernel:
     return Kernel(name, params, b.block())
 
 
+def _axes_from_shapes(node: Node, shape: tuple[int, ...], out: tuple[int, ...], keepdims: bool) -> tuple[int, ...]:
+    """The axes of a reduction whose axes are computed at run time, from the static shapes: the ones that
+    shrink (with keepdims; reducing an axis of size 1 or not gives the same values), or, without keepdims,
+    the axes longer than 1 that every way of dropping len(shape) - len(out) axes agrees to drop."""
+    if keepdims:
+        if len(out) != len(shape):
+            raise refuse(node, f"output shape {list(out)} does not keep the dims of {list(shape)}")
+        return tuple(a for a, (d, o) in enumerate(zip(shape, out)) if d != o)
+    drops = {tuple(a for a in axes if shape[a] != 1)
+             for axes in itertools.combinations(range(len(shape)), len(shape) - len(out))
+             if tuple(d for a, d in enumerate(shape) if a not in axes) == tuple(out)}
+    if len(drops) != 1:
+        raise refuse(node, "the axes are computed at run time and the shapes do not decide them; "
+                     "make them a constant (or --freeze the input)")
+    return drops.pop()
+
+
 def canonical_reduce(rw: Rewriter, node: Node) -> None:
     x, out = node.inputs[0], node.outputs[0]
     shape = rw.values[x].shape
-    axes_input = const_input(rw, node, 1, "axes")
-    axes = axes_input if axes_input is not None else node.attrs.get("axes")
+    fn = _OPS[node.op]
+    if rw.values[x].dtype != "float32":
+        raise refuse(node, f"only float32 data is supported, not {rw.values[x].dtype}")
+    keepdims = bool(node.attrs.get("keepdims", 1))
+    if len(node.inputs) > 1 and node.inputs[1] and node.inputs[1] not in rw.constants:
+        axes = _axes_from_shapes(node, shape, rw.values[out].shape, keepdims)
+        if not axes:            # nothing reduced, or only axes of size 1: each element on its own
+            _each_element(rw, node, fn)
+            return
+    else:
+        axes_input = const_input(rw, node, 1, "axes")
+        axes = axes_input if axes_input is not None else node.attrs.get("axes")
     if axes is None or len(axes) == 0:
         if node.attrs.get("noop_with_empty_axes", 0):
-            view(rw, node, x, shape, out)
+            _each_element(rw, node, fn)
             return
         axes = range(len(shape))
     axes = tuple(sorted({int(a) % len(shape) for a in axes}))
-    fn = node.op[len("Reduce"):].lower()
     kept = tuple(1 if i in axes else d for i, d in enumerate(shape))
-    keepdims = bool(node.attrs.get("keepdims", 1))
     target = out if keepdims else rw.value(out + "_keepdims", kept)
     if len(shape) == 4 and axes == (2, 3) and fn in ("mean", "max"):      # global pooling
         rw.add("GlobalAveragePool" if fn == "mean" else "GlobalMaxPool", node.name, [x], [target])
@@ -89,6 +159,21 @@ def canonical_reduce(rw: Rewriter, node: Node) -> None:
         view(rw, node, target, rw.values[out].shape, out)
 
 
+def _each_element(rw: Rewriter, node: Node, fn: str) -> None:
+    """A reduction over no axis (noop_with_empty_axes): the input itself where fn transforms nothing
+    (sum, mean, max, min, prod), else fn per element (ReduceL1 gives |x|, ReduceSumSquare x*x, as the
+    ONNX reference computes)."""
+    x, out = node.inputs[0], node.outputs[0]
+    shape = rw.values[x].shape
+    if fn in _FNS and _FNS[fn][1] is _same and _FNS[fn][3] is _same:
+        view(rw, node, x, rw.values[out].shape, out)
+        return
+    target = out if rw.values[out].shape == shape else rw.like(out + "_each", x)
+    rw.add("Reduce", node.name, [x], [target], fn=fn, axes=())
+    if target != out:
+        view(rw, node, target, rw.values[out].shape, out)
+
+
 define("Reduce", lower=reduce, layout=Layout.FOLLOW, axis_attrs={"axes": AxisAttr.AXES})
-for _op in ("ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum"):
-    define(_op, canonical=canonical_reduce)
+for _op in _OPS:      # float32 data; int64 for axes computed at run time
+    define(_op, canonical=canonical_reduce, dtypes=FLOAT | {"int64"})
