@@ -131,6 +131,8 @@ def canonical_pool(rw: Rewriter, node: Node) -> None:
         view(rw, node, out2, rw.values[node.outputs[0]].shape, node.outputs[0])
     elif len(kernel) == 2:
         rw.add(node.op, node.name, [node.inputs[0]], node.outputs[:1], **attrs)
+    elif len(kernel) == 3 and "quant" not in node.attrs:
+        rw.add("VolumePool", node.name, [node.inputs[0]], node.outputs[:1], kind=node.op, **attrs)
     else:
         raise refuse(node, f"{len(kernel)}-D pooling is not supported")
 
