@@ -89,6 +89,8 @@ class OpDef:
     clamp: Callable[[Graph, Node], tuple[float, float] | None] | None = None   # a clamp to [lo, hi] (Relu, Clip)
     expand_qdq: Rule | None = None         # a QOperator op: rewrite as Dequantize -> op -> Quantize
     domain: str = ""                       # "" for the ONNX default domain
+    shape_only: bool = False               # reads only its input's (static) shape: always folds (Shape, Size)
+    random: bool = False                   # its result is not a function of its inputs: never folded
     check: Callable[[Graph, Node], str | None] | None = None   # shape rule for Graph.verify: a problem or None
 
     def facts(self) -> dict[str, Any]:

@@ -11,10 +11,7 @@ from onnx import numpy_helper
 
 from aot.graph.evaluate import evaluate
 from aot.graph.ir import Graph, Node, Rewriter
-
-# Ops whose result is not a function of their inputs, or that only look at shapes.
-_NEVER = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
-_SHAPE_ONLY = {"Shape", "Size"}
+from aot.ops.registry import op_def
 
 
 def fold_constants(graph: Graph) -> Graph:
@@ -34,9 +31,12 @@ def fold_constants(graph: Graph) -> Graph:
 
 
 def _foldable(node: Node, rw: Rewriter) -> bool:
-    if node.op in _NEVER or node.attrs.get("domain"):
+    """Computable now: every input a constant, or an op that reads only its input's static shape; never
+    an op whose result is random (the registry's `random` and `shape_only` facts)."""
+    definition = op_def(node.op)
+    if definition.random or node.attrs.get("domain"):
         return False
-    if node.op in _SHAPE_ONLY:
+    if definition.shape_only:
         return True
     return all(name in rw.constants for name in node.inputs if name)
 
