@@ -159,30 +159,42 @@ def test_dot_product_kernels_on_aarch64_dotprod(fmt, tmp_path):
         assert_within_one_step(quantized(zoo.ZOO[name](), tmp_path, fmt, True), target="aarch64-dotprod")
 
 
-def _qdq_around(op: str, shape: tuple[int, ...], **attrs) -> onnx.ModelProto:
+def _qdq_around(op: str, shape: tuple[int, ...], out_shape: tuple[int, ...] | None = None,
+                operands: dict[str, np.ndarray] | None = None, **attrs) -> onnx.ModelProto:
     """x (float) -> QuantizeLinear -> DequantizeLinear -> op -> QuantizeLinear -> DequantizeLinear -> y:
     the op has no integer kernel, so it runs in float between the Dequantize and Quantize kernels."""
     from onnx import TensorProto, helper
 
     nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
              helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xf"]),
-             helper.make_node(op, ["xf"], ["yf"], name="middle", **attrs),
+             helper.make_node(op, ["xf", *(operands or {})], ["yf"], name="middle", **attrs),
              helper.make_node("QuantizeLinear", ["yf", "ys", "z"], ["yq"]),
              helper.make_node("DequantizeLinear", ["yq", "ys", "z"], ["y"])]
     inits = [helper.make_tensor("s", TensorProto.FLOAT, [], [0.05]),
              helper.make_tensor("ys", TensorProto.FLOAT, [], [0.01]),
              helper.make_tensor("z", TensorProto.INT8, [], [0])]
+    inits += [onnx.numpy_helper.from_array(value, name) for name, value in (operands or {}).items()]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))], inits)
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(out_shape or shape))],
+                              inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
-@pytest.mark.parametrize("op, attrs", [("Sigmoid", {}), ("Softmax", {"axis": -1}), ("Tanh", {})])
-def test_ops_without_an_integer_kernel_run_in_float_between_quantize_kernels(op, attrs, tmp_path):
+NO_INTEGER_KERNEL = {
+    "Sigmoid": ("Unary", {}), "Softmax": ("Softmax", {"axis": -1}),
+    "LayerNormalization": ("Normalize", {"operands": {"scale": np.linspace(0.5, 1.5, 8, dtype=np.float32)}}),
+    "Resize": ("Resize", {"out_shape": (1, 4, 12, 16), "mode": "nearest",
+                          "operands": {"roi": np.zeros(0, np.float32),
+                                       "scales": np.array([1, 1, 2, 2], np.float32)}}),
+}
+
+
+@pytest.mark.parametrize("op", sorted(NO_INTEGER_KERNEL))
+def test_ops_without_an_integer_kernel_run_in_float_between_quantize_kernels(op, tmp_path):
+    kernel_op, attrs = NO_INTEGER_KERNEL[op]
     model = _qdq_around(op, (1, 4, 6, 8), **attrs)
     result = aot.check(model)
     comparison = result.comparisons[0]
     assert comparison.max_abs <= comparison.step * 1.001, comparison
     report = aot.build(model, out_dir=tmp_path / "b").report
-    kernel_op = "Softmax" if op == "Softmax" else "Unary"       # activations become Unary nodes
     assert f"in float between Dequantize and Quantize: {kernel_op} middle" in report, report
