@@ -60,3 +60,26 @@ def test_inverse_of_a_one_sided_spectrum_is_numpy_irfft():
     got = aot.run(model, {"x": spectrum})["y"]
     want = np.fft.irfft(spectrum[..., 0] + 1j * spectrum[..., 1], n=16, axis=1)[..., None]
     np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def _stft(length: int, components: int, step: int, frame: int, onesided: int, window: bool):
+    frames = (length - frame) // step + 1
+    bins = frame // 2 + 1 if onesided else frame
+    inits = [helper.make_tensor("step", TensorProto.INT64, [], [step]),
+             helper.make_tensor("frame", TensorProto.INT64, [], [frame])]
+    if window:
+        inits.append(helper.make_tensor("window", TensorProto.FLOAT, [frame], np.hanning(frame).astype(np.float32)))
+    node = helper.make_node("STFT", ["x", "step", "window" if window else "", "frame"], ["y"], name="stft",
+                            onesided=onesided)
+    graph = helper.make_graph([node], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, length, components])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, frames, bins, 2])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("components, onesided", [(1, 1), (1, 0), (2, 0)])
+@pytest.mark.parametrize("window", [True, False])
+def test_stft(components, onesided, window):
+    x = np.random.default_rng(5).standard_normal((2, 40, components)).astype(np.float32)
+    result = aot.check(_stft(40, components, 6, 16, onesided, window), inputs={"x": x})
+    assert result.ok, result.comparisons

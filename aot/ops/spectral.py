@@ -1,4 +1,4 @@
-"""DFT as a matrix product: the transform of a fixed length is a constant matrix, so a DFT becomes a
+"""DFT and STFT as matrix products: the transform of a fixed length is a constant matrix, so a DFT becomes a
 Gemm (with the register-blocked micro-kernel) between transposes that bring the signal axis last.
 
 A row of the Gemm's input holds one signal with its real/imaginary parts interleaved (n * c + j for c
@@ -14,6 +14,9 @@ from __future__ import annotations
 import numpy as np
 
 from aot.graph.ir import Node, Rewriter
+from aot.kernel.ir import Builder, Kernel
+from aot.ops import LowerContext
+from aot.ops.movement import copy_loops
 from aot.ops.registry import FLOAT, define
 from aot.ops.rewrite import const_input, refuse, view
 
@@ -91,4 +94,47 @@ def canonical_dft(rw: Rewriter, node: Node) -> None:
     rw.add("Transpose", node.name + "_from_rows", [spectra], [out], perm=tuple(int(i) for i in np.argsort(perm)))
 
 
+def canonical_stft(rw: Rewriter, node: Node) -> None:
+    """STFT: the frames of each signal copied into rows (they overlap, so this is a copy, not a view),
+    times one constant matrix: the window folded into the DFT of the frame length."""
+    x, out = node.inputs[0], node.outputs[0]
+    batch, length, components = rw.values[x].shape
+    step = const_input(rw, node, 1, "frame_step")
+    window = const_input(rw, node, 2, "the window")
+    frame_length = const_input(rw, node, 3, "frame_length")
+    if step is None:
+        raise refuse(node, "frame_step is required")
+    frame = int(frame_length) if frame_length is not None else (window.shape[0] if window is not None else None)
+    if frame is None:
+        raise refuse(node, "neither a window nor frame_length gives the frame length")
+    onesided = bool(node.attrs.get("onesided", 1))
+    if onesided and components == 2:
+        raise refuse(node, "a onesided transform of a complex input is not defined")
+    step = int(step)
+    frames = (length - frame) // step + 1
+    matrix = dft_matrix(frame, components, frame, onesided, inverse=False)
+    if window is not None:
+        matrix = matrix * np.repeat(window.astype(np.float32), components)[:, None]
+    rows = rw.value(node.name + "_frames", (batch * frames, frame * components))
+    rw.add("Frames", node.name + "_frames", [x], [rows], step=step, frame=frame)
+    product = rw.value(node.name + "_product", (batch * frames, matrix.shape[1]))
+    rw.add("Gemm", node.name, [rows, rw.constant(node.name + "_dft", matrix), ""], [product])
+    view(rw, node, product, rw.values[out].shape, out)
+
+
+def frames(ctx: LowerContext, node: Node, name: str) -> Kernel:
+    """rows[b * frames + f] = signal[b, f * step : f * step + frame] (all components)."""
+    ins, outs, params = ctx.io(node)
+    batch, length, components = ctx.graph.shape(node.inputs[0])
+    step, frame = node.attrs["step"], node.attrs["frame"]
+    count = ctx.graph.shape(node.outputs[0])[0] // batch
+    b = Builder()
+    copy_loops(b, ctx.target.lanes, [batch, count, frame * components], ins[0],
+               [length * components, step * components, 1], 0, outs[0],
+               [count * frame * components, frame * components, 1], 0)
+    return Kernel(name, params, b.block())
+
+
 define("DFT", canonical=canonical_dft, dtypes=FLOAT | {"int64", "int32"})
+define("STFT", canonical=canonical_stft, dtypes=FLOAT | {"int64", "int32"})
+define("Frames", lower=frames)
