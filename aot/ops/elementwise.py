@@ -15,10 +15,13 @@ from aot.kernel.ir import Broadcast, Buffer, Builder, Expr, Kernel, binop
 from aot.ops import LowerContext
 from aot.ops.epilogue import apply
 from aot.ops.quantized import dequantize, quantize
-from aot.ops.registry import Fusion, Layout, QuantForm, broadcast_shape, define, same_shape
+from aot.ops.registry import FLOAT, Fusion, Layout, QuantForm, broadcast_shape, define, same_shape
 from aot.ops.rewrite import const_input, quant_attrs, refuse, unary_rule
 
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min"}
+# Integer operands compute in their own type: wrapping add/sub/mul, Div truncating toward zero (x / 0
+# gives 0, see aot/kernel/ir.py), Neg/Abs wrapping at the minimum.
+FLOAT_OR_INT = frozenset({"float32", "int8", "uint8", "int32", "int64"})
 
 
 def broadcast_strides(shape: tuple[int, ...], out: tuple[int, ...]) -> list[int]:
@@ -174,7 +177,7 @@ for _op in _BINARY:
     _form, _acts = _QUANT_FORMS.get(_op, (QuantForm.NONE, False))
     define(_op, canonical=canonical_binary, lower=binary, layout=Layout.FOLLOW, fusion=Fusion.ANCHOR,
            matrix_epilogue={"Add": "add", "Mul": "mul"}.get(_op, ""), quant=_form, quant_acts=_acts,
-           check=broadcast_shape)
+           dtypes=FLOAT_OR_INT, check=broadcast_shape)
 
 define("Unary", lower=unary, layout=Layout.FOLLOW, fusion=Fusion.ACTIVATION, check=same_shape)
 _UNARY = {
@@ -198,7 +201,8 @@ def _clip_bounds(graph: Graph, node: Node) -> tuple[float, float] | None:
 
 _CLAMPS = {"Relu": lambda graph, node: (0.0, np.inf), "Clip": _clip_bounds}
 for _op, _rule in _UNARY.items():
-    define(_op, canonical=_rule, clamp=_CLAMPS.get(_op), check=same_shape)
+    define(_op, canonical=_rule, clamp=_CLAMPS.get(_op), check=same_shape,
+           dtypes=FLOAT_OR_INT if _op in ("Neg", "Abs", "Relu") else FLOAT)
 
 define("QuantizeLinear", canonical=canonical_quantize)
 define("DequantizeLinear", canonical=canonical_quantize, dtypes=frozenset({"int8", "uint8", "int32"}))
