@@ -60,14 +60,16 @@ def check(model: str | os.PathLike | onnx.ModelProto | Artifact, inputs: dict[st
 
 
 def quantization_steps(program) -> dict[str, float]:
-    """For outputs made by quantized arithmetic: the size of one step (1 for integer outputs)."""
+    """For outputs made by quantized arithmetic: the size of one step (1 for integer outputs). Other
+    outputs (float, and integer or bool ones such as indices and masks) get no such allowance."""
     producers = program.graph.producers()
     steps = {}
     for out in program.graph.outputs:
         node = producers.get(out)
         while node is not None and wrapper.moves_values(node):
             node = producers.get(node.inputs[0])
-        if program.graph.values[out].dtype != "float32":
+        quantized = node is not None and ("quant" in node.attrs or node.op == "Quantize")
+        if program.graph.values[out].dtype != "float32" and quantized:
             steps[out] = 1.0
         elif node is not None and node.op == "Dequantize":
             steps[out] = node.attrs["scale"]

@@ -93,7 +93,9 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="build, run through the C entry point, compare with onnxruntime")
     _common(p)
-    p.add_argument("--inputs", help=".npz file with one array per model input (default: random, seed 0)")
+    p.add_argument("--inputs", help=".npz file with one array per model input (default: random, seed 0: "
+                   "standard-normal floats, integers in [0, 4), random bools; pass real indices, ids and "
+                   "masks here)")
     p.add_argument("--outputs", help="write the compiled model's outputs to this .npz file")
     p.add_argument("-o", "--output", help="keep the build in this directory")
     p.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")

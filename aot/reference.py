@@ -26,9 +26,24 @@ def input_specs(proto: onnx.ModelProto) -> list[tuple[str, tuple[int, ...], str]
     return specs
 
 
+# Random int32/int64 inputs are drawn from [0, INDEX_RANGE): small non-negative values, valid indices
+# for any axis that long. Inputs that hold real indices, token ids or masks are best given (--inputs).
+INDEX_RANGE = 4
+
+
 def random_inputs(proto: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
+    """Standard-normal floats (and int8/uint8, as quantized models take them), small non-negative
+    integers for int32/int64 (which usually hold indices or ids), and 0/1 at random for bools."""
     rng = np.random.default_rng(seed)
-    return {name: rng.standard_normal(shape).astype(dtype) for name, shape, dtype in input_specs(proto)}
+    feeds = {}
+    for name, shape, dtype in input_specs(proto):
+        if dtype in ("int32", "int64"):
+            feeds[name] = rng.integers(0, INDEX_RANGE, shape).astype(dtype)
+        elif dtype == "bool":
+            feeds[name] = rng.random(shape) < 0.5
+        else:
+            feeds[name] = rng.standard_normal(shape).astype(dtype)
+    return feeds
 
 
 def validate_inputs(proto: onnx.ModelProto, inputs: dict[str, np.ndarray], label: str) -> dict[str, np.ndarray]:

@@ -536,11 +536,10 @@ def test_chain(case):
 # --------------------------------------------------------------------------- unsupported ops
 
 
-def _topk_model():
-    # only the float values output of TopK is a graph output; the int64 indices are unused
-    n = node("TopK", ["x", "k"], ["y", "idx"], name="my_topk_node", axis=-1)
-    model = make_model([n], {"x": (2, 10)}, {"y": (2, 3)}, {"k": i64([3])})
-    return model, "my_topk_node", "TopK"
+def _einsum_model():
+    n = node("Einsum", ["x"], ["y"], name="my_einsum_node", equation="bij->bji")
+    model = make_model([n], {"x": (2, 3, 3)}, {"y": (2, 3, 3)})
+    return model, "my_einsum_node", "Einsum"
 
 
 def _nms_model():
@@ -557,7 +556,7 @@ def _nms_model():
     return model, "my_nms_node", "NonMaxSuppression"
 
 
-@pytest.mark.parametrize("build", [_topk_model, _nms_model], ids=["TopK", "NonMaxSuppression"])
+@pytest.mark.parametrize("build", [_einsum_model, _nms_model], ids=["Einsum", "NonMaxSuppression"])
 def test_unsupported_op(build):
     import aot
 

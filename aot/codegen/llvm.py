@@ -18,8 +18,9 @@ _SCALARS = {"f32": _F32, "i32": _I32, "i64": ir.IntType(64), "i16": ir.IntType(1
             "u8": ir.IntType(8),
             "i1": ir.IntType(1)}
 _FLOAT_OPS = {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv"}
-_INT_OPS = {"add": "add", "sub": "sub", "mul": "mul", "div": "sdiv", "and": "and_", "or": "or_",
-            "xor": "xor", "shl": "shl", "shr": "ashr"}
+_INT_OPS = {"add": "add", "sub": "sub", "mul": "mul", "and": "and_", "or": "or_", "xor": "xor", "shl": "shl",
+            "shr": "ashr"}
+_UNSIGNED = {"u8"}     # uint8 and bool: compared, ordered and divided as unsigned
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
 
@@ -37,6 +38,11 @@ def target_machine(target: Target) -> llvm.TargetMachine:
     _init_llvm()
     return llvm.Target.from_triple(target.triple).create_target_machine(
         cpu=target.cpu, features=target.features, opt=3, reloc=target.reloc, codemodel="default")
+
+
+def _splat_value(ty: ir.Type, value: int):
+    """A constant's payload for a scalar or vector integer type."""
+    return [value] * ty.count if isinstance(ty, ir.VectorType) else value
 
 
 class ModuleBuilder:
@@ -275,32 +281,72 @@ class _FunctionEmitter:
     def binary(self, op: str, dtype: str, a: ir.Value, b: ir.Value) -> ir.Value:
         bld = self.b
         is_float = dtype == "f32"
+        unsigned = dtype in _UNSIGNED
+
+        def compare(cmp: str, x: ir.Value, y: ir.Value) -> ir.Value:
+            if is_float:
+                return bld.fcmp_ordered(cmp, x, y)
+            return bld.icmp_unsigned(cmp, x, y) if unsigned else bld.icmp_signed(cmp, x, y)
+
         if op in _CMP:
-            return bld.fcmp_ordered(_CMP[op], a, b) if is_float else bld.icmp_signed(_CMP[op], a, b)
+            return compare(_CMP[op], a, b)
         if op in ("min", "max"):
-            cmp = "<" if op == "min" else ">"
-            cond = bld.fcmp_ordered(cmp, a, b) if is_float else bld.icmp_signed(cmp, a, b)
-            return bld.select(cond, a, b)
+            return bld.select(compare("<" if op == "min" else ">", a, b), a, b)
         if is_float:
             return getattr(bld, _FLOAT_OPS[op])(a, b)
+        if op in ("div", "rem"):
+            return self.integer_division(op, unsigned, a, b)
         return getattr(bld, _INT_OPS[op])(a, b)
 
+    def integer_division(self, op: str, unsigned: bool, a: ir.Value, b: ir.Value) -> ir.Value:
+        """Quotient (truncated toward zero) or remainder (the dividend's sign) that never traps: LLVM's
+        division is undefined, and x86 faults, for a zero divisor and for MIN / -1. Here x / 0 = 0,
+        x rem 0 = x, MIN / -1 = MIN (wrapping) and MIN rem -1 = 0. LLVM folds the guards away when
+        the divisor is a constant (all index arithmetic)."""
+        bld = self.b
+        zero, one = ir.Constant(b.type, _splat_value(b.type, 0)), ir.Constant(b.type, _splat_value(b.type, 1))
+        is_zero = bld.icmp_unsigned("==", b, zero)
+        if unsigned:
+            safe = bld.select(is_zero, one, b)
+            result = bld.udiv(a, safe) if op == "div" else bld.urem(a, safe)
+        else:
+            minus_one = ir.Constant(b.type, _splat_value(b.type, -1))
+            is_minus_one = bld.icmp_signed("==", b, minus_one)
+            safe = bld.select(bld.or_(is_zero, is_minus_one), one, b)
+            result = bld.sdiv(a, safe) if op == "div" else bld.srem(a, safe)
+            if op == "div":
+                result = bld.select(is_minus_one, bld.sub(zero, a), result)
+        return bld.select(is_zero, zero if op == "div" else a, result)
+
     def cast(self, e: k.Cast) -> ir.Value:
+        """Numeric conversions. Float to integer truncates toward zero; with `saturate` it clamps to the
+        integer's range and NaN gives 0 (plain fptosi makes those poison). Integer narrowing wraps; u8
+        (uint8, bool) and i1 widen with zeros."""
         value = self.expr(e.value)
         src, dst = e.value.dtype, e.dtype
         ty = self.mb.type_of(dst, e.lanes)
         if e.bitcast:
             return self.b.bitcast(value, ty)
         if src == "f32" and dst != "f32":
-            return self.b.fptosi(value, ty)
+            return self.float_to_int(value, dst, e.lanes) if e.saturate else self.b.fptosi(value, ty)
+        unsigned = src in _UNSIGNED or src == "i1"
         if dst == "f32":
-            return self.b.uitofp(value, ty) if src == "u8" else self.b.sitofp(value, ty)
+            return self.b.uitofp(value, ty) if unsigned else self.b.sitofp(value, ty)
         width_src, width_dst = self.mb.scalar(src).width, self.mb.scalar(dst).width
         if width_src == width_dst:
             return value
         if width_src > width_dst:
             return self.b.trunc(value, ty)
-        return self.b.zext(value, ty) if src == "u8" else self.b.sext(value, ty)
+        return self.b.zext(value, ty) if unsigned else self.b.sext(value, ty)
+
+    def float_to_int(self, value: ir.Value, dst: str, lanes: int) -> ir.Value:
+        """llvm.fpto[su]i.sat: truncation with saturation, NaN to 0 (no libm; a libgcc helper at most)."""
+        ty = self.mb.type_of(dst, lanes)
+        kind = "ui" if dst in _UNSIGNED else "si"
+        width = self.mb.scalar(dst).width
+        suffix = f"v{lanes}i{width}.v{lanes}f32" if lanes > 1 else f"i{width}.f32"
+        fn = self.mb.declare(f"llvm.fpto{kind}.sat.{suffix}", ir.FunctionType(ty, [value.type]))
+        return self.b.call(fn, [value])
 
     def reduce(self, e: k.Reduce) -> ir.Value:
         """Pairwise halving with shuffles: deterministic order, no reassociation flags needed."""

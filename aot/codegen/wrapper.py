@@ -61,7 +61,8 @@ class Tensor:
 
     @property
     def align(self) -> int:
-        return {"int8": 1, "uint8": 1}.get(self.dtype, 4)
+        """The element size: what kernels assume when they load the tensor."""
+        return {"int8": 1, "uint8": 1, "bool": 1, "int64": 8}.get(self.dtype, 4)
 
 
 def io_tensors(program: Program) -> tuple[list[Tensor], list[Tensor]]:

@@ -1,8 +1,10 @@
 """Kernel IR: a small loop language between graph ops and LLVM.
 
 Expressions are immutable trees (shared subtrees are emitted once per statement); statements are
-loops, stores and local variables. Element types: "f32", "i32", "i8", "u8", "idx" (pointer-sized
-integer for indexing), "i1" (comparisons). An expression with lanes > 1 is a vector. Arithmetic
+loops, stores and local variables. Element types: "f32", "i64", "i32", "i16", "i8", "u8" (uint8 and
+bool, compared and divided as unsigned), "idx" (pointer-sized integer for indexing), "i1" (comparisons).
+Integer "div" truncates toward zero and "rem" takes the dividend's sign; neither traps (a zero divisor
+gives 0 and the dividend: see codegen). An expression with lanes > 1 is a vector. Arithmetic
 operators build nodes and fold constants, so lowering code reads like the math it implements.
 """
 
@@ -58,7 +60,7 @@ class Load(Expr):
 
 @dataclass(frozen=True, eq=False)
 class Bin(Expr):
-    op: str            # add sub mul div min max | and or xor shl shr | lt le gt ge eq ne
+    op: str            # add sub mul div rem min max | and or xor shl shr | lt le gt ge eq ne
     a: Expr
     b: Expr
 
@@ -113,10 +115,14 @@ class Broadcast(Expr):
 
 @dataclass(frozen=True, eq=False)
 class Cast(Expr):
-    """Numeric conversion (int<->float rounds toward zero) or, with bitcast=True, reinterpretation."""
+    """Numeric conversion (float -> int truncates toward zero; int narrowing wraps) or, with bitcast=True,
+    reinterpretation. Float -> int of a value out of the integer's range is undefined unless `saturate`
+    (then it clamps to the range and NaN gives 0: ONNX Cast; plain is cheaper on x86 where the value is
+    known to fit, as in requantization)."""
     value: Expr
     dtype: str
     bitcast: bool = False
+    saturate: bool = False
 
     @property
     def lanes(self) -> int:  # type: ignore[override]
@@ -292,7 +298,7 @@ class Buffer:
 
     @property
     def nbytes(self) -> int:
-        return self.size * {"f32": 4, "i32": 4, "i16": 2}.get(self.dtype, 1)
+        return self.size * {"f32": 4, "i64": 8, "i32": 4, "i16": 2}.get(self.dtype, 1)
 
     def __getitem__(self, index: Expr | int) -> Load:
         return Load(self, as_expr(index))
@@ -381,7 +387,8 @@ def dump(kernel: Kernel) -> str:
         if isinstance(e, Broadcast):
             return f"splat({ex(e.value)}, {e.lanes})"
         if isinstance(e, Cast):
-            return f"{'bitcast' if e.bitcast else 'cast'}<{e.dtype}>({ex(e.value)})"
+            kind = "bitcast" if e.bitcast else "cast_sat" if e.saturate else "cast"
+            return f"{kind}<{e.dtype}>({ex(e.value)})"
         if isinstance(e, Reduce):
             return f"reduce_{e.op}({ex(e.value)})"
         if isinstance(e, Sqrt):

@@ -22,6 +22,9 @@ from aot.ops.registry import FLOAT, Fusion, Layout, QuantForm, broadcast_shape, 
 from aot.ops.rewrite import const_input, quant_attrs, refuse, unary_rule, view
 
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min"}
+# Integer operands compute in their own type: wrapping add/sub/mul, Div truncating toward zero (x / 0
+# gives 0, see aot/kernel/ir.py), Neg/Abs wrapping at the minimum.
+FLOAT_OR_INT = frozenset({"float32", "int8", "uint8", "int32", "int64"})
 
 
 def broadcast_strides(shape: tuple[int, ...], out: tuple[int, ...]) -> list[int]:
@@ -239,8 +242,9 @@ def canonical_prelu(rw: Rewriter, node: Node) -> None:
         rw.add("Nary", node.name, [x, slope], node.outputs, fn="prelu")
 
 
-def canonical_mod(rw: Rewriter, node: Node) -> None:
-    """fmod=1: C's fmod (the sign of x); fmod=0: Python's % (the sign of y), as numpy's mod for floats."""
+def canonical_float_mod(rw: Rewriter, node: Node) -> None:
+    """Float Mod (the op is defined in logical.py beside the integer kernel). fmod=1: C's fmod (the sign
+    of x); fmod=0: Python's % (the sign of y), as numpy's mod for floats."""
     rw.add("Nary", node.name, node.inputs[:2], node.outputs, fn="fmod" if node.attrs.get("fmod", 0) else "mod")
 
 
@@ -287,13 +291,12 @@ for _op in ("Sum", "Mean"):
     define(_op, canonical=canonical_variadic, check=broadcast_shape)
 define("Pow", canonical=canonical_pow, dtypes=FLOAT | {"int32", "int64"}, check=broadcast_shape)
 define("PRelu", canonical=canonical_prelu, check=broadcast_shape)
-define("Mod", canonical=canonical_mod, check=broadcast_shape)
 
 for _op in _BINARY:
     _form, _acts = _QUANT_FORMS.get(_op, (QuantForm.NONE, False))
     define(_op, canonical=canonical_binary, lower=binary, layout=Layout.FOLLOW, fusion=Fusion.ANCHOR,
            matrix_epilogue={"Add": "add", "Mul": "mul"}.get(_op, ""), quant=_form, quant_acts=_acts,
-           check=broadcast_shape)
+           dtypes=FLOAT_OR_INT, check=broadcast_shape)
 
 define("Unary", lower=unary, layout=Layout.FOLLOW, fusion=Fusion.ACTIVATION, check=same_shape)
 _UNARY = {
@@ -331,7 +334,8 @@ def _clip_bounds(graph: Graph, node: Node) -> tuple[float, float] | None:
 
 _CLAMPS = {"Relu": lambda graph, node: (0.0, np.inf), "Clip": _clip_bounds}
 for _op, _rule in _UNARY.items():
-    define(_op, canonical=_rule, clamp=_CLAMPS.get(_op), check=same_shape)
+    define(_op, canonical=_rule, clamp=_CLAMPS.get(_op), check=same_shape,
+           dtypes=FLOAT_OR_INT if _op in ("Neg", "Abs", "Relu") else FLOAT)
 
 define("QuantizeLinear", canonical=canonical_quantize)
 define("DequantizeLinear", canonical=canonical_quantize, dtypes=frozenset({"int8", "uint8", "int32"}))
