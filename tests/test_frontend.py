@@ -275,11 +275,35 @@ def test_vad_model_with_the_sample_rate_frozen():
     assert "Conv" in {n.op for n in artifact.program.graph.nodes}
 
 
-def test_if_decided_at_run_time_suggests_freezing_its_input():
+def test_if_decided_at_run_time_runs_both_branches_and_selects():
+    """Branches with outputs of one shape: both run, a Where picks, and `sr` stays an input."""
+    model = _vad_model()
+    x = np.random.default_rng(6).standard_normal((1, 512)).astype(np.float32)
+    for sr in (16000, 8000):
+        _compare(model, {"x": x, "sr": np.array(sr, np.int64)})
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("target", ["aarch64", "cortex-m4"])
+def test_vad_model_under_emulation(target):
+    """Both ways of deciding the branch, on an Arm board: frozen at build time, and selected at run time."""
+    model = _vad_model()
+    x = np.random.default_rng(7).standard_normal((1, 512)).astype(np.float32)
+    _compare(model, {"x": x}, frozen={"sr": np.array(8000, np.int64)}, target=target)
+    _compare(model, {"x": x, "sr": np.array(16000, np.int64)}, target=target)
+
+
+def test_if_between_branches_of_different_shapes_suggests_freezing_its_input():
+    then = _branch("wide", [helper.make_node("Relu", ["x"], ["a"])], "a", [1, 512])
+    other = _branch("narrow", [helper.make_node("ReduceMean", ["x"], ["b"], axes=[1])], "b", [1, 1])
+    nodes = [helper.make_node("Equal", ["sr", "sr16000"], ["is16k"], name="is_16k"),
+             helper.make_node("If", ["is16k"], ["y"], name="by_rate", then_branch=then, else_branch=other)]
+    model = _typed_model(nodes, [("x", F32, [1, 512]), ("sr", I64, [])], [("y", F32, None)],
+                         [("sr16000", np.array(16000, np.int64))])
     with pytest.raises(aot.UnsupportedOpError) as err:
-        aot.build(_vad_model())
+        aot.build(model)
     message = str(err.value)
-    assert "node 'by_rate' (If) chooses its branch at run time" in message
+    assert "node 'by_rate' (If) chooses its branch at run time" in message and "differ in shape" in message
     assert "--freeze sr=VALUE" in message and "\n" not in message
 
 

@@ -74,6 +74,60 @@ def inline_constant_control_flow(proto: onnx.ModelProto) -> onnx.ModelProto | No
     return result
 
 
+def select_between_branches(proto: onnx.ModelProto) -> onnx.ModelProto | None:
+    """Replace every If whose condition is computed at run time, and whose branches give outputs of the
+    same static shapes and types, by both branches and a Where per output choosing between them (both
+    run: correct, since branches have no side effects, at the cost of the branch not taken). None if
+    there was no such If. Shapes come from inference, which types the branches' outputs."""
+    g = proto.graph
+    constants = {t.name for t in g.initializer}
+    taken = _all_names(g)
+    nodes: list[onnx.NodeProto] = []
+    initializers: list[onnx.TensorProto] = []
+    changed = False
+    for index, node in enumerate(g.node):
+        if not (_is_control_flow(node) and node.op_type == "If" and node.input[0] not in constants
+                and _same_branch_types(node)):
+            nodes.append(node)
+            continue
+        prefix = node.name or f"If_{index}"
+        then_nodes, then_inits, then_outs = _inline(_subgraph(node, "then_branch"), {}, f"{prefix}/then/", taken)
+        else_nodes, else_inits, else_outs = _inline(_subgraph(node, "else_branch"), {}, f"{prefix}/else/", taken)
+        scalar_shape = _fresh(f"{prefix}/scalar_shape", taken)
+        cond = _fresh(f"{prefix}/condition", taken)
+        initializers += then_inits + else_inits + [numpy_helper.from_array(np.zeros(0, np.int64), scalar_shape)]
+        nodes += then_nodes + else_nodes
+        nodes.append(onnx.helper.make_node("Reshape", [node.input[0], scalar_shape], [cond], name=cond))
+        for i, (a, b, out) in enumerate(zip(then_outs, else_outs, node.output)):
+            if out:
+                nodes.append(onnx.helper.make_node("Where", [cond, a, b], [out], name=_fresh(f"{prefix}/select_{i}",
+                                                                                              taken)))
+        changed = True
+    if not changed:
+        return None
+    result = onnx.ModelProto()
+    result.CopyFrom(proto)
+    del result.graph.node[:]
+    result.graph.node.extend(nodes)
+    result.graph.initializer.extend(initializers)
+    del result.graph.value_info[:]
+    return result
+
+
+def _same_branch_types(node: onnx.NodeProto) -> bool:
+    """Both branches' outputs have static shapes, equal pairwise, and equal element types."""
+    outs = [_subgraph(node, branch).output for branch in ("then_branch", "else_branch")]
+    if len(outs[0]) != len(outs[1]):
+        return False
+    for a, b in zip(*outs):
+        ta, tb = a.type.tensor_type, b.type.tensor_type
+        shapes = [tuple(d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim) if t.HasField("shape")
+                  else None for t in (ta, tb)]
+        if ta.elem_type != tb.elem_type or shapes[0] is None or shapes[0] != shapes[1] or -1 in shapes[0]:
+            return False
+    return True
+
+
 def _subgraph(node: onnx.NodeProto, name: str) -> onnx.GraphProto:
     return next(a.g for a in node.attribute if a.name == name)
 
@@ -329,8 +383,8 @@ def refuse_control_flow(proto: onnx.ModelProto, label: str) -> None:
             continue
         name = node.name or f"{node.op_type}_{index}"
         if node.op_type == "If":
-            why, depends = f"chooses its branch at run time (its condition '{node.input[0]}' is not a constant)", \
-                [node.input[0]]
+            why, depends = (f"chooses its branch at run time (its condition '{node.input[0]}' is not a constant) "
+                            "between branches whose outputs differ in shape or type"), [node.input[0]]
         elif node.op_type == "Loop":
             why, depends = _loop_problem(node, constants), [i for i in node.input[:2] if i]
         else:

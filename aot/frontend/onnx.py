@@ -102,7 +102,7 @@ def _infer_static_shapes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
     inferred = _infer(_forget_unknown_dims(proto), label)
     while _unknown_shapes(inferred) or control_flow.has_control_flow(inferred):
         helped = (control_flow.inline_constant_control_flow(inferred) or _fold_constant_nodes(inferred)
-                  or _contrib_shapes(inferred))
+                  or _contrib_shapes(inferred) or control_flow.select_between_branches(inferred))
         if helped is None:
             break
         inferred = _infer(helped, label)
