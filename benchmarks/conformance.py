@@ -23,8 +23,10 @@ shapes, so where an integer input decides a shape (Reshape's shape, Slice's star
 user binds it with `--freeze`; and the parameters of an exported model (weights, scales, clip bounds)
 are its initializers. So when the build with every input fed at run time is refused, the case is
 built again with its integer inputs frozen to the data set's values, and if that is refused too,
-with every input frozen; never the first, the data, which would fold the op away. The table counts
-those passes in a column of their own. Every output must have the expected dtype and shape and be
+with every input frozen but the first, the data, which would fold the op away; all of them only for
+ops whose output shape ONNX inference cannot tell from the inputs' types (a window of a given size, a
+Range), which a static build can only compile with them bound. The table counts those passes in a
+column of their own. Every output must have the expected dtype and shape and be
 close by the case's rtol and atol (`np.testing.assert_allclose` semantics, NaN equal to NaN). A case ends as
 
     pass       every output matches
@@ -242,13 +244,32 @@ def run_case(case: Case, timeout: float = 120.0) -> Result:
 
 def _freezing_attempts(case: Case) -> list[tuple[str, ...]]:
     """The inputs to freeze, try after try: none; the integer ones; all, as the parameters of an exported
-    model (weights, scales, bounds) are its initializers. Never the first input, the data: freezing it
-    would fold the op at compile time instead of running aot's kernel."""
+    model (weights, scales, bounds) are its initializers. Never the first input, the data, as freezing it
+    would fold the op at compile time instead of running aot's kernel; unless the op's output shape
+    depends on its inputs' values (a window of a given size, a Range), where a static build needs them
+    all bound."""
     inputs = [vi.name for vi in case.model.graph.input]
     values = case.data_sets[0][0]
     integer = tuple(sorted(n for n in inputs[1:] if n in values and np.asarray(values[n]).dtype.kind in "iub"))
     parameters = tuple(sorted(n for n in inputs[1:] if n in values))
-    return list(dict.fromkeys([(), integer, parameters]))
+    everything = tuple(sorted(n for n in inputs if n in values)) if _values_decide_shapes(case.model) else ()
+    return list(dict.fromkeys([(), integer, parameters] + ([everything] if everything else [])))
+
+
+def _values_decide_shapes(model: onnx.ModelProto) -> bool:
+    """True if ONNX shape inference cannot give every output's shape from the inputs' types alone (the
+    test's own output declarations set aside)."""
+    bare = onnx.ModelProto()
+    bare.CopyFrom(model)
+    for out in bare.graph.output:
+        out.type.tensor_type.ClearField("shape")
+    try:
+        inferred = onnx.shape_inference.infer_shapes(bare, strict_mode=True)
+    except Exception:       # noqa: BLE001 - inference failing is no evidence either way
+        return False
+    return any(not out.type.tensor_type.HasField("shape")
+               or not all(d.HasField("dim_value") for d in out.type.tensor_type.shape.dim)
+               for out in inferred.graph.output)
 
 
 def _check_data_sets(case: Case, path: Path, tmp: Path, timeout: float,

@@ -367,3 +367,26 @@ def test_transformer_encoder(target):
 
 def test_transformer_encoder_erf_gelu():
     assert_matches_onnxruntime(encoder_model("erf", seed=14), tol=1e-4)
+
+
+@pytest.mark.parametrize("shape, outputs", [((2, 3, 4, 5), 3), ((4, 6), 3), ((2, 3, 7), 1)])
+def test_batchnorm_training_mode_against_the_reference(shape, outputs):
+    """Batch statistics and the running-statistics update (onnxruntime's CPU build has no training mode)."""
+    from onnx import TensorProto
+    from onnx.reference import ReferenceEvaluator
+
+    rng = np.random.default_rng(11)
+    c = shape[1]
+    inits = {"s": rng.uniform(0.5, 1.5, c), "b": rng.standard_normal(c), "m": rng.standard_normal(c),
+             "v": rng.uniform(0.5, 2.0, c)}
+    names = ["y", "running_mean", "running_var"][:outputs]
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], names, training_mode=1, momentum=0.8)
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(shape) if n == "y" else [c]) for n in names]
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))], outs,
+                              [onnx.numpy_helper.from_array(a.astype(np.float32), n) for n, a in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)], ir_version=8)
+    x = rng.standard_normal(shape).astype(np.float32)
+    want = ReferenceEvaluator(model).run(None, {"x": x})
+    got = aot.run(model, {"x": x})
+    for name, expected in zip(names, want):
+        np.testing.assert_allclose(got[name], expected, rtol=1e-4, atol=1e-5)

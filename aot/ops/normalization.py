@@ -289,7 +289,8 @@ def canonical_batchnorm(rw: Rewriter, node: Node) -> None:
     with any computed, y = x * a + b with a = scale / sqrt(var + eps) and b = bias - mean * a,
     computed on the C-vectors (constant parts folded here) and broadcast over x."""
     if len(node.outputs) > 1 and any(node.outputs[1:]) or node.attrs.get("training_mode", 0):
-        raise refuse(node, "training mode (extra outputs) is not supported")
+        _training_batchnorm(rw, node)
+        return
     eps = float(node.attrs.get("epsilon", 1e-5))
     if all(name in rw.constants for name in node.inputs[1:5]):
         for i, what in enumerate(("scale", "bias", "mean", "variance"), start=1):
@@ -308,6 +309,40 @@ def canonical_batchnorm(rw: Rewriter, node: Node) -> None:
     scaled = rw.like(out + "_scaled", x)
     rw.add("Mul", node.name + "_mul", [x, ops.as_shape(a, channel)], [scaled])
     rw.add("Add", node.name + "_add", [scaled, ops.as_shape(b, channel)], [out])
+
+
+def _training_batchnorm(rw: Rewriter, node: Node) -> None:
+    """Training mode: normalize with the batch's own statistics (mean and population variance over every
+    axis but the channels) and give the updated running statistics:
+    running = input * momentum + current * (1 - momentum)."""
+    x, out = node.inputs[0], node.outputs[0]
+    shape = rw.values[x].shape
+    if len(shape) < 2:
+        raise refuse(node, f"the input must have rank 2 or more, not {len(shape)}")
+    eps, momentum = float(node.attrs.get("epsilon", 1e-5)), float(node.attrs.get("momentum", 0.9))
+    axes = tuple(a for a in range(len(shape)) if a != 1)
+    kept = tuple(1 if a in axes else d for a, d in enumerate(shape))
+    mean4 = rw.value(node.name + "_batch_mean", kept)
+    rw.add("Reduce", node.name + "_mean", [x], [mean4], fn="mean", axes=axes)
+    centered = rw.like(node.name + "_centered", x)
+    rw.add("Sub", node.name + "_center", [x, mean4], [centered])
+    var4 = rw.value(node.name + "_batch_var", kept)
+    rw.add("Reduce", node.name + "_var", [centered], [var4], fn="sum_square", axes=axes)
+    ops = _VectorOps(rw, node, shape[1])
+    mean = view(rw, node, mean4, (shape[1],))
+    var = ops.binary("Mul", view(rw, node, var4, (shape[1],)),
+                     ops.scalar(1.0 / int(np.prod([shape[a] for a in axes], dtype=np.int64))))
+    scale, bias, input_mean, input_var = node.inputs[1:5]
+    a = ops.binary("Mul", ops.rsqrt(ops.binary("Add", var, ops.scalar(eps))), scale)
+    channel = (shape[1],) + (1,) * (len(shape) - 2)
+    scaled = rw.like(out + "_scaled", x)
+    rw.add("Mul", node.name + "_mul", [centered, ops.as_shape(a, channel)], [scaled])
+    rw.add("Add", node.name + "_add", [scaled, ops.as_shape(bias, channel)], [out])
+    for current, running, target in ((mean, input_mean, 1), (var, input_var, 2)):
+        if len(node.outputs) > target and node.outputs[target]:
+            blend = ops.binary("Add", ops.binary("Mul", running, ops.scalar(momentum)),
+                               ops.binary("Mul", current, ops.scalar(1.0 - momentum)))
+            view(rw, node, blend, rw.values[node.outputs[target]].shape, node.outputs[target])
 
 
 class _VectorOps:
