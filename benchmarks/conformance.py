@@ -24,8 +24,8 @@ user binds it with `--freeze`; and the parameters of an exported model (weights,
 are its initializers. So when the build with every input fed at run time is refused, the case is
 built again with its integer inputs frozen to the data set's values, and if that is refused too,
 with every input frozen but the first, the data, which would fold the op away; all of them only for
-ops whose output shape ONNX inference cannot tell from the inputs' types (a window of a given size, a
-Range), which a static build can only compile with them bound. The table counts those passes in a
+ops that generate their output from sizes and scalar bounds (a window of a given size, a Range) when
+ONNX inference cannot tell the output's shape without their values. The table counts those passes in a
 column of their own. Every output must have the expected dtype and shape and be
 close by the case's rtol and atol (`np.testing.assert_allclose` semantics, NaN equal to NaN). A case ends as
 
@@ -245,14 +245,17 @@ def run_case(case: Case, timeout: float = 120.0) -> Result:
 def _freezing_attempts(case: Case) -> list[tuple[str, ...]]:
     """The inputs to freeze, try after try: none; the integer ones; all, as the parameters of an exported
     model (weights, scales, bounds) are its initializers. Never the first input, the data, as freezing it
-    would fold the op at compile time instead of running aot's kernel; unless the op's output shape
-    depends on its inputs' values (a window of a given size, a Range), where a static build needs them
-    all bound."""
+    would fold the op at compile time instead of running aot's kernel; unless the op generates its
+    output from sizes and scalar bounds alone (a window of a given size, a Range) and the output's shape
+    depends on their values, where a static build needs them all bound."""
     inputs = [vi.name for vi in case.model.graph.input]
     values = case.data_sets[0][0]
     integer = tuple(sorted(n for n in inputs[1:] if n in values and np.asarray(values[n]).dtype.kind in "iub"))
     parameters = tuple(sorted(n for n in inputs[1:] if n in values))
-    everything = tuple(sorted(n for n in inputs if n in values)) if _values_decide_shapes(case.model) else ()
+    generator = all(np.asarray(values[n]).ndim == 0 for n in inputs if n in values
+                    and np.asarray(values[n]).dtype.kind == "f")        # no float data, only sizes and bounds
+    everything = tuple(sorted(n for n in inputs if n in values)) \
+        if generator and _values_decide_shapes(case.model) else ()
     return list(dict.fromkeys([(), integer, parameters] + ([everything] if everything else [])))
 
 
