@@ -54,7 +54,8 @@ def check(model: str | os.PathLike | onnx.ModelProto | Artifact, inputs: dict[st
     runs the model with the `freeze` values as constants too."""
     outputs, artifact, feeds = _execute(model, inputs, target, input_shapes, out_dir, seed, timeout, knobs,
                                         freeze)
-    reference = checks.reference_outputs(artifact.model.proto, feeds)
+    proto, frozen = artifact.model.reference()
+    reference = checks.reference_outputs(proto, {**feeds, **frozen}, artifact.model.label)
     steps = quantization_steps(artifact.program)
     return CheckResult(str(artifact.dir), feeds, outputs, reference, checks.compare(outputs, reference, steps))
 

@@ -156,7 +156,8 @@ def bench(model, board: str | Board | None = None, target: str | None = None, re
         times, final_number = _parse_times(stdout)
         outputs = {t.onnx_name: np.fromfile(work / f"output_{t.index}.bin", dtype=t.dtype).reshape(t.shape)
                    for t in outs}
-        reference = checks.reference_outputs(artifact.model.proto, feeds)
+        proto, frozen = artifact.model.reference()
+        reference = checks.reference_outputs(proto, {**feeds, **frozen}, artifact.model.label)
         comparisons = checks.compare(outputs, reference, quantization_steps(artifact.program))
         return BenchResult(artifact.model.label, artifact.model.sha256, where, tgt.name, emulated, final_number,
                            times, Stats.of(times), comparisons, _parse_profile(stdout, artifact) if profile else [],

@@ -59,16 +59,22 @@ def validate_inputs(proto: onnx.ModelProto, inputs: dict[str, np.ndarray], label
     return result
 
 
-def reference_outputs(proto: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def reference_outputs(proto: onnx.ModelProto, inputs: dict[str, np.ndarray], label: str = "the model"
+                      ) -> dict[str, np.ndarray]:
+    """onnxruntime's outputs for `inputs`; a model onnxruntime cannot run is a RunError saying so."""
     try:
         import onnxruntime as ort
     except ImportError:
         raise RunError("onnxruntime is needed for the reference check: pip install onnxruntime") from None
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
-    session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    return dict(zip(names, session.run(names, inputs)))
+    try:
+        session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        names = [o.name for o in session.get_outputs()]
+        return dict(zip(names, session.run(names, inputs)))
+    except Exception as err:      # noqa: BLE001 - onnxruntime's own failures, reported as one line
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise RunError(f"{label}: the reference, onnxruntime, cannot run it: {first}") from None
 
 
 @dataclass(frozen=True)

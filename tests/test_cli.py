@@ -196,7 +196,7 @@ def test_freeze_end_to_end(tmp_path):
 
     path = tmp_path / "vad.onnx"
     onnx.save(_vad_model(), path)
-    assert_user_error(aot("build", path, "-o", tmp_path / "o"), "'by_rate' (If)", "--freeze sr=VALUE")
+    assert aot("build", path, "-o", tmp_path / "o").returncode == 0       # both branches, selected at run time
     for sr in ("16000", "8000"):
         proc = aot("run", path, "--freeze", f"sr={sr}")
         assert proc.returncode == 0, proc.stderr

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
@@ -29,10 +29,26 @@ from aot.graph.ir import Graph, Node, Value
 class LoadedModel:
     """The checked ONNX model (input shapes fixed) and where it came from."""
 
-    proto: onnx.ModelProto      # the user's model, inputs frozen and shapes fixed: what a reference runs
+    proto: onnx.ModelProto      # the user's model, inputs frozen and shapes fixed
     inferred: onnx.ModelProto   # the same with every tensor's shape inferred (for to_graph)
     label: str                  # file name for messages, e.g. "mobilenet.onnx"
     sha256: str
+    frozen: dict[str, np.ndarray] = field(default_factory=dict)    # inputs bound with --freeze
+    original: onnx.ModelProto | None = None     # the model as given: no input frozen, no shape fixed
+
+    def reference(self) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+        """What a reference runtime runs, and the inputs to add to its feeds: the model as the user gave
+        it (onnxruntime infers some models' subgraphs less well with static input shapes, and folds an
+        If on an initializer less reliably than it runs one on an input), fed the frozen values; an
+        input dimension declared -1 or 0 is made unknown, as aot reads it."""
+        if self.original is None:
+            return self.proto, dict(self.frozen)
+        proto = onnx.ModelProto.FromString(self.original.SerializeToString())
+        for vi in proto.graph.input:
+            for dim in vi.type.tensor_type.shape.dim if vi.type.HasField("tensor_type") else ():
+                if dim.HasField("dim_value") and dim.dim_value <= 0:
+                    dim.Clear()
+        return proto, dict(self.frozen)
 
 
 FreezeValue = str | os.PathLike | int | float | bool | list | tuple | np.ndarray
@@ -73,9 +89,11 @@ def load(model: str | os.PathLike | onnx.ModelProto,
     except onnx.checker.ValidationError as err:
         first = str(err).strip().splitlines()[0]
         raise ModelError(f"{label}: fails the ONNX checker: {first}") from None
-    proto = freeze_inputs(proto, freeze or {}, label)
+    original = proto
+    proto, frozen = freeze_inputs(proto, freeze or {}, label)
     proto = _fix_input_shapes(proto, input_shapes or {}, label)
-    return LoadedModel(proto, _infer_static_shapes(proto, label), label, hashlib.sha256(data).hexdigest())
+    return LoadedModel(proto, _infer_static_shapes(proto, label), label, hashlib.sha256(data).hexdigest(), frozen,
+                       original)
 
 
 def _infer(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
@@ -327,12 +345,13 @@ def _dynamic_message(label: str, name: str, dims, unknown: list[int]) -> str:
             f"(input_shapes= in the Python API)")
 
 
-def freeze_inputs(proto: onnx.ModelProto, freeze: dict[str, FreezeValue], label: str) -> onnx.ModelProto:
+def freeze_inputs(proto: onnx.ModelProto, freeze: dict[str, FreezeValue], label: str
+                  ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """Bind inputs to constants: each named input becomes an initializer of its declared dtype and
-    shape and is no longer an input, so the nodes reading it fold, and a reference running this proto
-    sees the same value. A value is a number, a comma list ("1,0,1"), a .npy path, or an array."""
+    shape and is no longer an input, so the nodes reading it fold. A value is a number, a comma list
+    ("1,0,1"), a .npy path, or an array. Returns the model and the arrays bound."""
     if not freeze:
-        return proto
+        return proto, {}
     inputs = {v.name: v for v in _graph_inputs(proto)}
     for name in freeze:
         if name not in inputs:
@@ -345,7 +364,7 @@ def freeze_inputs(proto: onnx.ModelProto, freeze: dict[str, FreezeValue], label:
         kept = [vi for vi in result.graph.input if vi.name not in arrays]
         del result.graph.input[:]
         result.graph.input.extend(kept)
-    return result
+    return result, arrays
 
 
 def _freeze_value(vi: onnx.ValueInfoProto, value: FreezeValue, label: str) -> np.ndarray:
