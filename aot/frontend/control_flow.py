@@ -63,15 +63,7 @@ def inline_constant_control_flow(proto: onnx.ModelProto) -> onnx.ModelProto | No
             changed = True
         else:
             nodes.append(node)
-    if not changed:
-        return None
-    result = onnx.ModelProto()
-    result.CopyFrom(proto)
-    del result.graph.node[:]
-    result.graph.node.extend(nodes)
-    result.graph.initializer.extend(initializers)
-    del result.graph.value_info[:]       # inferred again from the new nodes
-    return result
+    return _with_nodes(proto, nodes, initializers) if changed else None
 
 
 def select_between_branches(proto: onnx.ModelProto) -> onnx.ModelProto | None:
@@ -103,8 +95,12 @@ def select_between_branches(proto: onnx.ModelProto) -> onnx.ModelProto | None:
                 nodes.append(onnx.helper.make_node("Where", [cond, a, b], [out], name=_fresh(f"{prefix}/select_{i}",
                                                                                               taken)))
         changed = True
-    if not changed:
-        return None
+    return _with_nodes(proto, nodes, initializers) if changed else None
+
+
+def _with_nodes(proto: onnx.ModelProto, nodes: list[onnx.NodeProto], initializers: list[onnx.TensorProto]
+                ) -> onnx.ModelProto:
+    """The model with these nodes and more initializers; value_info is inferred again from the nodes."""
     result = onnx.ModelProto()
     result.CopyFrom(proto)
     del result.graph.node[:]

@@ -348,6 +348,16 @@ class Builder:
     def loop(self, hint: str, start: Expr | int, stop: Expr | int, step: int = 1) -> _LoopScope:
         return _LoopScope(self, Var(self._fresh(hint)), as_expr(start), as_expr(stop), step)
 
+    def chunks(self, hint: str, n: int, lanes: int, body) -> None:
+        """body(index, width) over [0, n): full vectors of `lanes`, then a scalar tail."""
+        main = n - n % lanes if lanes > 1 else 0
+        if main:
+            with self.loop(hint, 0, main, lanes) as i:
+                body(i, lanes)
+        if n > main:
+            with self.loop(hint, main, n) as i:
+                body(i, 1)
+
     def block(self) -> Block:
         assert len(self._stack) == 1
         return Block(tuple(self._stack[0]))

@@ -32,17 +32,6 @@ def safe_index(raw: Expr, n: int) -> Expr:
     return Cast(minimum(maximum(wrapped, 0), n - 1), "idx")
 
 
-def _chunks(b: Builder, n: int, lanes: int, body) -> None:
-    """body(j, width) over [0, n): full vectors, then scalars."""
-    main = n - n % lanes if lanes > 1 and n >= lanes else 0
-    if main:
-        with b.loop("j", 0, main, lanes) as j:
-            body(j, lanes)
-    if n > main:
-        with b.loop("j", main, n) as j:
-            body(j, 1)
-
-
 def _at(buf: Buffer, index: Expr, width: int) -> Expr:
     return buf.vec(index, width) if width > 1 else buf[index]
 
@@ -158,7 +147,7 @@ def scatter_nd(ctx: LowerContext, node: Node, name: str) -> Kernel:
 
             def update(j: Expr, width: int) -> None:
                 b.store(outs[0], at + j, combine(_at(outs[0], at + j, width), _at(updates, m * inner + j, width)))
-            _chunks(b, inner, ctx.target.lanes, update)
+            b.chunks("j", inner, ctx.target.lanes, update)
     return Kernel(name, params, b.block())
 
 
@@ -283,7 +272,7 @@ def cumsum(ctx: LowerContext, node: Node, name: str) -> Kernel:
                 b.assign(acc, acc + _at(ins[0], at, width))
                 if not exclusive:
                     b.store(outs[0], at, acc)
-        _chunks(b, inner, ctx.target.lanes, lane)
+        b.chunks("j", inner, ctx.target.lanes, lane)
     return Kernel(name, params, b.block())
 
 

@@ -33,18 +33,6 @@ def _load(buf: Buffer, index: Expr, width: int) -> Expr:
     return buf.vec(index, width) if width > 1 else buf[index]
 
 
-def _chunks(b: Builder, n: int, lanes: int, body: Callable[[Var, int], None]) -> None:
-    """body(j, width) over [0, n): full vectors of `lanes`, then a scalar tail."""
-    width = lanes if lanes > 1 and n >= lanes else 1
-    main = n - n % width if width > 1 else 0
-    if main:
-        with b.loop("j", 0, main, width) as j:
-            body(j, width)
-    if n > main:
-        with b.loop("j", main, n) as j:
-            body(j, 1)
-
-
 def _block_sums(b: Builder, n: int, lanes: int, count: int, terms: Callable[[Var, int], tuple[Expr, ...]]) -> list[Var]:
     """The `count` sums of terms(j) over [0, n): `lanes` partial sums in vectors, reduced across lanes once."""
     width = lanes if lanes > 1 and n >= lanes else 1
@@ -54,7 +42,7 @@ def _block_sums(b: Builder, n: int, lanes: int, count: int, terms: Callable[[Var
     def accumulate(j: Var, w: int) -> None:
         for acc, term in zip(vectors if w > 1 else scalars, terms(j, w)):
             b.assign(acc, acc + term)
-    _chunks(b, n, lanes, accumulate)
+    b.chunks("j", n, lanes, accumulate)
     if vectors:
         return [b.let("sum", s + Reduce("add", v)) for s, v in zip(scalars, vectors)]
     return [b.let("sum", s) for s in scalars]
@@ -119,7 +107,7 @@ def _scale_block(b: Builder, x: Buffer, y: Buffer, scale: Buffer | None, bias: B
 
     run = block // cb
     if run == 1:        # a parameter per element (LayerNorm): vector loads of scale and bias
-        _chunks(b, block, lanes, lambda j, w: b.store(y, base + j, affine(
+        b.chunks("j", block, lanes, lambda j, w: b.store(y, base + j, affine(
             _load(x, base + j, w), _load(scale, first + j, w) if scale else None,
             _load(bias, first + j, w) if bias else None)))
         return
@@ -127,7 +115,7 @@ def _scale_block(b: Builder, x: Buffer, y: Buffer, scale: Buffer | None, bias: B
         s = b.let("s", scale[first + c]) if scale else None
         t = b.let("t", bias[first + c]) if bias else None
         start = b.let("start", base + c * run)
-        _chunks(b, run, lanes, lambda j, w: b.store(y, start + j, affine(_load(x, start + j, w), s, t)))
+        b.chunks("j", run, lanes, lambda j, w: b.store(y, start + j, affine(_load(x, start + j, w), s, t)))
 
 
 def _check_normalize(graph, node: Node) -> str | None:
@@ -413,7 +401,7 @@ def lp_normalize(ctx: LowerContext, node: Node, name: str) -> Kernel:
         if inner == 1:
             (total,) = _block_sums(b, n, lanes, 1, lambda j, w: (term(_load(x, base + j, w)),))
             inv = b.let("inv", scale_of(total))
-            _chunks(b, n, lanes, lambda j, w: b.store(y, base + j, _load(x, base + j, w) * inv))
+            b.chunks("j", n, lanes, lambda j, w: b.store(y, base + j, _load(x, base + j, w) * inv))
         else:
             def columns(i: Var, w: int) -> None:
                 acc = b.local("acc", const(0.0, "f32", w))
@@ -422,7 +410,7 @@ def lp_normalize(ctx: LowerContext, node: Node, name: str) -> Kernel:
                 inv = b.let("inv", scale_of(acc))
                 with b.loop("k", 0, n) as k:
                     b.store(y, base + k * inner + i, _load(x, base + k * inner + i, w) * inv)
-            _chunks(b, inner, lanes, columns)
+            b.chunks("j", inner, lanes, columns)
     return Kernel(name, params, b.block())
 
 
@@ -463,7 +451,7 @@ def lrn(ctx: LowerContext, node: Node, name: str) -> Kernel:
                 b.assign(acc, fma(v, v, acc))
             d = fma(acc, const(a["alpha"] / a["size"], "f32", w), const(a["bias"], "f32", w))
             b.store(y, base + j, _load(x, base + j, w) * kmath.pow_const(d, -a["beta"]))
-        _chunks(b, pixels, ctx.target.lanes, pixel)
+        b.chunks("j", pixels, ctx.target.lanes, pixel)
     return Kernel(name, params, b.block())
 
 

@@ -249,17 +249,6 @@ def matvec(b: Builder, dst: Buffer, dst_off: Expr | int, bias: Buffer, bias_off:
                 b.store(dst, dst_off + col + r * blk.lanes, acc)
 
 
-def hidden_chunks(b: Builder, n: int, lanes: int, body: Callable[[Expr, int], None]) -> None:
-    """body(index, width) over [0, n): full vectors, then scalars."""
-    main = n - n % lanes if lanes > 1 else 0
-    if main:
-        with b.loop("m", 0, main, lanes) as m:
-            body(m, lanes)
-    if n > main:
-        with b.loop("m", main, n) as m:
-            body(m, 1)
-
-
 @dataclass(frozen=True)
 class Step:
     """What one time step of one direction and batch row reads and writes."""
@@ -319,7 +308,7 @@ def _lstm_step(s: Step) -> None:
         c_new = b.let("c", fma(f, c_prev, i * cand))
         b.store(s.c, s.state_off + m, c_new)
         s.store_h(m, gate(1, 1, c_new) * apply_act(h_act, c_new))
-    hidden_chunks(b, hn, s.lanes, update)
+    b.chunks("m", hn, s.lanes, update)
 
 
 def _gru_step(s: Step) -> None:
@@ -335,7 +324,7 @@ def _gru_step(s: Step) -> None:
         def reset(m: Expr, width: int) -> None:
             r = apply_act(f_act, s.pre(s.ld(s.g, hn, m, width)))
             b.store(s.g, 3 * hn + m, r * s.ld(s.h, s.state_off, m, width))
-        hidden_chunks(b, hn, s.lanes, reset)
+        b.chunks("m", hn, s.lanes, reset)
         matvec(b, s.g, 2 * hn, s.bias, s.bias_off + 2 * hn,
                [(*x, s.panels["x_h"]), (s.g, const(3 * hn), s.panels["h_h"])])
 
@@ -347,12 +336,12 @@ def _gru_step(s: Step) -> None:
             cand = fma(r, s.ld(s.g, 3 * hn, m, width), cand)
         hh = b.let("hh", apply_act(g_act, s.pre(cand)))
         s.store_h(m, fma(z, s.ld(s.h, s.state_off, m, width) - hh, hh))     # (1 - z) * hh + z * h_prev
-    hidden_chunks(b, hn, s.lanes, update)
+    b.chunks("m", hn, s.lanes, update)
 
 
 def _rnn_step(s: Step) -> None:
     matvec(s.b, s.g, 0, s.bias, s.bias_off, [(s.x, s.x_off, s.panels["x"]), (s.h, s.state_off, s.panels["h"])])
-    hidden_chunks(s.b, s.hidden, s.lanes,
+    s.b.chunks("m", s.hidden, s.lanes,
                   lambda m, w: s.store_h(m, apply_act(s.acts[0], s.pre(s.ld(s.g, 0, m, w)))))
 
 
@@ -407,7 +396,7 @@ def recurrent(ctx: LowerContext, node: Node, name: str) -> Kernel:
             if y is not None and lens is not None:      # steps past the row's length are zeros
                 with b.loop("t", length, seq) as t:
                     y_off = b.let("yo", y_at(d, row, t))
-                    hidden_chunks(b, hn, lanes, lambda m, w: b.store(y, y_off + m, const(0.0, "f32", w)))
+                    b.chunks("m", hn, lanes, lambda m, w: b.store(y, y_off + m, const(0.0, "f32", w)))
     return Kernel(name, params, b.block())
 
 
@@ -421,7 +410,7 @@ def _initial_state(b: Builder, lanes: int, hn: int, state: Buffer, init: Buffer 
             if length is not None:
                 value = select(binop("gt", length, 0), value, 0.0)
         b.store(state, off + m, value)
-    hidden_chunks(b, hn, lanes, fill)
+    b.chunks("m", hn, lanes, fill)
 
 
 def _macs(graph: Graph, node: Node) -> int:

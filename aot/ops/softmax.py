@@ -41,22 +41,11 @@ def softmax(ctx: LowerContext, node: Node, name: str) -> Kernel:
     return Kernel(name, params, b.block())
 
 
-def _chunks(b: Builder, n: int, lanes: int, body) -> None:
-    """body(index, width) over [0, n): full vectors, then scalars."""
-    main = n - n % lanes if n >= lanes and lanes > 1 else 0
-    if main:
-        with b.loop("j", 0, main, lanes) as j:
-            body(j, lanes)
-    if n > main:
-        with b.loop("j", main, n) as j:
-            body(j, 1)
-
-
 def _softmax_row(b: Builder, x, y, base: Expr, n: int, lanes: int, log: bool) -> None:
     """A contiguous row: vector partial results, reduced across lanes once per pass."""
     vmax = b.local("vmax", const(_LOWEST, "f32", lanes))
     smax = b.local("smax", const(_LOWEST, "f32"))
-    _chunks(b, n, lanes, lambda j, w: b.assign(vmax, maximum(vmax, x.vec(base + j, w))) if w > 1
+    b.chunks("j", n, lanes, lambda j, w: b.assign(vmax, maximum(vmax, x.vec(base + j, w))) if w > 1
             else b.assign(smax, maximum(smax, x[base + j])))
     top = b.let("top", maximum(Reduce("max", vmax) if lanes > 1 else vmax, smax))
     vsum = b.local("vsum", const(0.0, "f32", lanes))
@@ -67,14 +56,15 @@ def _softmax_row(b: Builder, x, y, base: Expr, n: int, lanes: int, log: bool) ->
         if not log:
             b.store(y, base + j, e)
         b.assign(vsum if w > 1 else ssum, (vsum if w > 1 else ssum) + e)
-    _chunks(b, n, lanes, exp_pass)
+    b.chunks("j", n, lanes, exp_pass)
     total = (Reduce("add", vsum) if lanes > 1 else vsum) + ssum
     if log:
         shift = b.let("shift", top + kmath.log(total))
-        _chunks(b, n, lanes, lambda j, w: b.store(y, base + j, (x.vec(base + j, w) if w > 1 else x[base + j]) - shift))
+        b.chunks("j", n, lanes,
+                 lambda j, w: b.store(y, base + j, (x.vec(base + j, w) if w > 1 else x[base + j]) - shift))
         return
     inv = b.let("inv", 1.0 / total)
-    _chunks(b, n, lanes, lambda j, w: b.store(y, base + j, (y.vec(base + j, w) if w > 1 else y[base + j]) * inv))
+    b.chunks("j", n, lanes, lambda j, w: b.store(y, base + j, (y.vec(base + j, w) if w > 1 else y[base + j]) * inv))
 
 
 def _softmax_strided(b: Builder, x, y, base: Expr, n: int, stride: int, width: int, log: bool) -> None:
