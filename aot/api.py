@@ -11,8 +11,8 @@ import onnx
 
 from aot import reference as checks
 from aot.build import Artifact, build
-from aot.codegen import wrapper
 from aot.frontend.onnx import FreezeValue
+from aot.ops.registry import op_def
 from aot.run import local
 
 
@@ -63,16 +63,17 @@ def check(model: str | os.PathLike | onnx.ModelProto | Artifact, inputs: dict[st
 def quantization_steps(program) -> dict[str, float]:
     """For outputs made by quantized arithmetic: the size of one step (1 for integer outputs). Other
     outputs (float, and integer or bool ones such as indices and masks) get no such allowance."""
-    producers = program.graph.producers()
+    graph = program.graph
+    producers = graph.producers()
     steps = {}
-    for out in program.graph.outputs:
-        node = producers.get(out)
-        while node is not None and wrapper.moves_values(node):
-            node = producers.get(node.inputs[0])
-        quantized = node is not None and ("quant" in node.attrs or node.op == "Quantize")
-        if program.graph.values[out].dtype != "float32" and quantized:
+    for out in graph.outputs:
+        if graph.values[out].quant is not None:
             steps[out] = 1.0
-        elif node is not None and node.op == "Dequantize":
+            continue
+        node = producers.get(out)
+        while node is not None and op_def(node.op).moves_values and len(node.inputs) == 1:
+            node = producers.get(node.inputs[0])
+        if node is not None and node.op == "Dequantize":
             steps[out] = node.attrs["scale"]
     return steps
 

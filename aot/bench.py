@@ -108,8 +108,9 @@ def _parse_profile(stdout: str, artifact: Artifact) -> list[StepTime]:
     calls = artifact.program.calls
     if sorted(step_ns) != list(range(len(calls))):
         raise RunError(f"the profiling harness printed {len(step_ns)} step times for {len(calls)} kernel calls")
-    return [StepTime(i, call.kernel.name, describe(call.node), call.node.name, node_macs(artifact.program.graph,
-                     call.node), step_ns[i] / 1e6) for i, call in enumerate(calls)]
+    graph = artifact.program.graph
+    return [StepTime(i, call.kernel.name, describe(graph, call.node), call.node.name, node_macs(graph, call.node),
+                     step_ns[i] / 1e6) for i, call in enumerate(calls)]
 
 
 def bench(model, board: str | Board | None = None, target: str | None = None, repeat: int = 10, number: int = 1,

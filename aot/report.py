@@ -8,7 +8,9 @@ import llvmlite.binding as llvm
 
 from aot import ops
 from aot.errors import PlanError
-from aot.ops.registry import Fusion, op_def
+from aot.graph.ir import Graph, Node
+from aot.graph.quant import node_quant
+from aot.ops.registry import Fusion, op_def, operand
 from aot.program import Program
 
 
@@ -73,7 +75,7 @@ def render(program: Program, obj: bytes, weights_prefix: str, header: str, limit
         out = node.outputs[0]
         loc = program.locations[out]
         where = f"ws+{loc.index}" if loc.kind == "workspace" else f"{loc.kind}[{loc.index}]"
-        rows.append((str(i), describe(node), node.name, f"{ins} -> {'x'.join(map(str, graph.shape(out)))}",
+        rows.append((str(i), describe(graph, node), node.name, f"{ins} -> {'x'.join(map(str, graph.shape(out)))}",
                      f"{macs:,}", f"{graph.values[out].nbytes:,}", where))
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     lines = [header, ""]
@@ -94,11 +96,12 @@ def render(program: Program, obj: bytes, weights_prefix: str, header: str, limit
               f"{sum(graph.values[v].nbytes for v in graph.outputs):,} bytes (caller's buffers)",
               f"  flash             {fp.flash:,} bytes (code + weights){_limit(limits, 'flash')}",
               f"  RAM               {fp.ram:,} bytes (workspace + inputs/outputs){_limit(limits, 'ram')}"]
-    quantized = [c.node for c in program.calls if "quant" in c.node.attrs]
+    quantized = [c.node for c in program.calls if node_quant(graph.values, c.node)
+                 and not op_def(c.node.op).moves_values]
     if quantized or any(c.node.op in ("Quantize", "Dequantize") for c in program.calls):
-        in_float = [c.node for c in program.calls if "quant" not in c.node.attrs
+        in_float = [c.node for c in program.calls if not node_quant(graph.values, c.node)
                     and not op_def(c.node.op).moves_values and c.node.op not in ("Quantize", "Dequantize")
-                    and program.graph.values[c.node.outputs[0]].dtype == "float32"]
+                    and graph.values[c.node.outputs[0]].dtype == "float32"]
         lines.append(f"  quantized         {len(quantized)} integer kernels; {len(in_float)} in float between "
                      "Dequantize and Quantize" + (": " + ", ".join(f"{n.op} {n.name}" for n in in_float)
                                                   if in_float else ""))
@@ -135,15 +138,15 @@ def _limit(limits: dict | None, kind: str) -> str:
     return f" of {limits[kind]:,} available" if limits and kind in limits else ""
 
 
-def describe(node) -> str:
+def describe(graph: Graph, node: Node) -> str:
     """The node's op with what is fused into it: "Conv+bias+add+Relu", "Conv int8"."""
-    if "quant" in node.attrs:
-        return node.op + " int8"
+    if node_quant(graph.values, node):
+        return node.op + " " + graph.values[node.outputs[0]].dtype
     parts = []
     if op_def(node.op).fusion is Fusion.MATRIX:
-        if node.inputs[2]:
+        if operand(node, "bias"):
             parts.append("bias")
-        if len(node.inputs) > 3:
+        if operand(node, "residual"):
             parts.append("add")
     parts += [fn for fn, _ in node.attrs.get("acts", ())]
     return "+".join([node.op, *parts])

@@ -11,6 +11,8 @@ from onnxruntime.quantization import QuantType
 from quantize import quantize_model
 
 import aot
+from aot.graph.quant import node_quant
+from aot.ops.registry import op_def
 
 
 def quantized(model: onnx.ModelProto, tmp_path, fmt: str, per_channel: bool,
@@ -39,8 +41,9 @@ def integer_ops(path: str) -> dict[str, int]:
     """Count of ops compiled as integer kernels (with quantization parameters), by op."""
     artifact = aot.build(path, out_dir=None)
     counts: dict[str, int] = {}
+    graph = artifact.program.graph
     for call in artifact.program.calls:
-        if "quant" in call.node.attrs:
+        if node_quant(graph.values, call.node) and not op_def(call.node.op).moves_values:
             counts[call.node.op] = counts.get(call.node.op, 0) + 1
     return counts
 
@@ -198,3 +201,42 @@ def test_ops_without_an_integer_kernel_run_in_float_between_quantize_kernels(op,
     assert comparison.max_abs <= comparison.step * 1.001, comparison
     report = aot.build(model, out_dir=tmp_path / "b").report
     assert f"in float between Dequantize and Quantize: {kernel_op} middle" in report, report
+
+
+def _conv_then(clamps: list[tuple[str, tuple[float, ...]]]) -> onnx.ModelProto:
+    """A QDQ convolution whose output passes through clamps (Relu, Clip) before its QuantizeLinear, the
+    output zero point off zero so that a clamp at 0 changes the integer range."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(3)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xf"]),
+             helper.make_node("DequantizeLinear", ["wq", "ws", "z"], ["wf"]),
+             helper.make_node("Conv", ["xf", "wf"], ["t0"], pads=[1, 1, 1, 1], name="conv")]
+    inits = [helper.make_tensor("s", TensorProto.FLOAT, [], [0.05]),
+             helper.make_tensor("ws", TensorProto.FLOAT, [], [0.02]),
+             helper.make_tensor("ys", TensorProto.FLOAT, [], [0.03]),
+             helper.make_tensor("z", TensorProto.INT8, [], [0]),
+             helper.make_tensor("yz", TensorProto.INT8, [], [-20]),
+             onnx.numpy_helper.from_array(rng.integers(-60, 60, (6, 4, 3, 3)).astype(np.int8), "wq")]
+    for i, (op, bounds) in enumerate(clamps):
+        names = []
+        for j, bound in enumerate(bounds):
+            names.append(f"b{i}_{j}")
+            inits.append(helper.make_tensor(names[-1], TensorProto.FLOAT, [], [bound]))
+        nodes.append(helper.make_node(op, [f"t{i}", *names], [f"t{i + 1}"]))
+    nodes += [helper.make_node("QuantizeLinear", [f"t{len(clamps)}", "ys", "yz"], ["yq"]),
+              helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 6, 6])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("clamps", [[("Relu", ())], [("Clip", (0.0, 1.5))], [("Relu", ()), ("Clip", (-1.0, 0.9))]],
+                         ids=["relu", "clip", "relu+clip"])
+def test_clamps_before_quantize_fuse_into_the_integer_convolution(clamps, tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(_conv_then(clamps), path)
+    assert integer_ops(str(path)) == {"Conv": 1}
+    assert "%yq<1x6x6x6 int8 q0.03/-20>" in aot.build(str(path), out_dir=None).program.graph.dump()
+    assert_within_one_step(str(path))

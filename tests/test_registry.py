@@ -7,10 +7,11 @@ import pytest
 
 from aot.errors import InternalError
 from aot.graph.ir import Graph, Node, Value
+from aot.graph.quant import QuantParams
 from aot.graph.verify import verify
 from aot.kernel import ir as k
 from aot.kernel.verify import verify_kernel
-from aot.ops.registry import REGISTRY, Layout, op_def
+from aot.ops.registry import REGISTRY, Layout, op_def, operand, with_operands
 
 
 def test_every_op_that_canonicalizes_to_a_kernel_op_can_be_lowered():
@@ -29,6 +30,18 @@ def test_unknown_ops_have_no_facts():
 
 def _graph(nodes, values, constants=None, inputs=("x",), outputs=("y",)) -> Graph:
     return Graph("g", tuple(nodes), {v.name: v for v in values}, constants or {}, inputs, outputs)
+
+
+_CONV = {"kernel": (1, 1), "strides": (1, 1), "dilations": (1, 1), "pads": (0, 0, 0, 0), "group": 1}
+
+
+def test_operands_are_named():
+    conv = Node("Conv", "c", ("x", "w"), ("y",))
+    assert (operand(conv, "weight"), operand(conv, "bias"), operand(conv, "residual")) == ("w", "", "")
+    fused = with_operands(conv, residual="r")
+    assert fused.inputs == ("x", "w", "", "r") and operand(fused, "residual") == "r"
+    with pytest.raises(InternalError, match="op Conv has no operand 'scale'"):
+        operand(conv, "scale")
 
 
 def test_verify_accepts_a_well_formed_graph():
@@ -50,6 +63,20 @@ def test_verify_accepts_a_well_formed_graph():
      {"c": np.ones(3, np.float32)}, "constant 'c' is float32[3], its value says float32[4]"),
     ([Node("Unary", "u", ("x",), ("y",), {"fn": "relu", "params": ()})], [Value("x", (2, 3)), Value("y", (3, 2))],
      {}, "output shape [3, 2] differs from the input's [2, 3]"),
+    ([Node("Relu", "r", ("x",), ("y",))], [Value("x", (2,), quant=QuantParams.per_tensor(0.1, 0)), Value("y", (2,))],
+     {}, "'x' is float32 but has quantization parameters"),
+    ([Node("Conv", "c", ("x", "w"), ("y",), _CONV)],
+     [Value("x", (1, 2, 2, 3), "int8", QuantParams.per_tensor(0.1, 0)),
+      Value("w", (4, 1, 1, 3), "int8", QuantParams(np.ones(3), np.zeros(3, np.int64), 0)),
+      Value("y", (1, 2, 2, 4), "int8", QuantParams.per_tensor(0.2, 0))],
+     {"w": np.ones((4, 1, 1, 3), np.int8)}, "'w' [4, 1, 1, 3]: per-channel parameters of size 3 on axis 0"),
+    ([Node("Conv", "c", ("x", "w"), ("y",), _CONV)],
+     [Value("x", (1, 2, 2, 3), "int8", QuantParams.per_tensor(0.1, 0)), Value("w", (4, 1, 1, 3), "int8"),
+      Value("y", (1, 2, 2, 4), "int8", QuantParams.per_tensor(0.2, 0))],
+     {"w": np.ones((4, 1, 1, 3), np.int8)}, "integer op without per-channel parameters on its weight 'w'"),
+    ([Node("Conv", "c", ("x", "w", "", "x", "x"), ("y",), _CONV)],
+     [Value("x", (1, 2, 2, 3)), Value("w", (4, 1, 1, 3)), Value("y", (1, 2, 2, 4))],
+     {"w": np.ones((4, 1, 1, 3), np.float32)}, "5 inputs for the operands"),
 ])
 def test_verify_names_the_node_at_fault(nodes, values, constants, message):
     with pytest.raises(InternalError, match="after test: .*" + message.replace("[", r"\[").replace("(", r"\(")

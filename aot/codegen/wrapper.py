@@ -9,8 +9,6 @@ from pathlib import Path
 
 import jinja2
 
-from aot.graph.ir import Node
-from aot.ops.registry import op_def
 from aot.program import Location, Program
 
 _TEMPLATES = jinja2.Environment(
@@ -80,32 +78,9 @@ def io_tensors(program: Program) -> tuple[list[Tensor], list[Tensor]]:
 
 
 def _quantization(program: Program, value: str) -> tuple[float | None, int | None]:
-    """Scale and zero point of an integer graph input or output, from the op that reads or writes it
-    (looking through transposes and views)."""
-    producers = program.graph.producers()
-    node = producers.get(value)
-    while node is not None and moves_values(node):
-        node = producers.get(node.inputs[0])
-    if node is not None and "quant" in node.attrs:
-        return node.attrs["quant"].y_scale, node.attrs["quant"].y_zp
-    if node is not None and node.op == "Quantize":
-        return node.attrs["scale"], node.attrs["zero_point"]
-    users = program.graph.consumers()
-    frontier = [value]
-    while frontier:
-        for user in users.get(frontier.pop(), []):
-            if moves_values(user):
-                frontier.append(user.outputs[0])
-            elif user.op == "Dequantize":
-                return user.attrs["scale"], user.attrs["zero_point"]
-            elif "quant" in user.attrs:
-                return user.attrs["quant"].x_scale, user.attrs["quant"].x_zp
-    return None, None
-
-
-def moves_values(node: Node) -> bool:
-    """The node only moves values of one input, keeping their quantization (no requantizing Concat)."""
-    return op_def(node.op).moves_values and "quant" not in node.attrs and len(node.inputs) == 1
+    """Scale and zero point of an integer graph input or output (None for a plain integer tensor)."""
+    quant = program.graph.values[value].quant
+    return (quant.scale, quant.zero_point) if quant is not None else (None, None)
 
 
 def _arg(program: Program, value: str, writable: bool, inputs: list[Tensor], outputs: list[Tensor]) -> str:

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from aot.graph.quant import QuantParams
 
 
 @dataclass(frozen=True)
@@ -18,6 +21,7 @@ class Value:
     name: str
     shape: tuple[int, ...]
     dtype: str = "float32"
+    quant: QuantParams | None = None    # how an integer tensor encodes reals (set by lower_quantized)
 
     @property
     def size(self) -> int:
@@ -79,7 +83,8 @@ class Graph:
             if name in self.constants:
                 return f"%{name}<const {'x'.join(map(str, self.constants[name].shape)) or 'scalar'}>"
             value = self.values[name]
-            return f"%{name}<{'x'.join(map(str, value.shape)) or 'scalar'}>"
+            quant = f" {value.dtype} {value.quant!r}" if value.quant is not None else ""
+            return f"%{name}<{'x'.join(map(str, value.shape)) or 'scalar'}{quant}>"
 
         lines = [f"graph {self.name}({', '.join(fmt(n) for n in self.inputs)})"]
         for node in self.nodes:
@@ -122,19 +127,19 @@ class Rewriter:
         taken.add(name)
         return name
 
-    def value(self, hint: str, shape: tuple[int, ...], dtype: str = "float32") -> str:
+    def value(self, hint: str, shape: tuple[int, ...], dtype: str = "float32", quant: QuantParams | None = None) -> str:
         name = self.fresh(hint)
-        self.values[name] = Value(name, tuple(int(d) for d in shape), dtype)
+        self.values[name] = Value(name, tuple(int(d) for d in shape), dtype, quant)
         return name
 
     def like(self, hint: str, src: str, shape: tuple[int, ...] | None = None) -> str:
-        """A new value with the dtype of `src` (and its shape unless given)."""
+        """A new value with the dtype and quantization of `src` (and its shape unless given)."""
         value = self.values[src]
-        return self.value(hint, value.shape if shape is None else shape, value.dtype)
+        return self.value(hint, value.shape if shape is None else shape, value.dtype, value.quant)
 
-    def constant(self, hint: str, array: np.ndarray) -> str:
+    def constant(self, hint: str, array: np.ndarray, quant: QuantParams | None = None) -> str:
         array = np.ascontiguousarray(array)
-        name = self.value(hint, array.shape, str(array.dtype))
+        name = self.value(hint, array.shape, str(array.dtype), quant)
         self.constants[name] = array
         return name
 

@@ -1,18 +1,47 @@
-"""Quantization parameters carried by integer ops, and the integer arithmetic they imply."""
+"""Quantization: how an integer tensor encodes real numbers (`QuantParams`, a field of its Value), the
+view an integer op's kernel takes of its operands' parameters (`Quant`), and the arithmetic they imply."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from aot.graph.ir import Node, Value
 
 RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int32": (-(2**31), 2**31 - 1)}
 
 
 @dataclass(frozen=True, eq=False)
+class QuantParams:
+    """real = (q - zero_point) * scale: per tensor (`axis` None, scalars) or per channel along `axis`
+    (arrays, for weights and biases)."""
+
+    scale: float | np.ndarray
+    zero_point: int | np.ndarray
+    axis: int | None = None
+
+    @staticmethod
+    def per_tensor(scale: float, zero_point: int) -> QuantParams:
+        return QuantParams(float(scale), int(zero_point))
+
+    def same_as(self, other: QuantParams | None) -> bool:
+        return (other is not None and self.axis == other.axis
+                and np.array_equal(self.scale, other.scale) and np.array_equal(self.zero_point, other.zero_point))
+
+    def __repr__(self) -> str:
+        if self.axis is None:
+            return f"q{self.scale:.4g}/{self.zero_point}"
+        return f"q[{np.size(self.scale)} channels on axis {self.axis}]"
+
+
+@dataclass(frozen=True, eq=False)
 class Quant:
-    """How an integer op reads its inputs and writes its output.
+    """How an integer op reads its inputs and writes its output, gathered from its operands' QuantParams.
 
     x_scale/x_zp: the (first) activation input; w_scale/w_zp: weights, per output channel (arrays);
     b_scale/b_zp: a second activation input (Add, Mul); y_scale/y_zp/y_dtype: the output;
@@ -35,6 +64,26 @@ class Quant:
         w = f", w_scale[{self.w_scale.size}]" if self.w_scale is not None else ""
         return (f"Quant(x={self.x_scale:.4g}/{self.x_zp}, y={self.y_scale:.4g}/{self.y_zp} {self.y_dtype} "
                 f"[{self.qmin},{self.qmax}]{w})")
+
+
+def node_quant(values: Mapping[str, Value], node: Node) -> Quant | None:
+    """The integer view of `node`, or None when it computes in float: its first input and its output carry
+    per-tensor quantization. A constant second input with per-channel parameters is the weight (Conv,
+    Gemm); a computed one the second operand (Add, Mul). The output range is narrowed by the activations
+    fused into the node (attrs["acts"])."""
+    if not (node.inputs and node.inputs[0] and node.outputs and node.outputs[0]):
+        return None
+    x, y = values[node.inputs[0]], values[node.outputs[0]]
+    if x.quant is None or y.quant is None or x.quant.axis is not None or y.quant.axis is not None:
+        return None
+    qmin, qmax = clamp_for(node.attrs.get("acts", ()), y.quant.scale, y.quant.zero_point, y.dtype)
+    extra: dict = {}
+    second = values[node.inputs[1]].quant if len(node.inputs) > 1 and node.inputs[1] else None
+    if second is not None and second.axis is not None:
+        extra = {"w_scale": np.asarray(second.scale, np.float64), "w_zp": np.asarray(second.zero_point, np.int64)}
+    elif second is not None:
+        extra = {"b_scale": second.scale, "b_zp": second.zero_point}
+    return Quant(x.quant.scale, x.quant.zero_point, y.quant.scale, y.quant.zero_point, y.dtype, qmin, qmax, **extra)
 
 
 def fixed_point(multiplier: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -2,14 +2,17 @@
 
 Well-formed: node names are unique, every input is a graph input, a constant or the output of an
 earlier node, every value is produced once, every name has a Value whose shape and dtype match its
-constant. Consistent: each op's registered shape rule (OpDef.check) holds.
+constant, quantization only on integer values and per-channel parameters sized to their axis.
+Consistent: each op's registered shape rule (OpDef.check) holds, and an integer matrix op has
+per-channel weight parameters.
 """
 
 from __future__ import annotations
 
 from aot.errors import InternalError
 from aot.graph.ir import Graph, Node
-from aot.ops.registry import op_def
+from aot.graph.quant import RANGES, node_quant
+from aot.ops.registry import QuantForm, op_def
 
 
 def verify(graph: Graph, stage: str) -> Graph:
@@ -34,10 +37,16 @@ def verify(graph: Graph, stage: str) -> Graph:
                 raise fail(node, f"writes '{name}', which already has a value")
             available.add(name)
             _check_value(graph, name, lambda why: fail(node, why))
-        check = op_def(node.op).check
-        problem = check(graph, node) if check else None
+        definition = op_def(node.op)
+        if definition.operands and len(node.inputs) > len(definition.operands):
+            raise fail(node, f"{len(node.inputs)} inputs for the operands {list(definition.operands)}")
+        problem = definition.check(graph, node) if definition.check else None
         if problem:
             raise fail(node, problem)
+        if definition.quant is QuantForm.MATRIX and node_quant(graph.values, node) is not None:
+            weight = graph.values[node.inputs[1]].quant
+            if weight is None or weight.axis is None:
+                raise fail(node, f"integer op without per-channel parameters on its weight '{node.inputs[1]}'")
     for name in graph.outputs:
         if name not in available:
             raise fail(None, f"graph output '{name}' is never computed")
@@ -54,3 +63,11 @@ def _check_value(graph: Graph, name: str, fail) -> None:
     if array is not None and (tuple(array.shape) != value.shape or str(array.dtype) != value.dtype):
         raise fail(f"constant '{name}' is {array.dtype}{list(array.shape)}, its value says "
                    f"{value.dtype}{list(value.shape)}")
+    quant = value.quant
+    if quant is not None:
+        if value.dtype not in RANGES:
+            raise fail(f"'{name}' is {value.dtype} but has quantization parameters")
+        if quant.axis is not None and not (0 <= quant.axis < len(value.shape)
+                                           and quant.scale.size == quant.zero_point.size == value.shape[quant.axis]):
+            raise fail(f"'{name}' {list(value.shape)}: per-channel parameters of size {quant.scale.size} on "
+                       f"axis {quant.axis}")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from aot.graph.ir import Graph, Node, Rewriter
-from aot.graph.quant import Quant, fixed_point
+from aot.graph.quant import Quant, fixed_point, node_quant
 from aot.kernel.ir import (
     Broadcast,
     Buffer,
@@ -39,8 +39,8 @@ from aot.kernel.ir import (
 from aot.ops import LowerContext
 from aot.ops.epilogue import apply
 from aot.ops.quantized import quantize, requantize_fixed, widen
-from aot.ops.registry import Fusion, Layout, QuantForm, define
-from aot.ops.rewrite import const_input, lift_1d, quant_attrs, refuse, spatial_attrs, view
+from aot.ops.registry import MATRIX_OPERANDS, Fusion, Layout, QuantForm, define, op_def, operand
+from aot.ops.rewrite import fused_acts, lift_1d, refuse, spatial_attrs, view
 
 
 @dataclass(frozen=True)
@@ -443,7 +443,7 @@ DOT_STYLES = {"avx512-vnni": [DotStyle(4, True, a_unsigned=True), _PAIRS], "neon
 
 def dot_style(ctx: LowerContext, node: Node, groups: int, cg: int) -> DotStyle | None:
     """The best dot-product form this quantized Conv/Gemm can use on the target, if any."""
-    quant = node.attrs.get("quant")
+    quant = node_quant(ctx.graph.values, node)
     if quant is None or groups != 1:
         return None
     weight = ctx.graph.constants[node.inputs[1]]
@@ -515,8 +515,9 @@ def conv(ctx: LowerContext, node: Node, name: str) -> Kernel:
     groups = node.attrs["group"]
     style = dot_style(ctx, node, groups, g.c // groups)
     arith = _arith(ctx, node, ins, style, weight)
-    if "quant" in node.attrs and not (style and style.raw_bytes):
-        weight = _minus_zero_point(weight, node.attrs["quant"], axis=0)
+    quant = node_quant(ctx.graph.values, node)
+    if quant is not None and not (style and style.raw_bytes):
+        weight = _minus_zero_point(weight, quant, axis=0)
     if groups == g.c and weight.shape[1] == 1 and g.m == g.c:
         return lower_depthwise(ctx, name, g, weight, arith, ins[0], outs[0], params)
     return lower_dense(ctx, name, g, groups, weight, arith, ins[0], outs[0], params)
@@ -524,12 +525,14 @@ def conv(ctx: LowerContext, node: Node, name: str) -> Kernel:
 
 def _arith(ctx: LowerContext, node: Node, ins, style: DotStyle | None, weight: np.ndarray) -> Arith:
     """weight: OIHW (output channel first)."""
-    bias = ctx.graph.constants[node.inputs[2]] if node.inputs[2] else None
+    bias = ctx.graph.constants[operand(node, "bias")] if operand(node, "bias") else None
+    quant = node_quant(ctx.graph.values, node)
     if style is not None:
-        return DotArith(ctx, style, node.attrs["quant"], bias, weight, ins[0].dtype)
-    if "quant" in node.attrs:
-        return IntArith(ctx, node.attrs["quant"], bias)
-    return FloatArith(ctx, bias, node.attrs.get("acts", ()), ins[3] if len(ins) > 3 else None)
+        return DotArith(ctx, style, quant, bias, weight, ins[0].dtype)
+    if quant is not None:
+        return IntArith(ctx, quant, bias)
+    residual = op_def(node.op).index("residual")
+    return FloatArith(ctx, bias, node.attrs.get("acts", ()), ins[residual] if len(ins) > residual else None)
 
 
 def _minus_zero_point(weight: np.ndarray, quant: Quant, axis: int) -> np.ndarray:
@@ -542,27 +545,25 @@ def _minus_zero_point(weight: np.ndarray, quant: Quant, axis: int) -> np.ndarray
 def canonical_conv(rw: Rewriter, node: Node) -> None:
     """1-D and 2-D convolutions with constant weights; a 1-D one runs as 2-D over a height of 1. A weight
     or bias computed at run time takes a direct convolution instead (conv_direct.py)."""
-    if any(name and name not in rw.constants for name in node.inputs[1:3]):
+    x, weight, bias = (operand(node, name) for name in ("x", "weight", "bias"))
+    if any(name and name not in rw.constants for name in (weight, bias)):
         from aot.ops.conv_direct import canonical_conv_computed  # that module builds on this one
         canonical_conv_computed(rw, node)
         return
-    w = const_input(rw, node, 1, "the weight")
+    w = rw.constants[weight]
     rank = w.ndim - 2
     if rank not in (1, 2):
         raise refuse(node, f"{rank}-D convolution is not supported (1-D and 2-D are)")
     attrs = spatial_attrs(rw, node, tuple(w.shape[2:]))
     attrs["group"] = int(node.attrs.get("group", 1))
-    attrs.update(quant_attrs(node))
-    bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else ""
-    if bias:
-        const_input(rw, node, 2, "the bias")
+    attrs.update(fused_acts(node))
     if rank == 1:
-        x2, out2, w2 = lift_1d(rw, node, attrs, node.inputs[1])
+        x2, out2, w2 = lift_1d(rw, node, attrs, weight)
         rw.add("Conv", node.name, [x2, w2, bias], [out2], **attrs)
         view(rw, node, out2, rw.values[node.outputs[0]].shape, node.outputs[0])
     else:
-        rw.add("Conv", node.name, [node.inputs[0], node.inputs[1], bias], node.outputs, **attrs)
+        rw.add("Conv", node.name, [x, weight, bias], node.outputs, **attrs)
 
 
 define("Conv", canonical=canonical_conv, lower=conv, macs=_conv_macs, layout=Layout.NHWC, fusion=Fusion.MATRIX,
-       weight_channel_axis=0, quant=QuantForm.MATRIX, quant_acts=True)
+       weight_channel_axis=0, operands=MATRIX_OPERANDS, quant=QuantForm.MATRIX, quant_acts=True)

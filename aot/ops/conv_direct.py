@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from aot.graph.ir import Graph, Node, Rewriter
+from aot.graph.quant import node_quant
 from aot.kernel.ir import Builder, Kernel, const, fma
 from aot.ops import LowerContext
 from aot.ops.conv import ChannelBlock, channel_blocks, geometry, spatial_loops
@@ -72,7 +73,7 @@ def conv_direct(ctx: LowerContext, node: Node, name: str) -> Kernel:
 
 def canonical_conv_computed(rw: Rewriter, node: Node) -> None:
     """Conv(x, w, b?) with w or b computed at run time -> Transpose(w) -> ConvDirect (1-D as 2-D)."""
-    if "quant" in node.attrs:
+    if node_quant(rw.values, node) is not None:
         raise refuse(node, "a quantized convolution needs constant weights and bias")
     x, w, out = node.inputs[0], node.inputs[1], node.outputs[0]
     bias = node.inputs[2] if len(node.inputs) > 2 else ""

@@ -12,14 +12,14 @@ from __future__ import annotations
 import numpy as np
 
 from aot.graph.ir import Graph, Node, Rewriter
-from aot.graph.quant import RANGES, Quant
+from aot.graph.quant import RANGES, node_quant
 from aot.kernel import math as kmath
 from aot.kernel.ir import Broadcast, Buffer, Builder, Cast, Expr, Kernel, binop, maximum, minimum, select
 from aot.ops import LowerContext
 from aot.ops.epilogue import apply
 from aot.ops.quantized import dequantize, quantize
 from aot.ops.registry import FLOAT, Fusion, Layout, QuantForm, broadcast_shape, define, same_shape
-from aot.ops.rewrite import const_input, quant_attrs, refuse, unary_rule, view
+from aot.ops.rewrite import const_input, fused_acts, refuse, unary_rule, view
 
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min"}
 # Integer operands compute in their own type: wrapping add/sub/mul, Div truncating toward zero (x / 0
@@ -96,7 +96,7 @@ def binary(ctx: LowerContext, node: Node, name: str) -> Kernel:
     op = _BINARY[node.op]
     shapes = [ctx.graph.shape(n) for n in node.inputs]
     acts = node.attrs.get("acts", ())
-    quant: Quant | None = node.attrs.get("quant")
+    quant = node_quant(ctx.graph.values, node)
 
     def compute(v: list[Expr]) -> Expr:
         if quant is None:
@@ -195,7 +195,7 @@ def canonical_binary(rw: Rewriter, node: Node) -> None:
         return
     if len(node.inputs) != 2:
         raise refuse(node, "only two operands are supported")
-    rw.keep(node.with_(attrs=quant_attrs(node)))
+    rw.keep(node.with_(attrs=fused_acts(node)))
 
 
 _VARIADIC = {"Sum": "sum", "Mean": "mean", "Max": "max", "Min": "min"}

@@ -7,10 +7,11 @@ from __future__ import annotations
 import numpy as np
 
 from aot.graph.ir import Graph, Node, Rewriter
+from aot.graph.quant import node_quant
 from aot.kernel.ir import Kernel
 from aot.ops import LowerContext
 from aot.ops.conv import Geometry, _arith, _minus_zero_point, dot_style, lower_dense
-from aot.ops.registry import Fusion, QuantForm, define
+from aot.ops.registry import MATRIX_OPERANDS, Fusion, QuantForm, define
 
 
 def _macs(graph: Graph, node: Node) -> int:
@@ -28,13 +29,14 @@ def gemm(ctx: LowerContext, node: Node, name: str) -> Kernel:
     oihw = weight.T.reshape(n, k, 1, 1)
     style = dot_style(ctx, node, 1, k)
     arith = _arith(ctx, node, ins, style, oihw)
-    if "quant" in node.attrs and not (style and style.raw_bytes):
-        oihw = _minus_zero_point(oihw, node.attrs["quant"], axis=0)
+    quant = node_quant(ctx.graph.values, node)
+    if quant is not None and not (style and style.raw_bytes):
+        oihw = _minus_zero_point(oihw, quant, axis=0)
     return lower_dense(ctx, name, g, 1, oihw, arith, ins[0], outs[0], params)
 
 
 def canonical_gemm(rw: Rewriter, node: Node) -> None:
-    if "quant" in node.attrs:       # already x (M,K) @ w (K,N) + int32 bias (lower_quantized)
+    if node_quant(rw.values, node) is not None:     # already x (M,K) @ w (K,N) + bias (lower_quantized)
         rw.keep(node)
         return
     a, b = node.inputs[:2]
@@ -92,4 +94,5 @@ def _gemm_tail(rw: Rewriter, node: Node, product: str, alpha: float, c: str, bet
 
 
 define("Gemm", canonical=canonical_gemm, lower=gemm, macs=_macs, fusion=Fusion.MATRIX, weight_channel_axis=1,
+       operands=MATRIX_OPERANDS,
        quant=QuantForm.MATRIX, quant_acts=True)

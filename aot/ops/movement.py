@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from aot.graph.ir import Node, Rewriter
-from aot.graph.quant import Quant
+from aot.graph.quant import Quant, QuantParams, node_quant
 from aot.kernel.ir import Buffer, Builder, Expr, Kernel, binop, const, maximum, minimum, select
 from aot.ops import LowerContext
 from aot.ops.quantized import dequantize, quantize
 from aot.ops.registry import ALL_DTYPES, AxisAttr, Layout, QuantForm, define, same_size
-from aot.ops.rewrite import const_input, quant_attrs, refuse, view
+from aot.ops.rewrite import const_input, fused_acts, refuse, view
 
 
 def _strides(shape) -> list[int]:
@@ -69,12 +69,12 @@ def concat(ctx: LowerContext, node: Node, name: str) -> Kernel:
     out_shape = ctx.graph.shape(node.outputs[0])
     outer = int(np.prod(out_shape[:axis], dtype=np.int64))
     out_inner = int(np.prod(out_shape[axis:], dtype=np.int64))
-    quant = node.attrs.get("quant")
+    quant = node_quant(ctx.graph.values, node)
     b = Builder()
     offset = 0
-    for i, (buf, value) in enumerate(zip(ins, node.inputs)):
+    for buf, value in zip(ins, node.inputs):
         inner = int(np.prod(ctx.graph.shape(value)[axis:], dtype=np.int64))
-        convert = _requantize(quant, *node.attrs["input_quant"][i]) if quant else (lambda v: v)
+        convert = _requantize(quant, ctx.graph.values[value].quant) if quant else (lambda v: v)
         if inner:
             copy_loops(b, ctx.target.lanes, [outer, inner], buf, [inner, 1], 0, outs[0], [out_inner, 1], offset,
                        convert)
@@ -82,8 +82,9 @@ def concat(ctx: LowerContext, node: Node, name: str) -> Kernel:
     return Kernel(name, params, b.block())
 
 
-def _requantize(quant: Quant, scale: float, zero_point: int):
-    """Convert an input quantized with (scale, zero_point) to the output's quantization."""
+def _requantize(quant: Quant, encoding: QuantParams):
+    """Convert an input with its own encoding to the output's."""
+    scale, zero_point = encoding.scale, encoding.zero_point
     if (scale, zero_point) == (quant.y_scale, quant.y_zp):
         return lambda v: v
     return lambda v: quantize(dequantize(v, zero_point, scale / quant.y_scale), quant.y_zp, quant.qmin, quant.qmax,
@@ -173,7 +174,7 @@ def canonical_transpose(rw: Rewriter, node: Node) -> None:
 
 def canonical_concat(rw: Rewriter, node: Node) -> None:
     rank = len(rw.values[node.outputs[0]].shape)
-    rw.add("Concat", node.name, node.inputs, node.outputs, axis=int(node.attrs["axis"]) % rank, **quant_attrs(node))
+    rw.add("Concat", node.name, node.inputs, node.outputs, axis=int(node.attrs["axis"]) % rank, **fused_acts(node))
 
 
 def canonical_pad(rw: Rewriter, node: Node) -> None:

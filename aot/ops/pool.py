@@ -4,14 +4,14 @@ GlobalAveragePool, GlobalMaxPool."""
 from __future__ import annotations
 
 from aot.graph.ir import Node, Rewriter
-from aot.graph.quant import RANGES, Quant
+from aot.graph.quant import RANGES, Quant, node_quant
 from aot.kernel import math
 from aot.kernel.ir import Builder, Cast, Expr, Kernel, binop, const, maximum, minimum
 from aot.ops import LowerContext
 from aot.ops.conv import Geometry, channel_blocks, spatial_loops
 from aot.ops.quantized import int_dtype, quantize, widen
 from aot.ops.registry import Layout, QuantForm, define
-from aot.ops.rewrite import lift_1d, quant_attrs, refuse, spatial_attrs, view
+from aot.ops.rewrite import fused_acts, lift_1d, refuse, spatial_attrs, view
 
 _LOWEST = -3.4028234663852886e38
 
@@ -28,7 +28,8 @@ def pool(ctx: LowerContext, node: Node, name: str) -> Kernel:
     is_max = node.op == "MaxPool"
     include_pad = bool(node.attrs.get("count_include_pad", 0))
     blocks = channel_blocks(c, ctx.target.lanes, 2)
-    values = _Values(ctx.graph.values[node.inputs[0]].dtype, is_max, node.attrs.get("quant"), node.attrs.get("p"))
+    values = _Values(ctx.graph.values[node.inputs[0]].dtype, is_max, node_quant(ctx.graph.values, node),
+                     node.attrs.get("p"))
     b = Builder()
 
     def divisor(oh_: Expr, ow_: Expr, kh_lo, kh_hi, kw_lo, kw_hi) -> Expr:
@@ -97,7 +98,7 @@ def global_pool(ctx: LowerContext, node: Node, name: str) -> Kernel:
     ins, outs, params = ctx.io(node)
     n, h, w, c = ctx.graph.shape(node.inputs[0])
     is_max = node.op == "GlobalMaxPool"
-    values = _Values(ctx.graph.values[node.inputs[0]].dtype, is_max, node.attrs.get("quant"))
+    values = _Values(ctx.graph.values[node.inputs[0]].dtype, is_max, node_quant(ctx.graph.values, node))
     b = Builder()
     with b.loop("n", 0, n) as n_:
         for blk in channel_blocks(c, ctx.target.lanes, 4):
@@ -118,7 +119,7 @@ def canonical_pool(rw: Rewriter, node: Node) -> None:
         raise refuse(node, "the Indices output is not supported")
     kernel = tuple(node.attrs["kernel_shape"])
     attrs = spatial_attrs(rw, node, kernel)
-    attrs.update(quant_attrs(node))
+    attrs.update(fused_acts(node))
     if node.op == "AveragePool":
         attrs["count_include_pad"] = int(node.attrs.get("count_include_pad", 0))
     if node.op == "LpPool":
@@ -131,7 +132,7 @@ def canonical_pool(rw: Rewriter, node: Node) -> None:
         view(rw, node, out2, rw.values[node.outputs[0]].shape, node.outputs[0])
     elif len(kernel) == 2:
         rw.add(node.op, node.name, [node.inputs[0]], node.outputs[:1], **attrs)
-    elif len(kernel) == 3 and "quant" not in node.attrs:
+    elif len(kernel) == 3 and node_quant(rw.values, node) is None:
         rw.add("VolumePool", node.name, [node.inputs[0]], node.outputs[:1], kind=node.op, **attrs)
     else:
         raise refuse(node, f"{len(kernel)}-D pooling is not supported")
@@ -140,11 +141,11 @@ def canonical_pool(rw: Rewriter, node: Node) -> None:
 def canonical_global_pool(rw: Rewriter, node: Node) -> None:
     shape = rw.values[node.inputs[0]].shape
     if len(shape) == 4:
-        rw.keep(node.with_(attrs=quant_attrs(node)))
+        rw.keep(node.with_(attrs=fused_acts(node)))
     elif len(shape) == 3:
         x2 = view(rw, node, node.inputs[0], shape[:2] + (1, shape[2]))
         out2 = rw.like(node.outputs[0] + "_2d", node.outputs[0], shape[:2] + (1, 1))
-        rw.add(node.op, node.name, [x2], [out2], **quant_attrs(node))
+        rw.add(node.op, node.name, [x2], [out2], **fused_acts(node))
         view(rw, node, out2, rw.values[node.outputs[0]].shape, node.outputs[0])
     else:
         raise refuse(node, f"input of rank {len(shape)} is not supported (rank 3 or 4)")

@@ -63,6 +63,9 @@ class QuantForm(enum.Enum):
     MOVE = "move"            # moves values: integer only when input and output quantization agree
 
 
+# The operands of a MATRIX op once canonical (ONNX's Conv X, W, B and Gemm A, B, C keep these positions).
+MATRIX_OPERANDS = ("x", "weight", "bias", "residual")
+
 ALL_DTYPES = frozenset({"float32", "int8", "uint8", "int32", "int64", "bool"})
 FLOAT = frozenset({"float32"})
 
@@ -92,6 +95,13 @@ class OpDef:
     shape_only: bool = False               # reads only its input's (static) shape: always folds (Shape, Size)
     random: bool = False                   # its result is not a function of its inputs: never folded
     check: Callable[[Graph, Node], str | None] | None = None   # shape rule for Graph.verify: a problem or None
+    operands: tuple[str, ...] = ()         # names of its inputs in order, for `operand`/`with_operands`
+
+    def index(self, operand_name: str) -> int:
+        if operand_name not in self.operands:
+            from aot.errors import InternalError
+            raise InternalError(f"op {self.name} has no operand '{operand_name}' (it has {list(self.operands)})")
+        return self.operands.index(operand_name)
 
     def facts(self) -> dict[str, Any]:
         """The declared facts as plain values (for listings and tests)."""
@@ -115,6 +125,23 @@ def define(name: str, **facts: Any) -> OpDef:
 def op_def(name: str) -> OpDef:
     """The definition of op `name`; an op nobody registered has every fact at its default."""
     return REGISTRY.get(name, _UNKNOWN)
+
+
+def operand(node: Node, name: str) -> str:
+    """The value bound to `node`'s operand `name` ("" when an optional operand is absent)."""
+    i = op_def(node.op).index(name)
+    return node.inputs[i] if i < len(node.inputs) else ""
+
+
+def with_operands(node: Node, **names: str) -> Node:
+    """`node` with the named operands bound to other values (absent optional ones in between as "")."""
+    definition = op_def(node.op)
+    inputs = list(node.inputs)
+    for name, value in names.items():
+        i = definition.index(name)
+        inputs += [""] * (i + 1 - len(inputs))
+        inputs[i] = value
+    return node.with_(inputs=tuple(inputs))
 
 
 # --- shape rules (OpDef.check) -----------------------------------------------------------------------

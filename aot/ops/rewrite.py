@@ -15,9 +15,9 @@ def refuse(node: Node, why: str) -> UnsupportedOpError:
     return UnsupportedOpError(f"node '{node.name}' ({node.op}): {why}")
 
 
-def quant_attrs(node: Node) -> dict:
-    """The node's quantization attributes, to carry over to its rewritten form."""
-    return {k: node.attrs[k] for k in ("quant", "input_quant") if k in node.attrs}
+def fused_acts(node: Node) -> dict:
+    """The clamps lower_quantized folded into an integer node, to carry over to its rewritten form."""
+    return {"acts": node.attrs["acts"]} if "acts" in node.attrs else {}
 
 
 def const_input(rw: Rewriter, node: Node, index: int, what: str) -> np.ndarray | None:
@@ -77,7 +77,7 @@ def lift_1d(rw: Rewriter, node: Node, attrs: dict, weight: str | None = None) ->
     w2 = None
     if weight is not None:
         w = rw.constants[weight]
-        w2 = rw.constant(weight + "_2d", w.reshape(w.shape[0], w.shape[1], 1, w.shape[2]))
+        w2 = rw.constant(weight + "_2d", w.reshape(w.shape[0], w.shape[1], 1, w.shape[2]), rw.values[weight].quant)
     for key in ("kernel", "strides", "dilations"):
         attrs[key] = (1,) + tuple(attrs[key])
     attrs["pads"] = (0, attrs["pads"][0], 0, attrs["pads"][1])

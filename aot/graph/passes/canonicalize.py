@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from aot.errors import UnsupportedOpError
 from aot.graph.ir import Graph, Node, Rewriter
+from aot.graph.quant import node_quant
 from aot.ops.registry import op_def
 
 _QUANTIZED = frozenset({"int8", "uint8"})    # what a node carrying quantization parameters may read
@@ -33,7 +34,7 @@ def canonicalize(graph: Graph) -> Graph:
             where = f" from domain '{domain}'" if domain else ""
             raise UnsupportedOpError(f"node '{node.name}': op {node.op}{where} is not supported "
                                      "(the README lists the supported ops)")
-        _check_dtypes(rw, node, definition.dtypes | (_QUANTIZED if "quant" in node.attrs else frozenset()))
+        _check_dtypes(rw, node, definition.dtypes | (_QUANTIZED if node_quant(rw.values, node) else frozenset()))
         definition.canonical(rw, node)
     return rw.finish()
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from aot.graph.ir import Graph, Node, Rewriter
-from aot.ops.registry import Fusion, op_def
+from aot.ops.registry import Fusion, op_def, operand, with_operands
 
 
 def fold_batchnorm(graph: Graph) -> Graph:
@@ -46,7 +46,7 @@ def _affine(rw: Rewriter, bn: Node) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _fold_into(rw: Rewriter, src: Node, a: np.ndarray, b: np.ndarray, out: str) -> Node:
-    x, w, bias = src.inputs[:3]
+    w, bias = operand(src, "weight"), operand(src, "bias")
     weight = rw.constants[w].astype(np.float64)
     old_bias = rw.constants[bias].astype(np.float64) if bias else 0.0
     axis_shape = [1] * weight.ndim              # scale the weight's output channels
@@ -54,7 +54,7 @@ def _fold_into(rw: Rewriter, src: Node, a: np.ndarray, b: np.ndarray, out: str) 
     weight = weight * a.reshape(axis_shape)
     new_w = rw.constant(w + "_bn", weight.astype(np.float32))
     new_b = rw.constant(src.name + "_bias_bn", (old_bias * a + b).astype(np.float32))
-    return src.with_(inputs=(x, new_w, new_b), outputs=(out,))
+    return with_operands(src, weight=new_w, bias=new_b).with_(outputs=(out,))
 
 
 def _to_mul_add(rw: Rewriter, bn: Node) -> None:

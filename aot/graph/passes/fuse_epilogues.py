@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from aot.graph.ir import Graph, Node, Rewriter
-from aot.ops.registry import Fusion, op_def
+from aot.graph.quant import node_quant
+from aot.ops.registry import Fusion, op_def, operand, with_operands
 
 _ANCHORS = {Fusion.MATRIX, Fusion.ANCHOR, Fusion.ACTIVATION}
 
@@ -32,7 +33,7 @@ def _fuse_once(graph: Graph) -> Graph | None:
     users = graph.consumers()
     for anchor in graph.nodes:
         if (op_def(anchor.op).fusion not in _ANCHORS or anchor.outputs[0] in graph.outputs
-                or "quant" in anchor.attrs or len(anchor.outputs) > 1):
+                or node_quant(graph.values, anchor) or len(anchor.outputs) > 1):
             continue
         next_users = users.get(anchor.outputs[0], [])
         if len(next_users) != 1:
@@ -65,25 +66,25 @@ def _merge(rw: Rewriter, anchor: Node, follower: Node) -> Node | None:
     shape = graph.shape(anchor.outputs[0])
     if other == anchor.outputs[0] or graph.shape(out) != shape:
         return None
-    x, w, bias = anchor.inputs[:3]
+    w, bias = operand(anchor, "weight"), operand(anchor, "bias")
     channels = shape[-1]
     per_channel = _per_channel(graph.constants.get(other), channels)
     if kind == "mul":                   # scale the output channels: weights and bias
-        if per_channel is None or len(anchor.inputs) > 3:
+        if per_channel is None or operand(anchor, "residual"):
             return None
         weight = graph.constants[w]
         axis_shape = [1] * weight.ndim
         axis_shape[anchor_def.weight_channel_axis] = -1
         new_w = rw.constant(w + "_scaled", weight * per_channel.reshape(axis_shape))
         new_b = rw.constant(anchor.name + "_bias", graph.constants[bias] * per_channel) if bias else ""
-        return anchor.with_(inputs=(x, new_w, new_b), outputs=(out,))
+        return with_operands(anchor, weight=new_w, bias=new_b).with_(outputs=(out,))
     if per_channel is not None:
         total = per_channel + graph.constants[bias] if bias else per_channel
         new_bias = rw.constant(anchor.name + "_bias", total)
-        return anchor.with_(inputs=(x, w, new_bias) + anchor.inputs[3:], outputs=(out,))
-    if other in graph.constants or len(anchor.inputs) > 3 or graph.shape(other) != shape:
+        return with_operands(anchor, bias=new_bias).with_(outputs=(out,))
+    if other in graph.constants or operand(anchor, "residual") or graph.shape(other) != shape:
         return None
-    return anchor.with_(inputs=anchor.inputs[:3] + (other,), outputs=(out,))
+    return with_operands(anchor, residual=other).with_(outputs=(out,))
 
 
 def _per_channel(array: np.ndarray | None, channels: int) -> np.ndarray | None:

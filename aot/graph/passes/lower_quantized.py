@@ -4,17 +4,20 @@ Both ONNX quantization formats end up in one form: QOperator ops (QLinearConv, Q
 QLinearAdd, ...; aot/ops/qoperator.py) are first expanded into DequantizeLinear → float op →
 QuantizeLinear, which is the QDQ format. Then each DequantizeLinear → op [→ Relu/Clip] → QuantizeLinear
 chain whose op has an integer form (its registered QuantForm) becomes that op on the integer tensors,
-with a `quant` attribute (graph/quant.py). What does not match keeps running in float between
+each integer tensor carrying its encoding in its Value's `quant` field (graph/quant.py) and the
+clamps folded into the op as fused activations. What does not match keeps running in float between
 Dequantize and Quantize kernels: correct, and listed by the report.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from aot.graph.ir import Graph, Node, Rewriter
-from aot.graph.quant import RANGES, Quant, clamp_for
-from aot.ops.registry import QuantForm, op_def
+from aot.graph.quant import QuantParams
+from aot.ops.registry import Fusion, QuantForm, op_def, operand
 
 
 def lower_quantized(graph: Graph) -> Graph:
@@ -38,24 +41,52 @@ def _expand(graph: Graph) -> Graph:
 
 # --- QDQ chains → integer ops ----------------------------------------------------------------------
 
+def _per_tensor(graph: Graph, node: Node) -> QuantParams | None:
+    """The parameters of a QuantizeLinear/DequantizeLinear with a constant scalar scale and zero point."""
+    scale = graph.constants.get(node.inputs[1])
+    zp_name = node.inputs[2] if len(node.inputs) > 2 else ""
+    zp = graph.constants.get(zp_name) if zp_name else np.zeros(1, np.uint8)
+    if scale is None or zp is None or scale.size != 1 or zp.size != 1:
+        return None
+    return QuantParams.per_tensor(float(scale.reshape(-1)[0]), int(zp.reshape(-1)[0]))
+
+
+def _encodings(graph: Graph) -> dict[str, QuantParams]:
+    """Each integer tensor's encoding: that of the QuantizeLinear producing it, else that of the
+    DequantizeLinears reading it when they all agree (a graph input, say). A tensor read with
+    another encoding than its own has none, and its readers stay in float."""
+    found: dict[str, QuantParams | None] = {}
+    for node in graph.nodes:
+        if node.op == "QuantizeLinear":
+            found[node.outputs[0]] = _per_tensor(graph, node)
+    for node in graph.nodes:
+        x = node.inputs[0] if node.inputs else ""
+        if node.op != "DequantizeLinear" or x in graph.constants:
+            continue
+        params = _per_tensor(graph, node)
+        if x not in found:
+            found[x] = params
+        elif params is None or not params.same_as(found[x]):
+            found[x] = None
+    return {name: params for name, params in found.items() if params is not None}
+
+
 class _Chains:
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, encodings: dict[str, QuantParams]):
         self.graph = graph
+        self.encodings = encodings
         self.producers = graph.producers()
         self.users = graph.consumers()
 
     def const(self, name: str):
         return self.graph.constants.get(name) if name else None
 
-    def dequantized(self, name: str) -> tuple[str, float, int] | None:
-        """(integer tensor, scale, zero point) if `name` is a per-tensor DequantizeLinear of a computed tensor."""
+    def dequantized(self, name: str) -> tuple[str, QuantParams] | None:
+        """(integer tensor, its encoding) if `name` is a DequantizeLinear of a computed tensor with one encoding."""
         node = self.producers.get(name)
-        if node is None or node.op != "DequantizeLinear" or node.inputs[0] in self.graph.constants:
+        if node is None or node.op != "DequantizeLinear" or node.inputs[0] not in self.encodings:
             return None
-        scale, zp = self.const(node.inputs[1]), self.const(node.inputs[2] if len(node.inputs) > 2 else "")
-        if scale is None or scale.size != 1 or (zp is not None and zp.size != 1):
-            return None
-        return node.inputs[0], float(scale), int(zp) if zp is not None else 0
+        return node.inputs[0], self.encodings[node.inputs[0]]
 
     def weight(self, name: str, channel_axis: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """(integer weights, per-channel scale, per-channel zero point) of a DequantizeLinear of a constant."""
@@ -75,39 +106,36 @@ class _Chains:
         return w, np.broadcast_to(scale.astype(np.float64).reshape(-1), (channels,)), \
             np.broadcast_to(zp.reshape(-1), (channels,))
 
-    def quantized_output(self, name: str) -> tuple[list[Node], list[tuple[float, float]], Node, float, int, str] \
-            | None:
-        """Follow `name` through single-use clamps (Relu, Clip) to a per-tensor QuantizeLinear: (the clamp
-        nodes, their bounds, the QuantizeLinear, its scale, zero point, output dtype)."""
+    def quantized_output(self, name: str) -> tuple[list[Node], list[tuple[float, float]], str] | None:
+        """Follow `name` through single-use clamps (Relu, Clip) to a QuantizeLinear into int8/uint8:
+        (the clamp nodes, their bounds, the integer tensor it makes)."""
         nodes: list[Node] = []
-        acts: list[tuple[float, float]] = []
+        bounds: list[tuple[float, float]] = []
         while True:
             users = self.users.get(name, [])
             if len(users) != 1 or name in self.graph.outputs:
                 return None
             user = users[0]
             if user.op == "QuantizeLinear":
-                scale = self.const(user.inputs[1])
-                zp = self.const(user.inputs[2] if len(user.inputs) > 2 else "")
-                if scale is None or scale.size != 1 or (zp is not None and zp.size != 1):
+                y = user.outputs[0]
+                if y not in self.encodings or self.graph.values[y].dtype not in ("int8", "uint8"):
                     return None
-                dtype = str(zp.dtype) if zp is not None else "uint8"
-                if dtype not in ("int8", "uint8"):
-                    return None
-                return nodes, acts, user, float(scale), int(zp) if zp is not None else 0, dtype
+                return nodes + [user], bounds, y
             clamp = op_def(user.op).clamp
-            bounds = clamp(self.graph, user) if clamp else None
-            if bounds is None:
+            bound = clamp(self.graph, user) if clamp else None
+            if bound is None:
                 return None
             nodes.append(user)
-            acts.append(bounds)
+            bounds.append(bound)
             name = user.outputs[0]
-            return None
 
 
 def _fuse(graph: Graph) -> Graph:
-    chains = _Chains(graph)
+    encodings = _encodings(graph)
+    chains = _Chains(graph, encodings)
     rw = Rewriter(graph)
+    for name, params in encodings.items():
+        rw.values[name] = dataclasses.replace(rw.values[name], quant=params)
     absorbed: set[str] = set()
     replacement: dict[str, Node] = {}
     for node in graph.nodes:
@@ -125,6 +153,8 @@ def _fuse(graph: Graph) -> Graph:
 
 
 def _match(chains: _Chains, rw: Rewriter, node: Node) -> tuple[Node, list[Node]] | None:
+    """The integer form of `node` when its inputs are dequantized and its output quantized: the node on
+    the integer tensors, with the clamps between it and the QuantizeLinear as fused activations."""
     definition = op_def(node.op)
     form = definition.quant
     if form is QuantForm.NONE:
@@ -132,46 +162,33 @@ def _match(chains: _Chains, rw: Rewriter, node: Node) -> tuple[Node, list[Node]]
     out = chains.quantized_output(node.outputs[0])
     if out is None:
         return None
-    clamps, bounds, q, y_scale, y_zp, y_dtype = out
-    if clamps and not definition.quant_acts:
+    swallowed, bounds, y = out
+    if bounds and not definition.quant_acts:
         return None
-    qmin, qmax = clamp_for(tuple(("clip", b) for b in bounds), y_scale, y_zp, y_dtype)
-    swallowed = clamps + [q]
-    y = q.outputs[0]
+    attrs = {**node.attrs, "acts": tuple(("clip", b) for b in bounds)} if bounds else node.attrs
     if form is QuantForm.MATRIX:
-        return _match_matrix(chains, rw, node, y, y_scale, y_zp, y_dtype, qmin, qmax, swallowed)
+        return _match_matrix(chains, rw, node.with_(attrs=attrs), y, swallowed)
+    parts = [chains.dequantized(i) for i in (node.inputs if form is QuantForm.CONCAT else node.inputs[:1])]
     if form is QuantForm.BINARY:
-        a, b = chains.dequantized(node.inputs[0]), chains.dequantized(node.inputs[1])
-        if a is None or b is None:
+        parts.append(chains.dequantized(node.inputs[1]))
+    if any(p is None for p in parts):
+        return None
+    if form is QuantForm.MOVE:      # values move without arithmetic: integer only when nothing is rescaled
+        x, params = parts[0]
+        if not params.same_as(chains.encodings[y]) or rw.values[x].dtype != rw.values[y].dtype:
             return None
-        quant = Quant(a[1], a[2], y_scale, y_zp, y_dtype, qmin, qmax, b_scale=b[1], b_zp=b[2])
-        return node.with_(inputs=(a[0], b[0]), outputs=(y,), attrs={**node.attrs, "quant": quant}), swallowed
-    if form is QuantForm.CONCAT:
-        parts = [chains.dequantized(i) for i in node.inputs]
-        if any(p is None for p in parts):
-            return None
-        scales = tuple((p[1], p[2]) for p in parts)
-        quant = Quant(parts[0][1], parts[0][2], y_scale, y_zp, y_dtype, *RANGES[y_dtype])
-        return node.with_(inputs=tuple(p[0] for p in parts), outputs=(y,),
-                          attrs={**node.attrs, "quant": quant, "input_quant": scales}), swallowed
+        return node.with_(inputs=(x,) + node.inputs[1:], outputs=(y,)), swallowed
+    return node.with_(inputs=tuple(p[0] for p in parts), outputs=(y,), attrs=attrs), swallowed
+
+
+def _match_matrix(chains: _Chains, rw: Rewriter, node: Node, y: str, swallowed: list[Node]) \
+        -> tuple[Node, list[Node]] | None:
+    """Conv, Gemm, MatMul by a constant: integer weights with per-output-channel parameters (Gemm and
+    MatMul as (K, N) with channels last) and an int32 bias (or a float one, as the model has it)."""
     x = chains.dequantized(node.inputs[0])
     if x is None:
         return None
-    quant = Quant(x[1], x[2], y_scale, y_zp, y_dtype, qmin, qmax)
-    if form is QuantForm.RESCALE:
-        return node.with_(inputs=(x[0],), outputs=(y,), attrs={**node.attrs, "quant": quant}), swallowed
-    # QuantForm.MOVE: values move without arithmetic, so integer only when nothing is rescaled.
-    if (x[1], x[2]) != (y_scale, y_zp) or rw.values[x[0]].dtype != y_dtype:
-        return None
-    return node.with_(inputs=(x[0],) + node.inputs[1:], outputs=(y,)), swallowed
-
-
-def _match_matrix(chains: _Chains, rw: Rewriter, node: Node, y: str, y_scale: float, y_zp: int, y_dtype: str,
-                  qmin: int, qmax: int, swallowed: list[Node]) -> tuple[Node, list[Node]] | None:
-    x = chains.dequantized(node.inputs[0])
-    if x is None:
-        return None
-    xq, x_scale, x_zp = x
+    xq, x_params = x
     if node.op == "Conv":
         w = chains.weight(node.inputs[1], 0)
         channel_axis = 0
@@ -193,25 +210,26 @@ def _match_matrix(chains: _Chains, rw: Rewriter, node: Node, y: str, y_scale: fl
         w_scale = w_scale * alpha
     if node.op in ("Gemm", "MatMul") and channel_axis == 0:
         weights, channel_axis = weights.T, 1       # (K, N): output channels last
-    bias = _bias(chains, rw, node, x_scale, w_scale)
-    if bias is False:
-        return None
-    quant = Quant(x_scale, x_zp, y_scale, y_zp, y_dtype, qmin, qmax, w_scale=np.asarray(w_scale, np.float64),
-                  w_zp=np.asarray(w_zp, np.int64))
-    w_name = rw.constant(node.name + "_wq", np.ascontiguousarray(weights))
-    b_name = rw.constant(node.name + "_bq", bias) if bias is not None else ""
-    attrs = {k: v for k, v in node.attrs.items() if k not in ("alpha", "beta", "transA", "transB")}
     op = "Conv" if node.op == "Conv" else "Gemm"
     if op == "Gemm" and len(rw.values[xq].shape) != 2:
         return None
-    return Node(op, node.name, (xq, w_name, b_name), (y,), {**attrs, "quant": quant}), swallowed
+    bias = _bias(chains, node, x_params.scale, w_scale)
+    if bias is False:
+        return None
+    w_name = rw.constant(node.name + "_wq", weights, QuantParams(w_scale, w_zp, channel_axis))
+    b_name = ""
+    if bias is not None:
+        b_params = QuantParams(x_params.scale * w_scale, np.zeros_like(w_zp), 0) if bias.dtype == np.int32 else None
+        b_name = rw.constant(node.name + "_bq", bias, b_params)
+    attrs = {k: v for k, v in node.attrs.items() if k not in ("alpha", "beta", "transA", "transB")}
+    return Node(op, node.name, (xq, w_name, b_name), (y,), attrs), swallowed
 
 
-def _bias(chains: _Chains, rw: Rewriter, node: Node, x_scale: float, w_scale: np.ndarray):
+def _bias(chains: _Chains, node: Node, x_scale: float, w_scale: np.ndarray):
     """The bias: int32 in units of x_scale * w_scale when the model quantized it, float32 when the model
     keeps it in float (added in float by the kernel, as onnxruntime does); None if absent, False if
     not usable."""
-    name = node.inputs[2] if len(node.inputs) > 2 else ""
+    name = operand(node, "bias") if op_def(node.op).fusion is Fusion.MATRIX else ""     # MatMul has none
     if not name:
         return None
     if node.op == "Gemm" and float(node.attrs.get("beta", 1.0)) != 1.0:

@@ -9,9 +9,11 @@ moves only size-1 axes becomes a view. Graph inputs and outputs keep the model's
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from aot.graph.ir import Graph, Node, Rewriter, Value
+from aot.graph.ir import Graph, Node, Rewriter
 from aot.ops.registry import AxisAttr, Layout, op_def
 
 TO_NHWC = (0, 2, 3, 1)      # physical axis i holds canonical axis TO_NHWC[i]
@@ -61,10 +63,10 @@ class _Layouts:
         """Name for the NHWC result of a node computing `name`."""
         shape = _permute(self.graph.shape(name), TO_NHWC)
         if name in self.graph.outputs:
-            physical = self.rw.value(name + "_nhwc", shape, self.graph.values[name].dtype)
+            physical = self.rw.like(name + "_nhwc", name, shape)
         else:
             physical = name
-            self.rw.values[name] = Value(name, shape, self.graph.values[name].dtype)
+            self.rw.values[name] = dataclasses.replace(self.graph.values[name], shape=shape)
         self.nhwc[name] = physical
         self.produced_nhwc.add(name)
         return physical
