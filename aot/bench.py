@@ -1,6 +1,6 @@
 """Benchmark a compiled model: locally (natively or under the target's emulator) or on a board over SSH.
 
-The timing harness (runtime_c/timing.c.j2) times only `NAME_run`, with TVM time_evaluator's semantics:
+The timing harness (aot/data/runtime_c/timing.c.j2) times only `NAME_run`, with TVM time_evaluator's semantics:
 `warmup` untimed runs, then `repeat` measurements, each the mean of `number` back-to-back runs, and
 `number` raised until a measurement lasts at least `min_repeat_ms`. The outputs of the last run are
 fetched and compared with onnxruntime on the same inputs.
@@ -13,12 +13,11 @@ import os
 import re
 import shlex
 import statistics
-import subprocess
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import jinja2
 import numpy as np
 
 from aot import reference as checks
@@ -32,7 +31,7 @@ from aot.remote.board import Board, load_board
 from aot.remote.ssh import Session
 from aot.report import describe
 from aot.run import local
-from aot.target import get_target
+from aot.target import Target, get_target
 
 
 @dataclass(frozen=True)
@@ -88,8 +87,7 @@ class BenchResult:
 
 
 def _render_timing(artifact: Artifact, path: Path, profile: bool) -> None:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(local.RUNTIME_DIR), undefined=jinja2.StrictUndefined,
-                             keep_trailing_newline=True)
+    env = local.runtime_templates()
     inputs, outputs = wrapper.io_tensors(artifact.program)
     path.write_text(env.get_template("timing.c.j2").render(
         banner=f"aot timing harness for {artifact.name}", name=artifact.name, NAME=artifact.name.upper(),
@@ -113,18 +111,20 @@ def _parse_profile(stdout: str, artifact: Artifact) -> list[StepTime]:
                      step_ns[i] / 1e6) for i, call in enumerate(calls)]
 
 
-def bench(model, board: str | Board | None = None, target: str | None = None, repeat: int = 10, number: int = 1,
-          min_repeat_ms: float = 0.0, warmup: int = 1, build_dir: str | os.PathLike | None = None,
+def bench(model, board: str | Board | None = None, target: str | Target | None = None, repeat: int = 10,
+          number: int = 1, min_repeat_ms: float = 0.0, warmup: int = 1, build_dir: str | os.PathLike | None = None,
           timeout: float = 600.0, accept_new_host_key: bool = False, seed: int = 0, profile: bool = False,
           knobs: dict | None = None, input_shapes: dict[str, tuple[int, ...]] | None = None,
-          freeze: dict[str, FreezeValue] | None = None) -> BenchResult:
+          freeze: dict[str, FreezeValue] | None = None, target_dirs: Sequence[str | os.PathLike] = (),
+          board_dirs: Sequence[str | os.PathLike] = ()) -> BenchResult:
     """Build `model` for the board's target (or `target`), time it there and check its outputs.
-    `input_shapes` and `freeze` are as for aot.build.
+    `input_shapes` and `freeze` are as for aot.build. Board and target names are looked up in
+    `board_dirs` and `target_dirs` first (see aot.remote.board and aot.target).
 
     With `profile`, the wrapper is compiled with its timing hooks and the result lists each kernel
     call's mean time (the hooks' clock reads add a little to the total)."""
-    brd = load_board(board) if isinstance(board, str) else board
-    tgt = get_target(brd.target if brd else (target or "host"))
+    brd = load_board(board, board_dirs) if isinstance(board, str) else board
+    tgt = get_target(brd.target if brd else (target or "host"), target_dirs)
     if tgt.os == "none":
         raise RunError(f"target {tgt.name}: timing needs a clock, which the bare-metal harness does not have yet")
     with tempfile.TemporaryDirectory(prefix="aot-bench-") as tmp:
@@ -134,11 +134,8 @@ def bench(model, board: str | Board | None = None, target: str | None = None, re
         _render_timing(artifact, work / "timing.c", profile)
         exe = work / "bench"
         defines = (f"{artifact.name.upper()}_PROFILE",) if profile else ()
-        cmd = local.link_command(tgt, [work / "timing.c", artifact.source], [artifact.object], artifact.dir, exe,
-                                 defines)
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RunError(f"compiling the timing harness for {tgt.name} failed:\n{proc.stderr.strip()}")
+        local.link(tgt, [work / "timing.c", artifact.source], [artifact.object], artifact.dir, exe,
+                   f"the timing harness for {artifact.name}", defines)
         feeds = checks.random_inputs(artifact.model.proto, seed)
         ins, outs = wrapper.io_tensors(artifact.program)
         files = [exe]

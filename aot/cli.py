@@ -14,7 +14,7 @@ from aot import api
 from aot.build import build
 from aot.errors import AotError, MismatchError, OptionError
 from aot.knobs import load_knobs
-from aot.target import all_targets, get_target, host_target_name, parse_size
+from aot.target import all_targets, get_target, host_target_name, parse_size, target_text
 from aot.version import __version__
 
 
@@ -54,9 +54,23 @@ def _memory_option(text: str) -> dict[str, int]:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="ONNX model file")
-    p.add_argument("--target", default="host", help="target name from `aot targets` (default: host)")
+    p.add_argument("--target", default="host", help="target name from `aot targets`, or a target .toml file "
+                   "(default: host)")
+    _target_dir_option(p)
     _input_options(p)
     _knobs_option(p)
+
+
+def _target_dir_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target-dir", action="append", default=[], metavar="DIR",
+                   help="look for target files (NAME.toml) in DIR before $AOT_TARGET_PATH and the targets "
+                   "shipped with aot (repeatable)")
+
+
+def _board_dir_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--board-dir", action="append", default=[], metavar="DIR",
+                   help="look for board files (NAME.toml) in DIR before $AOT_BOARD_PATH and the boards "
+                   "shipped with aot (repeatable)")
 
 
 def _input_options(p: argparse.ArgumentParser) -> None:
@@ -103,6 +117,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("targets", help="list the target configs, or show one")
     p.add_argument("name", nargs="?", help="show this target's whole config")
+    _target_dir_option(p)
 
     p = sub.add_parser("bench", help="time models on a board over SSH (or locally) and check their outputs",
                        description="Times NAME_run with TVM time_evaluator's semantics: WARMUP untimed runs, "
@@ -111,6 +126,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("models", nargs="+", metavar="MODEL")
     p.add_argument("--board", action="append", default=[], help="board name or .toml file (repeatable)")
     p.add_argument("--target", help="without --board: run here, natively or under the target's emulator")
+    _target_dir_option(p)
+    _board_dir_option(p)
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--number", type=int, default=1)
     p.add_argument("--min-repeat-ms", type=float, default=0.0)
@@ -128,6 +145,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("name", nargs="?")
     p.add_argument("--check", action="store_true", help="connect and compare the board's `uname -m` with its target")
     p.add_argument("--accept-new-host-key", action="store_true")
+    _board_dir_option(p)
+    _target_dir_option(p)
     return parser
 
 
@@ -162,7 +181,7 @@ def _build(args) -> int:
         print(f"# after {name}\n{graph.dump()}\n")
 
     start = time.perf_counter()
-    artifact = build(args.model, target=args.target, out_dir=args.output, name=args.name,
+    artifact = build(args.model, target=get_target(args.target, args.target_dir), out_dir=args.output, name=args.name,
                      input_shapes=_shapes(args), memory=args.memory, on_pass=dump if args.dump_graph else None,
                      knobs=_knobs(args), freeze=_freeze(args))
     plan = artifact.plan
@@ -181,13 +200,14 @@ def _run(args) -> int:
                 inputs = {k: data[k] for k in data.files}
         except (OSError, ValueError) as err:
             raise OptionError(f"--inputs {args.inputs}: cannot read it as .npz: {err}") from None
-    result = api.check(args.model, inputs=inputs, target=args.target, input_shapes=_shapes(args),
+    target = get_target(args.target, args.target_dir)
+    result = api.check(args.model, inputs=inputs, target=target, input_shapes=_shapes(args),
                        out_dir=args.output, seed=args.seed, timeout=args.timeout, knobs=_knobs(args),
                        freeze=_freeze(args))
     if args.outputs:
         Path(args.outputs).parent.mkdir(parents=True, exist_ok=True)
         np.savez(args.outputs, **result.outputs)
-    print(f"{os.path.basename(str(args.model))} on {get_target(args.target).name} vs onnxruntime:")
+    print(f"{os.path.basename(str(args.model))} on {target.name} vs onnxruntime:")
     for c in result.comparisons:
         status = "ok" if c.ok else "MISMATCH"
         quantized = (f"; {c.off_by_one} of {c.size} elements one quantization step ({c.step:.3g}) off"
@@ -202,13 +222,15 @@ def _run(args) -> int:
 
 def _bench(args) -> int:
     from aot.bench import bench
+    from aot.remote.board import load_board
 
-    if not args.board and args.target is None:
-        args.target = "host"
+    boards = [load_board(b, args.board_dir) for b in args.board] or [None]
+    target = None if args.board else get_target(args.target or "host", args.target_dir)   # else the board's
     results = []
     for model in args.models:
-        for board in args.board or [None]:
-            results.append(bench(model, board=board, target=args.target, repeat=args.repeat, number=args.number,
+        for board in boards:
+            results.append(bench(model, board=board, target=target, target_dirs=args.target_dir,
+                                 repeat=args.repeat, number=args.number,
                                  min_repeat_ms=args.min_repeat_ms, warmup=args.warmup, build_dir=args.build_dir,
                                  timeout=args.timeout, accept_new_host_key=args.accept_new_host_key,
                                  knobs=_knobs(args), profile=args.profile, input_shapes=_shapes(args),
@@ -262,27 +284,31 @@ def _write_json(path: str, results) -> None:
     Path(path).write_text(json.dumps(data, indent=2) + "\n")
 
 
+def _table(rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
+
+
 def _boards(args) -> int:
-    from aot.remote.board import all_boards, load_board
+    from aot.remote.board import all_boards, board_text, load_board
 
     if not args.name:
-        rows = [("name", "target", "address", "runner")]
-        for b in all_boards():
-            rows.append((b.name, b.target, f"{b.user}@{b.host}:{b.port}", " ".join(b.runner) or "-"))
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        for r in rows:
-            print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        rows = [("name", "target", "address", "runner", "from")]
+        for b in all_boards(args.board_dir):
+            rows.append((b.name, b.target, f"{b.user}@{b.host}:{b.port}", " ".join(b.runner) or "-", b.origin))
+        _table(rows)
         return 0
-    board = load_board(args.name)
     if not args.check:
-        print(Path(board.source).read_text(), end="")
+        print(board_text(args.name, args.board_dir), end="")
         return 0
+    board = load_board(args.name, args.board_dir)
     from aot.remote.ssh import Session
 
     with Session(board, args.accept_new_host_key) as session:
         rc, out, err = session.run("uname -m", 30)
     machine = out.strip()
-    want = get_target(board.target).triple.split("-")[0]
+    want = get_target(board.target, args.target_dir).triple.split("-")[0]
     family = {"x86_64": "x86_64", "aarch64": "aarch64", "armv7a": "armv7", "thumbv7em": "arm"}.get(want, want)
     print(f"board {board.name}: connected, uname -m = {machine}")
     if board.runner:
@@ -296,20 +322,17 @@ def _boards(args) -> int:
 
 def _targets(args) -> int:
     if args.name:
-        t = get_target(args.name)
-        print(Path(t.source).read_text(), end="")
+        print(target_text(args.name, args.target_dir), end="")
         return 0
     try:
-        host = host_target_name()
+        host = host_target_name(args.target_dir)
     except AotError:
         host = None
-    rows = [("name", "triple", "cpu", "vector", "description")]
-    for t in all_targets():
+    rows = [("name", "triple", "cpu", "vector", "from", "description")]
+    for t in all_targets(args.target_dir):
         rows.append((t.name + (" (host)" if t.name == host else ""), t.triple, t.cpu, f"{t.vector_bits}-bit",
-                     t.description))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for r in rows:
-        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
+                     t.origin, t.description))
+    _table(rows)
     return 0
 
 

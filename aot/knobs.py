@@ -1,7 +1,8 @@
 """Schedule knobs: the choices a kernel template leaves open (tile sizes, SIMD on or off).
 
-Each target's defaults are data, the `[knobs]` table of targets/<name>.toml; a TOML file of the same
-keys (`aot build --knobs FILE`) overrides them for one build, which is how tuning searches them.
+Each target's defaults are data, the `[knobs]` table of its target file (aot/data/targets/<name>.toml);
+a TOML file of the same keys (`aot build --knobs FILE`) overrides them for one build, which is how tuning
+searches them.
 The knobs a build used are recorded in its metadata.json.
 """
 

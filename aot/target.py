@@ -1,20 +1,28 @@
-"""Targets are data: `targets/<name>.toml` files describing a CPU, its vector unit and its toolchain."""
+"""Targets are data: `<name>.toml` files describing a CPU, its vector unit and its toolchain. aot ships
+some (aot/data/targets/); users add or replace them from their own directories (`--target-dir DIR`,
+$AOT_TARGET_PATH), or name a file with `--target path/to/file.toml`."""
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
+from aot.data import SHIPPED, SearchDir, config_files, describe_search, search_dirs
 from aot.errors import TargetError
 
-TARGETS_DIR = Path(os.environ.get("AOT_TARGETS_DIR", Path(__file__).resolve().parent.parent / "targets"))
+if TYPE_CHECKING:
+    from importlib.abc import Traversable
+
+TARGET_PATH = "AOT_TARGET_PATH"      # os.pathsep-separated directories of user targets, searched after --target-dir
 # "host" picks the best x86-64 config this machine's CPU can run, most capable first.
 _HOST_CANDIDATES = ("x86-64-avx512-vnni", "x86-64-avx512", "x86-64-avx2", "x86-64")
 
@@ -41,10 +49,11 @@ class Target:
     cflags: tuple[str, ...] = ()
     ldflags: tuple[str, ...] = ()
     run_command: tuple[str, ...] = ()   # emulator prefix; empty: run natively
-    linker_script: str = ""          # bare metal: file in runtime_c/baremetal/
+    linker_script: str = ""          # bare metal: a file in aot/data/runtime_c/baremetal/, or an absolute path
     memory: dict = field(default_factory=dict)   # {"flash": bytes, "ram": bytes} limits, if known
     aliases: tuple[str, ...] = ()
-    source: str = ""
+    source: str = ""                 # the config file
+    origin: str = SHIPPED            # the user directory it came from, or "aot" for a shipped config
     knobs: dict = field(default_factory=dict)
 
     @property
@@ -61,21 +70,24 @@ class Target:
         return platform.machine() in ("x86_64", "AMD64") and set(self.cpu_flags) <= host_cpu_flags()
 
 
-def _parse(path: Path) -> Target:
+def _parse(path: Path | Traversable, origin: str) -> Target:
     try:
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as err:
         raise TargetError(f"{path}: cannot read target config: {err}") from None
     toolchain = data.pop("toolchain", {})
     run = data.pop("run", {})
+    script = toolchain.get("linker_script", "")
+    if script and isinstance(path, Path) and (path.parent / script).is_file():   # a user's, beside its target
+        script = str((path.parent / script).resolve())
     try:
         memory = {k: parse_size(v) for k, v in data.pop("memory", {}).items()}
         return Target(
             cpu_flags=tuple(data.pop("cpu_flags", ())), aliases=tuple(data.pop("aliases", ())),
             knobs=dict(data.pop("knobs", {})), cc=toolchain.get("cc", "gcc"),
             cflags=tuple(toolchain.get("cflags", ())), ldflags=tuple(toolchain.get("ldflags", ())),
-            linker_script=toolchain.get("linker_script", ""), run_command=tuple(run.get("command", ())),
-            memory=memory, source=str(path), **data)
+            linker_script=script, run_command=tuple(run.get("command", ())),
+            memory=memory, source=str(path), origin=origin, **data)
     except (TypeError, ValueError) as err:
         raise TargetError(f"{path}: bad target config: {err}") from None
 
@@ -96,8 +108,26 @@ def parse_size(text: int | str) -> int:
     return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
 
 
-def all_targets() -> list[Target]:
-    return sorted((_parse(p) for p in TARGETS_DIR.glob("*.toml")), key=lambda t: t.name)
+TargetDirs = Sequence[str | os.PathLike]
+
+
+def _search(dirs: TargetDirs) -> list[SearchDir]:
+    return search_dirs(dirs, TARGET_PATH, "--target-dir")
+
+
+def _configs(dirs: TargetDirs) -> list[tuple[Target, Path | Traversable]]:
+    """Each target with its file, in search order; a name an earlier file took shadows later files."""
+    found: dict[str, tuple[Target, Path | Traversable]] = {}
+    for cfg in config_files("targets", _search(dirs)):
+        tgt = _parse(cfg.file, cfg.origin)
+        found.setdefault(tgt.name, (tgt, cfg.file))
+    return list(found.values())
+
+
+def all_targets(dirs: TargetDirs = ()) -> list[Target]:
+    """Every target, from `dirs`, then $AOT_TARGET_PATH, then the shipped configs; a user file shadows a
+    shipped config of the same name."""
+    return sorted((tgt for tgt, _ in _configs(dirs)), key=lambda t: t.name)
 
 
 def host_cpu_flags() -> set[str]:
@@ -111,28 +141,45 @@ def host_cpu_flags() -> set[str]:
     return set()
 
 
-def host_target_name() -> str:
+def host_target_name(dirs: TargetDirs = ()) -> str:
     import platform
 
     if platform.machine() not in ("x86_64", "AMD64"):
         raise TargetError(f"target 'host' is only detected on x86-64 machines (this is {platform.machine()}); "
                           "name a target explicitly (see `aot targets`)")
     flags = host_cpu_flags()
-    by_name = {t.name: t for t in all_targets()}
+    by_name = {t.name: t for t in all_targets(dirs)}
     for name in _HOST_CANDIDATES:
         if name in by_name and set(by_name[name].cpu_flags) <= flags:
             return name
-    raise TargetError("no target config in targets/ matches this machine's CPU")
+    raise TargetError(f"no target config named {', '.join(_HOST_CANDIDATES)} matches this machine's CPU "
+                      f"(searched {describe_search('targets', _search(dirs))})")
 
 
-def get_target(name: str) -> Target:
-    if isinstance(name, Target):
-        return name
+def _find(name: str, dirs: TargetDirs) -> tuple[Target, Path | Traversable]:
+    if name.endswith(".toml"):       # a file named by path; target names never end so
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise TargetError(f"target file {name}: no such file")
+        return _parse(path, str(path.resolve().parent)), path
     if name == "host":
-        name = host_target_name()
-    targets = all_targets()
-    for t in targets:
-        if name == t.name or name in t.aliases:
-            return t
-    known = ", ".join(["host"] + [t.name for t in targets])
-    raise TargetError(f"unknown target '{name}' (known targets: {known})")
+        name = host_target_name(dirs)
+    configs = _configs(dirs)
+    for match in (lambda t: name == t.name, lambda t: name in t.aliases):    # a name before an alias
+        for tgt, file in configs:                                           # user files first
+            if match(tgt):
+                return tgt, file
+    known = ", ".join(["host"] + sorted(t.name for t, _ in configs))
+    raise TargetError(f"unknown target '{name}' (known targets: {known}; searched "
+                      f"{describe_search('targets', _search(dirs))}; or give a path to a .toml file)")
+
+
+def get_target(name: str | Target, dirs: TargetDirs = ()) -> Target:
+    """A target by name or alias, searched in `dirs`, then $AOT_TARGET_PATH, then the shipped configs;
+    "host" is the best x86-64 config this CPU runs; a name ending in .toml is a path to a target file."""
+    return name if isinstance(name, Target) else _find(name, dirs)[0]
+
+
+def target_text(name: str, dirs: TargetDirs = ()) -> str:
+    """The TOML text of a target's file, as `aot targets NAME` shows it."""
+    return _find(name, dirs)[1].read_text()

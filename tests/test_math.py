@@ -512,8 +512,7 @@ def test_under_emulation(target, tmp_path):
     x.tofile(tmp_path / "x.bin")
     w.tofile(tmp_path / "w.bin")
     exe = tmp_path / "prog.elf"
-    subprocess.run(local.link_command(tgt, [tmp_path / "main.c"], [tmp_path / "math.o"], tmp_path, exe),
-                   check=True, capture_output=True)
+    local.link(tgt, [tmp_path / "main.c"], [tmp_path / "math.o"], tmp_path, exe, "the math test")
     local.execute(tgt, exe, tmp_path, 300, "math")
     for name, bound in QEMU_BOUNDS.items():
         got = np.fromfile(tmp_path / f"y_{name}.bin", dtype=np.float32)

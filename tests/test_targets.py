@@ -110,11 +110,11 @@ def test_faults_and_error_exits_are_reported(target, tmp_path):
     body = "*(volatile unsigned *)0xF0000000u = 1u; return 0;" if tgt.os == "none" else "return 4;"
     program.write_text(f"int main(void) {{ {body} }}\n")
     exe = tmp_path / "bad.elf"
-    subprocess.run(local.link_command(tgt, [program], [], tmp_path, exe), check=True, capture_output=True)
+    local.link(tgt, [program], [], tmp_path, exe, "bad.c")
     with pytest.raises(aot.RunError, match="faulted" if tgt.os == "none" else "returned an error code"):
         local.execute(tgt, exe, tmp_path, 60, "bad")
     spin = tmp_path / "spin.c"
     spin.write_text("int main(void) { volatile int x = 1; while (x) { } return 0; }\n")
-    subprocess.run(local.link_command(tgt, [spin], [], tmp_path, exe), check=True, capture_output=True)
+    local.link(tgt, [spin], [], tmp_path, exe, "spin.c")
     with pytest.raises(aot.RunError, match="did not finish within 2 s"):
         local.execute(tgt, exe, tmp_path, 2, "spin")

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import jinja2
 
 from aot.program import Location, Program
 
 _TEMPLATES = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+    loader=jinja2.PackageLoader("aot.codegen", "templates"),
     undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=False, autoescape=False)
 
 _C_KEYWORDS = set("""auto break case char const continue default do double else enum extern float for goto if

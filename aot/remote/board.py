@@ -1,4 +1,6 @@
-"""Boards are data: `boards/<name>.toml` says how to reach a device over SSH and which target it is.
+"""Boards are data: `<name>.toml` says how to reach a device over SSH and which target it is. aot ships
+a few (aot/data/boards/); users add or replace them from their own directories (`--board-dir DIR`,
+$AOT_BOARD_PATH), or name a file by its path.
 
 Keys: name, target, host, port, user, identity_file, known_hosts, work_dir, runner (optional command
 prefix, e.g. "qemu-aarch64 -L /usr/aarch64-linux-gnu" to make an emulated board a real SSH target),
@@ -11,17 +13,24 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
+from aot.data import SHIPPED, SearchDir, config_files, describe_search, search_dirs
 from aot.errors import OptionError
 
-BOARDS_DIR = Path(os.environ.get("AOT_BOARDS_DIR", Path(__file__).resolve().parent.parent.parent / "boards"))
+if TYPE_CHECKING:
+    from importlib.abc import Traversable
+
+BOARD_PATH = "AOT_BOARD_PATH"        # os.pathsep-separated directories of user boards, searched after --board-dir
+BoardDirs = Sequence[str | os.PathLike]
 
 
 @dataclass(frozen=True)
@@ -37,7 +46,8 @@ class Board:
     runner: tuple[str, ...] = ()
     env: dict = field(default_factory=dict)
     cpus: str = ""
-    source: str = ""
+    source: str = ""                 # the board file
+    origin: str = SHIPPED            # the user directory it came from, or "aot" for a shipped board
 
     def command_prefix(self) -> list[str]:
         """What runs the program on the board: env, CPU pinning, then the runner (an emulator)."""
@@ -49,21 +59,43 @@ class Board:
         return prefix + list(self.runner)
 
 
-def load_board(name_or_path: str) -> Board:
-    path = Path(name_or_path)
-    if not (path.suffix == ".toml" and path.exists()):
-        path = BOARDS_DIR / f"{name_or_path}.toml"
-        if not path.exists():
-            known = ", ".join(b.stem for b in sorted(BOARDS_DIR.glob("*.toml"))) or "none"
-            raise OptionError(f"unknown board '{name_or_path}' (boards in {BOARDS_DIR}: {known}; "
-                              "or give a path to a .toml file)")
+def _search(dirs: BoardDirs) -> list[SearchDir]:
+    return search_dirs(dirs, BOARD_PATH, "--board-dir")
+
+
+def _find(name_or_path: str, dirs: BoardDirs) -> tuple[Path | Traversable, str]:
+    """A board's file and origin."""
+    path = Path(name_or_path).expanduser()
+    if path.suffix == ".toml" and path.is_file():
+        return path, str(path.resolve().parent)
+    configs = config_files("boards", _search(dirs))
+    for cfg in configs:
+        if cfg.name == name_or_path:
+            return cfg.file, cfg.origin
+    known = ", ".join(sorted(c.name for c in configs)) or "none"
+    raise OptionError(f"unknown board '{name_or_path}' (known boards: {known}; searched "
+                      f"{describe_search('boards', _search(dirs))}; or give a path to a .toml file)")
+
+
+def load_board(name_or_path: str, dirs: BoardDirs = ()) -> Board:
+    """A board by name, searched in `dirs`, then $AOT_BOARD_PATH, then the shipped boards; or a .toml
+    file by its path."""
+    return _read(*_find(name_or_path, dirs))
+
+
+def board_text(name_or_path: str, dirs: BoardDirs = ()) -> str:
+    """The TOML text of a board's file, as `aot boards NAME` shows it."""
+    return _find(name_or_path, dirs)[0].read_text()
+
+
+def _read(path: Path | Traversable, origin: str) -> Board:
     try:
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as err:
         raise OptionError(f"{path}: cannot read board file: {err}") from None
     if "password" in data:
         raise OptionError(f"{path}: passwords are not accepted in board files; use identity_file (a key)")
-    base = path.parent
+    base = Path(str(path)).parent
     for key in ("identity_file", "known_hosts"):
         if data.get(key):
             data[key] = str((base / os.path.expanduser(data[key])).resolve())
@@ -75,10 +107,13 @@ def load_board(name_or_path: str) -> Board:
     if missing:
         raise OptionError(f"{path}: board file lacks {', '.join(missing)}")
     try:
-        return Board(source=str(path), **data)
+        return Board(source=str(path), origin=origin, **data)
     except TypeError as err:
         raise OptionError(f"{path}: bad board file: {err}") from None
 
 
-def all_boards() -> list[Board]:
-    return [load_board(str(p)) for p in sorted(BOARDS_DIR.glob("*.toml"))]
+def all_boards(dirs: BoardDirs = ()) -> list[Board]:
+    """Every board, from `dirs`, then $AOT_BOARD_PATH, then the shipped ones; a user file shadows a
+    shipped one of the same name."""
+    return sorted((_read(cfg.file, cfg.origin) for cfg in config_files("boards", _search(dirs))),
+                  key=lambda b: b.name)

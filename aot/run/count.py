@@ -3,7 +3,7 @@
 Emulators model no pipeline or cache, so their times say little about a device; the number of
 instructions executed does, and it is exact and the same on every run. The count covers the address
 range of the model's kernels in the linked program (a Linux program is linked statically so that
-range is fixed), using a small QEMU plugin (runtime_c/qemu/insncount.c) built with the host's C
+range is fixed), using a small QEMU plugin (aot/data/runtime_c/qemu/insncount.c) built with the host's C
 compiler. The outputs of the counted run come back too, so a count is never taken of a wrong answer.
 """
 
@@ -18,10 +18,9 @@ import numpy as np
 
 from aot.build import Artifact
 from aot.codegen.elf import functions
+from aot.data import runtime_files
 from aot.errors import RunError
 from aot.run import local
-
-PLUGIN_SOURCE = local.RUNTIME_DIR / "qemu" / "insncount.c"
 
 
 def kernel_range(exe: Path, name: str) -> tuple[int, int]:
@@ -43,8 +42,9 @@ def _build_plugin(workdir: Path) -> Path:
     if shutil.which("gcc") is None:
         raise RunError("counting instructions needs the host's gcc to build the QEMU plugin")
     plugin = workdir / "insncount.so"
-    proc = subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-o", str(plugin),
-                           str(PLUGIN_SOURCE)], capture_output=True, text=True)
+    with runtime_files("qemu/insncount.c") as (source,):
+        proc = subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-o", str(plugin),
+                               str(source)], capture_output=True, text=True)
     if proc.returncode != 0:
         raise RunError(f"building the instruction-counting plugin failed:\n{proc.stderr.strip()}")
     return plugin

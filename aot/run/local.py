@@ -1,7 +1,7 @@
 """Run a build on this machine: natively, or under the target's emulator (qemu-user for Linux
 targets, qemu-system-arm with semihosting for bare-metal boards).
 
-The harness (runtime_c/harness.c.j2) is compiled with the target's C compiler against the generated
+The harness (aot/data/runtime_c/harness.c.j2) is compiled with the target's C compiler against the generated
 wrapper and object; inputs and outputs cross as raw files in the program's working directory.
 """
 
@@ -18,18 +18,23 @@ import numpy as np
 
 from aot.build import Artifact
 from aot.codegen import wrapper
+from aot.data import runtime_files
 from aot.errors import RunError
 from aot.target import Target
 
-RUNTIME_DIR = Path(__file__).resolve().parent.parent.parent / "runtime_c"
 STRICT_CFLAGS = ("-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic")
 EXIT_MEANING = {2: "could not read its inputs or write its outputs", 3: "faulted (a bad memory access or "
                 "an illegal instruction)", 4: "returned an error code"}
 
 
+def runtime_templates() -> jinja2.Environment:
+    """The harness templates in aot/data/runtime_c/."""
+    return jinja2.Environment(loader=jinja2.PackageLoader("aot.data", "runtime_c"), undefined=jinja2.StrictUndefined,
+                              keep_trailing_newline=True)
+
+
 def render_harness(artifact: Artifact) -> str:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(RUNTIME_DIR), undefined=jinja2.StrictUndefined,
-                             keep_trailing_newline=True)
+    env = runtime_templates()
     inputs, outputs = wrapper.io_tensors(artifact.program)
     name = artifact.name
     return env.get_template("harness.c.j2").render(
@@ -38,14 +43,38 @@ def render_harness(artifact: Artifact) -> str:
 
 
 def link_command(tgt: Target, sources: list[Path], objects: list[Path], include: Path, exe: Path,
-                 defines: tuple[str, ...] = ()) -> list[str]:
-    """The target compiler's command line that builds a program from C sources and the model object."""
+                 defines: tuple[str, ...] = (), baremetal: tuple[Path, Path] | None = None) -> list[str]:
+    """The target compiler's command line that builds a program from C sources and the model object.
+    A bare-metal target also needs `baremetal`, its startup code and linker script (see `link`)."""
     cmd = [tgt.cc, *STRICT_CFLAGS, *tgt.cflags, *(f"-D{d}" for d in defines), f"-I{include}"]
     if tgt.os == "none":
-        baremetal = RUNTIME_DIR / "baremetal"
-        cmd += [str(baremetal / "startup.c"), "-T", str(baremetal / tgt.linker_script)]
+        if baremetal is None:
+            raise ValueError(f"target {tgt.name} is bare metal: link_command needs its startup code and linker script")
+        startup, script = baremetal
+        cmd += [str(startup), "-T", str(script)]
     cmd += [*map(str, sources), *map(str, objects), *tgt.ldflags, "-o", str(exe)]
     return cmd
+
+
+def link(tgt: Target, sources: list[Path], objects: list[Path], include: Path, exe: Path, what: str,
+         defines: tuple[str, ...] = (), static: bool = False) -> None:
+    """Build the program `exe` (`what`, for the error message) with the target's compiler; bare metal with
+    the shipped startup code and the target's linker script (shipped, or a user's beside its target file).
+    `static` makes a Linux program's addresses fixed."""
+    own_script = Path(tgt.linker_script).is_absolute()
+    names: tuple[str, ...] = ()
+    if tgt.os == "none":
+        names = ("baremetal/startup.c",) + (() if own_script else (f"baremetal/{tgt.linker_script}",))
+    with runtime_files(*names) as paths:
+        baremetal = None
+        if paths:
+            baremetal = (paths[0], Path(tgt.linker_script) if own_script else paths[1])
+        cmd = link_command(tgt, sources, objects, include, exe, defines, baremetal)
+        if static and tgt.os != "none":
+            cmd.insert(-2, "-static")
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RunError(f"compiling {what} ({tgt.name}) failed:\n{proc.stderr.strip()}")
 
 
 def compile_harness(artifact: Artifact, workdir: Path, static: bool = False) -> Path:
@@ -56,12 +85,8 @@ def compile_harness(artifact: Artifact, workdir: Path, static: bool = False) -> 
     main = workdir / "main.c"
     main.write_text(render_harness(artifact))
     exe = workdir / ("prog.elf" if tgt.os == "none" else "prog")
-    cmd = link_command(tgt, [main, artifact.source], [artifact.object], artifact.dir, exe)
-    if static and tgt.os != "none":
-        cmd.insert(-2, "-static")
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RunError(f"compiling the harness for {artifact.name} ({tgt.name}) failed:\n{proc.stderr.strip()}")
+    link(tgt, [main, artifact.source], [artifact.object], artifact.dir, exe, f"the harness for {artifact.name}",
+         static=static)
     return exe
 
 
