@@ -150,7 +150,19 @@ def plan_json(program: Program) -> dict:
             "steps": [{"step": i, "kernel": c.kernel.name, "node": c.node.name, "op": c.node.op,
                        "reads": [v for v in c.args[:len(c.args) - len(c.node.outputs)]],
                        "writes": list(c.node.outputs)} for i, c in enumerate(program.calls)],
-            "buffers": buffers, "external": external}
+            "buffers": buffers, "external": external,
+            # where the kernels let a result share bytes with a dying input: in place (exact), or
+            # overlapping with the result starting `shift` bytes or more below (above if backward) it
+            "shared": [{"step": step, "source": source, "result": result, "exact": reuse.exact,
+                        "backward": reuse.backward, "shift": reuse.shift,
+                        "used": _overlap(program, source, result)}
+                       for step, source, result, reuse in program.shared]}
+
+
+def _overlap(program: Program, a: str, b: str) -> bool:
+    sizes = {buf.name: buf.size for buf in program.buffers}
+    lo, hi = sorted([(program.plan.offsets[a], a), (program.plan.offsets[b], b)])
+    return lo[0] + sizes[lo[1]] > hi[0]
 
 
 def _write_atomically(dest: Path, files: dict[str, bytes]) -> None:

@@ -33,6 +33,7 @@ class Knobs:
     dw_nr: int        # depthwise tile: vectors of channels
     cache_kib: int    # data cache a kernel may count on keeping its working set in (picks loop orders)
     simd: bool        # false: a scalar build (one lane, LLVM's vectorizers off), to measure SIMD against
+    share_memory: bool = True   # outputs may overlap dying inputs where kernels allow it (false: the plain plan)
 
     def describe(self) -> dict:
         return dataclasses.asdict(self)
@@ -58,7 +59,8 @@ def load_knobs(path: str | os.PathLike) -> dict:
 def resolve(target: Target, overrides: dict | None = None, source: str = "knobs") -> Knobs:
     """The target's knob table with `overrides` laid over it, checked."""
     _check(target.knobs, target.source or target.name)
-    missing = [name for name in _FIELDS if name not in target.knobs]
+    missing = [f.name for f in dataclasses.fields(Knobs)
+               if f.name not in target.knobs and f.default is dataclasses.MISSING]
     if missing:
         raise TargetError(f"{target.source or target.name}: [knobs] lacks {', '.join(missing)}")
     overrides = dict(overrides or {})

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from aot.errors import UnsupportedOpError
 from aot.graph.ir import Graph, Node, Rewriter
-from aot.kernel.ir import Kernel
+from aot.kernel.ir import Kernel, Reuse
 from aot.knobs import Knobs, resolve
 from aot.ops import LowerContext, lower
 from aot.ops.registry import op_def
@@ -41,6 +41,7 @@ class Program:
     plan: memory.Plan
     buffers: tuple[memory.Buffer, ...]
     roots: dict[str, str]      # value -> the value whose storage it shares (itself if none)
+    shared: tuple[tuple[int, str, str, Reuse], ...] = ()   # (step, source, result, reuse) the plan may use
 
 
 def materialize_outputs(graph: Graph) -> Graph:
@@ -77,7 +78,8 @@ def materialize_outputs(graph: Graph) -> Graph:
 
 def build_program(graph: Graph, target: Target, name: str, knobs: Knobs | None = None) -> Program:
     graph = materialize_outputs(graph)
-    ctx = LowerContext(graph, target, name, knobs or resolve(target))
+    knobs = knobs or resolve(target)
+    ctx = LowerContext(graph, target, name, knobs, _alternate_rows(graph) if knobs.share_memory else frozenset())
     roots: dict[str, str] = {}
     calls: list[Call] = []
     for node in graph.nodes:
@@ -109,7 +111,9 @@ def build_program(graph: Graph, target: Target, name: str, knobs: Knobs | None =
     align = max(target.align, 16)
     buffers = tuple(memory.Buffer(r, memory.align_up(graph.values[r].nbytes, align), first[r], last[r])
                     for r in first)
-    plan = memory.plan(buffers, align)
+    shared = _shared(calls, root, first, last) if knobs.share_memory else []
+    plan = memory.plan(buffers, align, [memory.Overlap(source, result, step, reuse.shift, reuse.exact, reuse.backward)
+                                        for step, source, result, reuse in shared])
     for b in buffers:
         locations[b.name] = Location("workspace", plan.offsets[b.name])
     for v in graph.values:
@@ -119,5 +123,39 @@ def build_program(graph: Graph, target: Target, name: str, knobs: Knobs | None =
             locations[v] = locations[root(v)]
     steps = [([root(v) for v in call.args[:len(call.args) - len(call.node.outputs)]],
               [root(v) for v in call.node.outputs]) for call in calls]
-    memory.verify(steps, plan.offsets, {b.name: b.size for b in buffers}, plan.size, align)
-    return Program(name, graph, tuple(calls), locations, plan, buffers, {v: root(v) for v in graph.values})
+    memory.verify(steps, plan.offsets, {b.name: b.size for b in buffers}, plan.size, align, shared)
+    return Program(name, graph, tuple(calls), locations, plan, buffers, {v: root(v) for v in graph.values},
+                   tuple(shared))
+
+
+def _alternate_rows(graph: Graph) -> frozenset[str]:
+    """The nodes whose kernels run their rows last to first: along a chain of such kernels every other
+    one, so each output can overlap its input from above, then from below, within the bytes of one
+    tensor and a few rows (in one direction only, the chain would drift by a few rows per step). A
+    chain starts backward where its first input is computed (placed first, low in the workspace, the
+    next output goes above it), forward where it is the caller's input (nothing to overlap)."""
+    producers = graph.producers()
+    backward: set[str] = set()
+    for node in graph.nodes:
+        if op_def(node.op).rows_either_way:
+            source = producers.get(node.inputs[0])
+            while source is not None and op_def(source.op).view:
+                source = producers.get(source.inputs[0])
+            if source is not None and not (op_def(source.op).rows_either_way and source.name in backward):
+                backward.add(node.name)
+    return frozenset(backward)
+
+
+def _shared(calls: list[Call], root, first: dict[str, int], last: dict[str, int]) \
+        -> list[tuple[int, str, str, Reuse]]:
+    """The kernels' Reuse declarations that apply: (step, source, result, reuse) where the source is a
+    workspace buffer read for the last time, and only once, by that call, and the result is born there."""
+    shared = []
+    for step, call in enumerate(calls):
+        reads = [root(v) for v in call.node.inputs if v]
+        for reuse in call.kernel.reuse:
+            source, result = root(call.node.inputs[reuse.input]), root(call.node.outputs[reuse.output])
+            if (source in first and result in first and last[source] == step and first[result] == step
+                    and reads.count(source) == 1):
+                shared.append((step, source, result, reuse))
+    return shared

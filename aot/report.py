@@ -90,8 +90,8 @@ def render(program: Program, obj: bytes, weights_prefix: str, header: str, limit
               f"  MACs              {total_macs:,}",
               f"  weights (rodata)  {weights:,} bytes",
               f"  code (text)       {code:,} bytes",
-              f"  workspace         {plan.size:,} bytes ({plan.strategy}); lower bound {plan.lower_bound:,} "
-              f"bytes; {ratio:.3f}x the bound",
+              f"  workspace         {plan.size:,} bytes ({plan.strategy}); lower bound without sharing "
+              f"{plan.lower_bound:,} bytes; {ratio:.3f}x the bound{_sharing(program)}",
               f"  inputs/outputs    {sum(graph.values[v].nbytes for v in graph.inputs):,} / "
               f"{sum(graph.values[v].nbytes for v in graph.outputs):,} bytes (caller's buffers)",
               f"  flash             {fp.flash:,} bytes (code + weights){_limit(limits, 'flash')}",
@@ -107,6 +107,18 @@ def render(program: Program, obj: bytes, weights_prefix: str, header: str, limit
                                                   if in_float else ""))
     lines += ["", *plan_picture(program)]
     return "\n".join(lines) + "\n"
+
+
+def _sharing(program: Program) -> str:
+    """How many results share bytes with the input they replace."""
+    sizes = {b.name: b.size for b in program.buffers}
+    offsets = program.plan.offsets
+    used = [(s, r, reuse) for _, s, r, reuse in program.shared
+            if offsets[s] < offsets[r] + sizes[r] and offsets[r] < offsets[s] + sizes[s]]
+    if not used:
+        return ""
+    exact = sum(reuse.exact for _, _, reuse in used)
+    return f"; {exact} tensors in place, {len(used) - exact} overlapping the input they replace"
 
 
 def plan_picture(program: Program, columns: int = 64) -> list[str]:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import onnx
 import pytest
 from onnx import helper
 
 import aot
 from aot.errors import PlanError
+from aot.kernel.ir import Reuse
 from aot.plan import memory
 from aot.plan.memory import Buffer
 
@@ -111,7 +113,7 @@ def test_align_up():
 @pytest.mark.parametrize("case", HAND_MADE)
 def test_every_heuristic_verifies(case, heuristic):
     buffers, bound = HAND_MADE[case]
-    offsets = memory.HEURISTICS[heuristic](buffers)
+    offsets = memory.HEURISTICS[heuristic](buffers, {})
     assert set(offsets) == {b.name for b in buffers}
     size = extent(buffers, offsets)
     assert size >= bound
@@ -244,7 +246,7 @@ def test_random_buffer_sets(seed):
 
     sizes = []
     for name, heuristic in memory.HEURISTICS.items():
-        offsets = heuristic(buffers)
+        offsets = heuristic(buffers, {})
         size = extent(buffers, offsets)
         assert size >= bound, name
         verify(buffers, offsets, size, alignment)
@@ -323,11 +325,17 @@ def test_plan_json_buffers_never_overlap_when_live(built_plan):
         assert b["size"] > 0 and b["size"] % alignment == 0
         assert b["offset"] % alignment == 0
         assert 0 <= b["offset"] and b["offset"] + b["size"] <= workspace
+    declared = {(d["source"], d["result"]): d for d in plan["shared"]}
     for i, a in enumerate(buffers):
         for b in buffers[i + 1:]:
             if a["first_use"] <= b["last_use"] and b["first_use"] <= a["last_use"]:
-                assert (a["offset"] + a["size"] <= b["offset"] or b["offset"] + b["size"] <= a["offset"]), (
-                    f"{a['tensor']} and {b['tensor']} are live together and overlap")
+                if a["offset"] + a["size"] <= b["offset"] or b["offset"] + b["size"] <= a["offset"]:
+                    continue
+                d = declared.get((a["tensor"], b["tensor"])) or declared.get((b["tensor"], a["tensor"]))
+                assert d is not None and d["used"], f"{a['tensor']} and {b['tensor']} are live together and overlap"
+                by_name = {a["tensor"]: a, b["tensor"]: b}
+                delta = by_name[d["source"]]["offset"] - by_name[d["result"]]["offset"]
+                assert (delta == 0 if d["exact"] else -delta >= d["shift"] if d["backward"] else delta >= d["shift"]), d
 
 
 def test_plan_json_workspace_against_lower_bound(built_plan):
@@ -337,7 +345,8 @@ def test_plan_json_workspace_against_lower_bound(built_plan):
     steps = max(b["last_use"] for b in buffers) + 1
     live = [sum(b["size"] for b in buffers if b["first_use"] <= s <= b["last_use"]) for s in range(steps)]
     assert plan["lower_bound"] == max(live)
-    assert plan["workspace_size"] >= plan["lower_bound"]
+    if not any(d["used"] for d in plan["shared"]):
+        assert plan["workspace_size"] >= plan["lower_bound"]
     assert plan["workspace_size"] <= sum(b["size"] for b in buffers)
     assert metadata["workspace"]["size"] == plan["workspace_size"]
     assert artifact.plan == plan
@@ -378,7 +387,11 @@ def test_plan_json_is_verified_by_memory_verify(built_plan):
              for s in plan["steps"]]
     offsets = {b["tensor"]: b["offset"] for b in plan["buffers"]}
     sizes = {b["tensor"]: b["size"] for b in plan["buffers"]}
-    memory.verify(steps, offsets, sizes, plan["workspace_size"], plan["alignment"])
+    shared = [(d["step"], d["source"], d["result"],
+               Reuse(0, exact=d["exact"], backward=d["backward"],
+                     progress=((0, d["shift"]) if d["backward"] else (d["shift"], 0),)))
+              for d in plan["shared"]]
+    memory.verify(steps, offsets, sizes, plan["workspace_size"], plan["alignment"], shared)
     a, b = next((a, b) for i, a in enumerate(plan["buffers"]) for b in plan["buffers"][i + 1:]
                 if a["first_use"] <= b["last_use"] and b["first_use"] <= a["last_use"])
     with pytest.raises(PlanError):
@@ -389,3 +402,118 @@ def test_plan_json_is_verified_by_memory_verify(built_plan):
 def test_small_cnn_still_correct():
     result = aot.check(small_cnn())
     assert result.comparisons and result.ok, result.comparisons
+
+
+# --------------------------------------------------------------------------- sharing bytes with a dying input
+
+
+def random_chain(seed: int) -> tuple[list[Buffer], list[tuple[int, str, str, Reuse]], int]:
+    """Buffers handed from step to step (each read once, by the next step) with random Reuse declarations,
+    and a few long-lived ones beside them."""
+    rng = np.random.default_rng(seed)
+    alignment = int(rng.choice([16, 32]))
+    buffers, shared = [], []
+    steps = int(rng.integers(2, 12))
+    for i in range(steps):
+        buffers.append(Buffer(f"t{i}", int(rng.integers(1, 8)) * alignment, i, i + 1))
+        if i and rng.random() < 0.8:
+            kind = rng.choice(["exact", "forward", "backward"])
+            if kind == "exact":
+                buffers[-1] = Buffer(f"t{i}", buffers[-2].size, i, i + 1)
+                reuse = Reuse(0, exact=True)
+            else:
+                shift = int(rng.integers(-2, 6)) * alignment // 2
+                progress = ((0, shift),) if kind == "backward" else ((shift, 0),)
+                reuse = Reuse(0, progress=progress, backward=kind == "backward")
+            shared.append((i, f"t{i - 1}", f"t{i}", reuse))
+    for j in range(int(rng.integers(0, 3))):
+        first = int(rng.integers(0, steps))
+        buffers.append(Buffer(f"long{j}", int(rng.integers(1, 4)) * alignment, first, first + 3))
+    return buffers, shared, alignment
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_sharing_plans_verify_and_never_beat_what_is_declared(seed):
+    buffers, shared, alignment = random_chain(seed)
+    overlaps = [memory.Overlap(s, r, step, reuse.shift, reuse.exact, reuse.backward) for step, s, r, reuse in shared]
+    p = memory.plan(buffers, alignment, overlaps)
+    memory.verify(steps_for(buffers), p.offsets, sizes_of(buffers), p.size, alignment, shared)
+    declared = {(s, r): reuse for _, s, r, reuse in shared}
+    for i, a in enumerate(buffers):         # brute force, apart from verify
+        for b in buffers[i + 1:]:
+            if a.first <= b.last and b.first <= a.last:
+                a_lo, b_lo = p.offsets[a.name], p.offsets[b.name]
+                if a_lo + a.size <= b_lo or b_lo + b.size <= a_lo:
+                    continue
+                reuse = declared.get((a.name, b.name))
+                assert reuse is not None and reuse.allows(a_lo, b_lo), (a, b, p.offsets)
+
+
+def test_in_place_chain_takes_one_buffer():
+    buffers = bufs(("a", 64, 0, 1), ("b", 64, 1, 2), ("c", 64, 2, 3))
+    shared = [(1, "a", "b", Reuse(0, exact=True)), (2, "b", "c", Reuse(0, exact=True))]
+    p = memory.plan(buffers, 16, [memory.Overlap(s, r, t, 0, True) for t, s, r, _ in shared])
+    assert p.size == 64 and p.lower_bound == 128
+    memory.verify(steps_for(buffers), p.offsets, sizes_of(buffers), p.size, 16, shared)
+
+
+def test_overlap_alternates_direction_along_a_chain():
+    """Forward then backward: three 256-byte tensors in 256 + 64 bytes."""
+    buffers = bufs(("a", 256, 0, 1), ("b", 256, 1, 2), ("c", 256, 2, 3))
+    shared = [(1, "a", "b", Reuse(0, progress=((64, 0),))), (2, "b", "c", Reuse(0, progress=((0, 64),), backward=True))]
+    p = memory.plan(buffers, 16, [memory.Overlap(s, r, t, reuse.shift, False, reuse.backward)
+                                  for t, s, r, reuse in shared])
+    assert p.size == 256 + 64
+    memory.verify(steps_for(buffers), p.offsets, sizes_of(buffers), p.size, 16, shared)
+
+
+@pytest.mark.parametrize("offsets, shared, why", [
+    ({"a": 64, "b": 0}, [], "undeclared"),
+    ({"a": 32, "b": 0}, [(1, "a", "b", Reuse(0, progress=((64, 0),)))], "shift too small"),
+    ({"a": 0, "b": 64}, [(1, "a", "b", Reuse(0, progress=((64, 0),)))], "wrong direction"),
+    ({"a": 0, "b": 16}, [(1, "a", "b", Reuse(0, exact=True))], "in place but not at the same offset"),
+    ({"a": 64, "b": 0}, [(2, "a", "b", Reuse(0, progress=((64, 0),)))], "declared at another step"),
+])
+def test_verify_rejects_sharing_the_kernel_did_not_allow(offsets, shared, why):
+    buffers = bufs(("a", 128, 0, 1), ("b", 128, 1, 2))
+    with pytest.raises(PlanError, match="overlap"):
+        memory.verify(steps_for(buffers), offsets, sizes_of(buffers), 256, 16, shared)
+
+
+def test_verify_rejects_sharing_with_an_input_read_twice():
+    buffers = bufs(("a", 128, 0, 1), ("b", 128, 1, 2))
+    steps = steps_for(buffers)
+    steps[1][0].append("a")          # the kernel reads a through two operands
+    shared = [(1, "a", "b", Reuse(0, exact=True))]
+    with pytest.raises(PlanError, match="overlap"):
+        memory.verify(steps, {"a": 0, "b": 0}, sizes_of(buffers), 128, 16, shared)
+
+
+def conv_chain() -> onnx.ModelProto:
+    """Convolutions in a chain (dense, depthwise, pointwise, strided) and a residual add, the shapes of a
+    small keyword spotter."""
+    rng = np.random.default_rng(0)
+    f = lambda *shape: rng.standard_normal(shape).astype(np.float32) * 0.3
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1], group=16),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("Conv", ["r2", "w3", "b3"], ["c3"]),
+             helper.make_node("Relu", ["c3"], ["r3"]),
+             helper.make_node("Conv", ["r3", "w4"], ["c4"], pads=[1, 1, 1, 1], group=16),     # rows backward
+             helper.make_node("Add", ["c4", "r2"], ["s"]),          # a residual that dies here
+             helper.make_node("GlobalAveragePool", ["s"], ["y"])]
+    inits = {"w1": f(16, 1, 3, 3), "b1": f(16), "w2": f(16, 1, 3, 3), "w3": f(16, 16, 1, 1), "b3": f(16),
+             "w4": f(16, 1, 3, 3)}
+    return make_model(nodes, {"x": (1, 1, 26, 12)}, {"y": None}, inits)
+
+
+@pytest.mark.parametrize("target", ["host", pytest.param("cortex-m4", marks=pytest.mark.qemu)])
+def test_shared_plan_is_smaller_and_still_correct(target, tmp_path):
+    model = conv_chain()
+    plain = aot.build(model, target=target, out_dir=None, knobs={"share_memory": False})
+    shared = aot.build(model, target=target, out_dir=tmp_path / "b")
+    assert shared.program.plan.size < plain.program.plan.size
+    assert any(d["used"] and d["exact"] for d in shared.plan["shared"]), shared.plan["shared"]
+    result = aot.check(model, target=target)
+    assert result.ok, result.comparisons

@@ -307,11 +307,47 @@ class Buffer:
         return Load(self, as_expr(index), lanes)
 
 
+@dataclass(frozen=True)
+class Reuse:
+    """A kernel's promise that its output may share bytes with one of its inputs, which dies with the
+    call: the memory planner may then overlap them, and its verifier checks the placement against this.
+
+    `exact`: element i of the output is written only after element i of the input is read, in any
+    order and with elements of equal size, so the two may start at the same byte (and nowhere else in
+    between). Otherwise `progress` lists, in the order the kernel runs, checkpoints (written, needed)
+    in bytes from the start of the output and of the input. A kernel running front to back has, up to
+    each checkpoint, written only below `written` and will still read the input from `needed` on: the
+    output may start `shift` = max(written - needed) bytes or more below the input. A kernel running
+    back to front (`backward`) has written only from `written` on and will still read below `needed`:
+    the output may start `shift` = max(needed - written) bytes or more above the input."""
+
+    input: int                              # position in node.inputs
+    output: int = 0                         # position in node.outputs
+    exact: bool = False
+    progress: tuple[tuple[int, int], ...] = ()
+    backward: bool = False
+
+    @property
+    def shift(self) -> int:
+        if self.exact:
+            return 0
+        sign = -1 if self.backward else 1
+        return max(sign * (written - needed) for written, needed in self.progress)
+
+    def allows(self, source_offset: int, result_offset: int) -> bool:
+        """Whether the output at `result_offset` may overlap the input at `source_offset`."""
+        if self.exact:
+            return source_offset == result_offset
+        delta = source_offset - result_offset
+        return -delta >= self.shift if self.backward else delta >= self.shift
+
+
 @dataclass(frozen=True, eq=False)
 class Kernel:
     name: str
     params: tuple[Buffer, ...]             # in call order: inputs then outputs
     body: Block
+    reuse: tuple[Reuse, ...] = ()           # outputs that may overlap a dying input (see Reuse)
 
 
 class Builder:

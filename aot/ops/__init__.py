@@ -7,6 +7,7 @@ constants become read-only data.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pkgutil
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ import numpy as np
 
 from aot.errors import UnsupportedOpError
 from aot.graph.ir import Graph, Node
-from aot.kernel.ir import Buffer, Kernel
+from aot.kernel.ir import Buffer, Kernel, Reuse
 from aot.knobs import Knobs
 from aot.ops.registry import op_def
 from aot.target import Target
@@ -30,6 +31,7 @@ class LowerContext:
     target: Target
     prefix: str
     knobs: Knobs
+    backward: frozenset[str] = frozenset()     # nodes whose kernels run their rows last to first
     _consts: int = 0
 
     def const(self, array: np.ndarray, hint: str = "w") -> Buffer:
@@ -59,10 +61,17 @@ class LowerContext:
 
 
 def lower(ctx: LowerContext, node: Node, name: str) -> Kernel:
-    fn = op_def(node.op).lower
-    if fn is None:
+    definition = op_def(node.op)
+    if definition.lower is None:
         raise UnsupportedOpError(f"node '{node.name}': no kernel for op {node.op}")
-    return fn(ctx, node, name)
+    kernel = definition.lower(ctx, node, name)
+    if definition.elementwise:
+        out = ctx.graph.values[node.outputs[0]]
+        same = tuple(Reuse(i, exact=True) for i, name in enumerate(node.inputs)
+                     if name and name not in ctx.graph.constants and ctx.graph.values[name].shape == out.shape
+                     and np.dtype(ctx.graph.values[name].dtype).itemsize == np.dtype(out.dtype).itemsize)
+        kernel = dataclasses.replace(kernel, reuse=kernel.reuse + same)
+    return kernel
 
 
 def macs(graph: Graph, node: Node) -> int:

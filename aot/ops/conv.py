@@ -28,6 +28,7 @@ from aot.kernel.ir import (
     Expr,
     Kernel,
     Reinterpret,
+    Reuse,
     as_expr,
     binop,
     const,
@@ -70,6 +71,22 @@ class Geometry:
         hi = minimum(binop("div", (size - first) + (d - 1), const(d)), k)
         return lo, hi
 
+    def row_progress(self, in_bytes: int, out_bytes: int, backward: bool) -> tuple[tuple[int, int], ...]:
+        """Reuse checkpoints (see kernel.ir.Reuse) of a kernel that finishes each output row, all its
+        pixels and channels, before it starts the next. Front to back, while on row oh it writes below
+        the end of row oh and still needs the input from the first row of oh's window on (later windows
+        lie further on); back to front, it writes from the start of row oh on and needs the input below
+        the end of oh's window."""
+        out_row, in_row = self.ow * self.m * out_bytes, self.w * self.c * in_bytes
+        span = (self.kh - 1) * self.dilation[0]
+        if backward:
+            return tuple(((n * self.oh + oh) * out_row,
+                          (n * self.h + min(self.h, oh * self.stride[0] - self.pads[0] + span + 1)) * in_row)
+                         for n in reversed(range(self.n)) for oh in reversed(range(self.oh)))
+        return tuple(((n * self.oh + oh + 1) * out_row,
+                      (n * self.h + max(0, oh * self.stride[0] - self.pads[0])) * in_row)
+                     for n in range(self.n) for oh in range(self.oh))
+
     def interior(self, axis: int) -> tuple[int, int]:
         """Output coordinates [lo, hi) whose whole window lies inside the input."""
         k, d, size, s = ((self.kh, self.dilation[0], self.h, self.stride[0]) if axis == 0
@@ -91,8 +108,11 @@ def geometry(graph: Graph, node: Node) -> Geometry:
 TileFn = Callable[[int, Expr, Expr, Expr, Expr, Expr, Expr], None]
 
 
-def spatial_loops(b: Builder, g: Geometry, mr: int, tile: TileFn, inner: Callable[[TileFn], TileFn] | None = None):
+def spatial_loops(b: Builder, g: Geometry, mr: int, tile: TileFn, inner: Callable[[TileFn], TileFn] | None = None,
+                  backward: bool = False):
     """Emit loops over (n, oh, ow) calling tile(mr, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) per output tile.
+    `backward`: images and rows from the last to the first (the memory planner may then put the
+    output over the input from above; see Geometry.row_progress).
 
     Tiles of up to `mr` columns where the window is inside the input (narrower when the interior is);
     border columns one at a time with the window clipped at run time, one code copy for both sides.
@@ -101,7 +121,9 @@ def spatial_loops(b: Builder, g: Geometry, mr: int, tile: TileFn, inner: Callabl
     row_lo, row_hi = g.interior(0)
     col_lo, col_hi = g.interior(1)
     with b.loop("n", 0, g.n) as n:
+        n = b.let("n", (g.n - 1) - n) if backward and g.n > 1 else n
         with b.loop("oh", 0, g.oh) as oh:
+            oh = b.let("oh", (g.oh - 1) - oh) if backward else oh
             if row_lo == 0 and row_hi == g.oh:
                 kh_lo, kh_hi = const(0), const(g.kh)
             else:
@@ -340,7 +362,7 @@ Arith = FloatArith | IntArith
 
 
 def lower_dense(ctx: LowerContext, name: str, g: Geometry, groups: int, weight: np.ndarray, arith: Arith,
-                x: Buffer, out: Buffer, params: tuple[Buffer, ...]) -> Kernel:
+                x: Buffer, out: Buffer, params: tuple[Buffer, ...], backward: bool = False) -> Kernel:
     cg, mg = g.c // groups, g.m // groups
     step = arith.group          # input channels per multiply-accumulate
     lanes = 1 if arith.scalar else ctx.target.lanes
@@ -396,7 +418,7 @@ def lower_dense(ctx: LowerContext, name: str, g: Geometry, groups: int, weight: 
                     panel = b.let("panel", group * group_stride + offsets[bi] + cb * (panel_size * blk.width))
                     spatial_loops(b, g, mr, lambda rows, *at, blk=blk, ch0=ch0, panel=panel:
                                   block_body(blk, group, rows, *at, ch0, panel))
-        return Kernel(name, params, b.block())
+        return Kernel(name, params, b.block(), _streams(g, x, out, arith, rows_in_order=False))
 
     def per_group(columns) -> None:
         # Each row of input pixels stays in cache while every panel passes over it.
@@ -404,8 +426,22 @@ def lower_dense(ctx: LowerContext, name: str, g: Geometry, groups: int, weight: 
             for bi, blk in enumerate(blocks):
                 columns(block_tile(group, blk, group * group_stride + offsets[bi]))
 
-    spatial_loops(b, g, mr, None, inner=per_group)   # type: ignore[arg-type]
-    return Kernel(name, params, b.block())
+    spatial_loops(b, g, mr, None, inner=per_group, backward=backward)   # type: ignore[arg-type]
+    return Kernel(name, params, b.block(), _streams(g, x, out, arith, backward=backward))
+
+
+def _streams(g: Geometry, x: Buffer, out: Buffer, arith: Arith, rows_in_order: bool = True,
+             backward: bool = False) -> tuple[Reuse, ...]:
+    """What a convolution lets the memory planner overlap: its output with its input behind the rows
+    still to be read when it runs row by row, and a fused residual exactly (read at an index, then
+    written there) in any loop order."""
+    reuse: tuple[Reuse, ...] = ()
+    if rows_in_order:
+        progress = g.row_progress(x.nbytes // x.size, out.nbytes // out.size, backward)
+        reuse += (Reuse(0, progress=progress, backward=backward),)
+    if getattr(arith, "residual", None) is not None:
+        reuse += (Reuse(3, exact=True),)
+    return reuse
 
 
 def _weights_outer(g: Geometry, weight_bytes: int, x_bytes: int, panels: int, cache: int) -> bool:
@@ -459,7 +495,7 @@ def dot_style(ctx: LowerContext, node: Node, groups: int, cg: int) -> DotStyle |
 # --- depthwise --------------------------------------------------------------------------------------
 
 def lower_depthwise(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, arith: Arith, x: Buffer,
-                    out: Buffer, params: tuple[Buffer, ...]) -> Kernel:
+                    out: Buffer, params: tuple[Buffer, ...], backward: bool = False) -> Kernel:
     lanes = ctx.target.lanes
     blocks = channel_blocks(g.c, lanes, ctx.knobs.dw_nr)
     mr = ctx.knobs.dw_mr
@@ -497,8 +533,8 @@ def lower_depthwise(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarra
         for blk in blocks:
             columns(block_tile(blk))
 
-    spatial_loops(b, g, mr, None, inner=all_blocks)   # type: ignore[arg-type]
-    return Kernel(name, params, b.block())
+    spatial_loops(b, g, mr, None, inner=all_blocks, backward=backward)   # type: ignore[arg-type]
+    return Kernel(name, params, b.block(), _streams(g, x, out, arith, backward=backward))
 
 
 # --- graph ops ---------------------------------------------------------------------------------------
@@ -519,8 +555,8 @@ def conv(ctx: LowerContext, node: Node, name: str) -> Kernel:
     if quant is not None and not (style and style.raw_bytes):
         weight = _minus_zero_point(weight, quant, axis=0)
     if groups == g.c and weight.shape[1] == 1 and g.m == g.c:
-        return lower_depthwise(ctx, name, g, weight, arith, ins[0], outs[0], params)
-    return lower_dense(ctx, name, g, groups, weight, arith, ins[0], outs[0], params)
+        return lower_depthwise(ctx, name, g, weight, arith, ins[0], outs[0], params, node.name in ctx.backward)
+    return lower_dense(ctx, name, g, groups, weight, arith, ins[0], outs[0], params, node.name in ctx.backward)
 
 
 def _arith(ctx: LowerContext, node: Node, ins, style: DotStyle | None, weight: np.ndarray) -> Arith:
@@ -566,4 +602,4 @@ def canonical_conv(rw: Rewriter, node: Node) -> None:
 
 
 define("Conv", canonical=canonical_conv, lower=conv, macs=_conv_macs, layout=Layout.NHWC, fusion=Fusion.MATRIX,
-       weight_channel_axis=0, operands=MATRIX_OPERANDS, quant=QuantForm.MATRIX, quant_acts=True)
+       weight_channel_axis=0, operands=MATRIX_OPERANDS, rows_either_way=True, quant=QuantForm.MATRIX, quant_acts=True)

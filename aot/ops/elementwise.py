@@ -286,7 +286,7 @@ def canonical_quantize(rw: Rewriter, node: Node) -> None:
 
 _QUANT_FORMS = {"Add": (QuantForm.BINARY, True), "Mul": (QuantForm.BINARY, False)}
 define("Nary", lower=nary, layout=Layout.FOLLOW, fusion=Fusion.ANCHOR, dtypes=FLOAT | {"int32", "int64"},
-       check=broadcast_shape)
+       elementwise=True, check=broadcast_shape)
 for _op in ("Sum", "Mean"):
     define(_op, canonical=canonical_variadic, check=broadcast_shape)
 define("Pow", canonical=canonical_pow, dtypes=FLOAT | {"int32", "int64"}, check=broadcast_shape)
@@ -296,9 +296,9 @@ for _op in _BINARY:
     _form, _acts = _QUANT_FORMS.get(_op, (QuantForm.NONE, False))
     define(_op, canonical=canonical_binary, lower=binary, layout=Layout.FOLLOW, fusion=Fusion.ANCHOR,
            matrix_epilogue={"Add": "add", "Mul": "mul"}.get(_op, ""), quant=_form, quant_acts=_acts,
-           dtypes=FLOAT_OR_INT, check=broadcast_shape)
+           dtypes=FLOAT_OR_INT, elementwise=True, check=broadcast_shape)
 
-define("Unary", lower=unary, layout=Layout.FOLLOW, fusion=Fusion.ACTIVATION, check=same_shape)
+define("Unary", lower=unary, layout=Layout.FOLLOW, fusion=Fusion.ACTIVATION, elementwise=True, check=same_shape)
 _UNARY = {
     "Relu": unary_rule("relu"), "LeakyRelu": unary_rule("leaky_relu", ("alpha", 0.01)),
     "Sigmoid": unary_rule("sigmoid"), "Tanh": unary_rule("tanh"), "Erf": unary_rule("erf"),
@@ -339,6 +339,6 @@ for _op, _rule in _UNARY.items():
 
 define("QuantizeLinear", canonical=canonical_quantize)
 define("DequantizeLinear", canonical=canonical_quantize, dtypes=frozenset({"int8", "uint8", "int32"}))
-define("Quantize", lower=quantize_linear, layout=Layout.FOLLOW, check=same_shape)
+define("Quantize", lower=quantize_linear, layout=Layout.FOLLOW, elementwise=True, check=same_shape)
 define("Dequantize", lower=quantize_linear, layout=Layout.FOLLOW, dtypes=frozenset({"int8", "uint8", "int32"}),
-       check=same_shape)
+       elementwise=True, check=same_shape)

@@ -142,7 +142,8 @@ for _op in _LOGIC:
 define("Not", canonical=canonical_keep, lower=logic, layout=Layout.FOLLOW, dtypes=BOOL, check=same_shape)
 define("Where", canonical=canonical_keep, lower=where, layout=Layout.FOLLOW, dtypes=ALL_DTYPES,
        check=broadcast_shape)
-define("Cast", canonical=canonical_cast, lower=cast, layout=Layout.FOLLOW, dtypes=ALL_DTYPES, check=same_shape)
+define("Cast", canonical=canonical_cast, lower=cast, layout=Layout.FOLLOW, dtypes=ALL_DTYPES, elementwise=True,
+       check=same_shape)
 define("CastLike", canonical=canonical_cast, dtypes=ALL_DTYPES)
 define("Mod", canonical=canonical_mod, lower=mod, layout=Layout.FOLLOW, dtypes=INTEGER | frozenset({"float32"}),
        check=broadcast_shape)

@@ -86,6 +86,9 @@ class OpDef:
     weight_channel_axis: int = 0           # MATRIX ops: the output-channel axis of the constant weight
     view: bool = False                     # moves no data: the output aliases its input's bytes
     moves_values: bool = False             # every output element is a copy of an input element
+    rows_either_way: bool = False          # its kernel can run its output rows last to first (LowerContext.backward)
+    elementwise: bool = False              # output element i is made from the inputs' elements i (broadcast
+                                           #   operands aside): it may overwrite a same-shaped input in place
     dtypes: frozenset[str] = FLOAT         # element types its computed inputs may have
     quant: QuantForm = QuantForm.NONE
     quant_acts: bool = False               # a clamp after it (Relu, Clip) fuses into its integer form

@@ -1,9 +1,13 @@
 """Static memory planning: place every intermediate tensor at an offset in one workspace.
 
-Buffers live from the step that writes them to the last step that reads them (inclusive). Several
-deterministic placement heuristics run and the smallest workspace wins; `lower_bound` is the most
-bytes live at any one step, which no placement can beat. `verify` re-derives liveness from the
-call sequence itself and fails if two buffers live at the same step overlap in memory.
+Buffers live from the step that writes them to the last step that reads them (inclusive). Two
+buffers live at the same step get disjoint bytes, except where a kernel declares that its output
+may share bytes with an input that dies with it (`Overlap`, from the kernel's `Reuse`): in place at
+the same offset, or overlapping from a distance on. In-place pairs are merged into one buffer
+before placement; overlaps shrink what a partner blocks. Several deterministic placement
+heuristics run and the smallest workspace wins. `lower_bound` is the most bytes live at any one
+step without any sharing, the bound plain placement cannot beat. `verify` re-derives liveness from
+the call sequence and checks every shared byte against the kernels' declarations.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from aot.errors import PlanError
+from aot.kernel.ir import Reuse
 
 
 @dataclass(frozen=True)
@@ -23,6 +28,20 @@ class Buffer:
 
     def overlaps_in_time(self, other: Buffer) -> bool:
         return self.first <= other.last and other.first <= self.last
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """At step `step`, where `source` is read for the last time, the kernel writing `result` may put it
+    over `source`: at the same offset (`exact`), or anywhere starting `shift` bytes or more below it
+    (above it if `backward`)."""
+
+    source: str
+    result: str
+    step: int
+    shift: int = 0
+    exact: bool = False
+    backward: bool = False      # the result may start `shift` or more bytes above the source instead
 
 
 @dataclass(frozen=True)
@@ -53,13 +72,19 @@ def lower_bound(buffers: Sequence[Buffer]) -> int:
     return best
 
 
-def _place(order: Sequence[Buffer], best_fit: bool) -> dict[str, int]:
-    """Put each buffer, in order, into the lowest (first fit) or tightest (best fit) free gap."""
+def _place(order: Sequence[Buffer], best_fit: bool, shifts: dict[tuple[str, str], tuple[int, bool]],
+           room_below: bool = False) -> dict[str, int]:
+    """Put each buffer, in order, into the lowest (first fit) or tightest (best fit) free gap. A buffer
+    that may overlap a placed partner from `shift` bytes on (shifts[(source, result)]) sees only the
+    part of the partner it must not overlap. `room_below`: a source whose result is still to place
+    and may start below it is put at least that far up."""
     placed: list[tuple[Buffer, int]] = []
     offsets: dict[str, int] = {}
+    below = {source: shift for (source, _), (shift, backward) in shifts.items() if not backward}
     for buf in order:
-        busy = sorted((off, off + other.size) for other, off in placed if other.overlaps_in_time(buf))
-        choice, choice_gap, cursor = None, None, 0
+        busy = sorted(span for other, off in placed if other.overlaps_in_time(buf)
+                      for span in [_blocked(buf, other, off, shifts)] if span[0] - buf.size + 1 < span[1])
+        choice, choice_gap, cursor = None, None, below.get(buf.name, 0) if room_below else 0
         for start, end in busy:
             gap = start - cursor
             if gap >= buf.size and (choice is None or (best_fit and gap < choice_gap)):
@@ -74,14 +99,36 @@ def _place(order: Sequence[Buffer], best_fit: bool) -> dict[str, int]:
     return offsets
 
 
+def _blocked(buf: Buffer, other: Buffer, off: int, shifts: dict[tuple[str, str], tuple[int, bool]]) \
+        -> tuple[int, int]:
+    """What `other` (placed at `off`) blocks for `buf`, as [start, end): `buf` may not be placed at x
+    with start - buf.size < x < end. Without sharing that is other's bytes; with it, less (and then
+    start may pass end: the blocked offsets are fewer than buf's size)."""
+    end = off + other.size
+    if (other.name, buf.name) in shifts:        # buf is the result
+        shift, backward = shifts[(other.name, buf.name)]
+        if backward:                            # it may start `shift` or more above other
+            return off, min(end, off + shift)
+        return max(off, off - shift + buf.size), end    # ... or below
+    if (buf.name, other.name) in shifts:        # buf is the source
+        shift, backward = shifts[(buf.name, other.name)]
+        if backward:                            # other may start `shift` above buf: buf that far below
+            return max(off, off - shift + buf.size), end
+        return off, min(end, off + shift)
+    return off, end
+
+
 # Each heuristic is an ordering plus a fit rule; all are deterministic (ties broken by name).
-HEURISTICS: dict[str, Callable[[Sequence[Buffer]], dict[str, int]]] = {
-    "largest-first best-fit": lambda bs: _place(sorted(bs, key=lambda b: (-b.size, b.first, b.name)), True),
-    "time-ordered first-fit": lambda bs: _place(sorted(bs, key=lambda b: (b.first, -b.size, b.name)), False),
-    "longest-lived first best-fit": lambda bs: _place(
-        sorted(bs, key=lambda b: (-(b.last - b.first), -b.size, b.name)), True),
-    "largest-area first best-fit": lambda bs: _place(
-        sorted(bs, key=lambda b: (-b.size * (b.last - b.first + 1), b.name)), True),
+Heuristic = Callable[[Sequence[Buffer], dict[tuple[str, str], tuple[int, bool]]], dict[str, int]]
+HEURISTICS: dict[str, Heuristic] = {
+    "largest-first best-fit": lambda bs, sh: _place(sorted(bs, key=lambda b: (-b.size, b.first, b.name)), True, sh),
+    "time-ordered first-fit": lambda bs, sh: _place(sorted(bs, key=lambda b: (b.first, -b.size, b.name)), False, sh),
+    "time-ordered first-fit, room below": lambda bs, sh: _place(
+        sorted(bs, key=lambda b: (b.first, -b.size, b.name)), False, sh, room_below=True),
+    "longest-lived first best-fit": lambda bs, sh: _place(
+        sorted(bs, key=lambda b: (-(b.last - b.first), -b.size, b.name)), True, sh),
+    "largest-area first best-fit": lambda bs, sh: _place(
+        sorted(bs, key=lambda b: (-b.size * (b.last - b.first + 1), b.name)), True, sh),
 }
 
 
@@ -94,25 +141,62 @@ def naive(buffers: Sequence[Buffer]) -> dict[str, int]:
     return offsets
 
 
-def plan(buffers: Sequence[Buffer], alignment: int) -> Plan:
+def plan(buffers: Sequence[Buffer], alignment: int, overlaps: Sequence[Overlap] = ()) -> Plan:
     bound = lower_bound(buffers)
+    groups, members = _merge_in_place(buffers, overlaps)
+    group_of = {name: group.name for group in groups for name in members[group.name]}
+    shifts: dict[tuple[str, str], tuple[int, bool]] = {}
+    by_name = {g.name: g for g in groups}
+    for o in overlaps:
+        source, result = by_name[group_of[o.source]], by_name[group_of[o.result]]
+        if not o.exact and source.last == o.step == result.first and (source.name, result.name) not in shifts:
+            shifts[(source.name, result.name)] = (align_up(max(0, o.shift), alignment), o.backward)
+    sharing_bound = lower_bound(groups) if overlaps else bound
     best: tuple[int, str, dict[str, int]] | None = None
     for name, heuristic in HEURISTICS.items():
-        offsets = heuristic(buffers)
-        size = max((offsets[b.name] + b.size for b in buffers), default=0)
+        offsets = heuristic(groups, shifts)
+        size = max((offsets[b.name] + b.size for b in groups), default=0)
         if best is None or size < best[0]:
             best = (size, name, offsets)
-        if size == bound:
+        if size == sharing_bound and not shifts:
             break
     assert best is not None
-    return Plan(best[2], best[0], bound, best[1], alignment)
+    offsets = {name: best[2][group_of[name]] for name in group_of}
+    return Plan(offsets, best[0], bound, best[1], alignment)
+
+
+def _merge_in_place(buffers: Sequence[Buffer], overlaps: Sequence[Overlap]) \
+        -> tuple[list[Buffer], dict[str, list[str]]]:
+    """Merge each in-place pair (an exact Overlap of two equal sizes) into one buffer living from the
+    source's first step to the result's last; chains merge into one. Returns the buffers to place
+    (named after their first member) and each one's members."""
+    by_name = {b.name: b for b in buffers}
+    group = {b.name: b.name for b in buffers}
+    span = {b.name: (b.first, b.last, b.size) for b in buffers}
+    members = {b.name: [b.name] for b in buffers}
+    for o in sorted((o for o in overlaps if o.exact), key=lambda o: o.step):
+        source, result = group[o.source], o.result
+        first, last, size = span[source]
+        if (group[result] != result or last != o.step or by_name[result].first != o.step
+                or size != by_name[result].size):
+            continue
+        span[source] = (first, by_name[result].last, size)
+        members[source] += members.pop(result)
+        for name in members[source]:
+            group[name] = source
+        del span[result]
+    merged = [Buffer(name, size, first, last) for name, (first, last, size) in span.items()]
+    return merged, members
 
 
 def verify(steps: Sequence[tuple[Sequence[str], Sequence[str]]], offsets: dict[str, int], sizes: dict[str, int],
-           workspace: int, alignment: int) -> None:
+           workspace: int, alignment: int, shared: Sequence[tuple[int, str, str, Reuse]] = ()) -> None:
     """Check a placement against the call sequence (reads, writes per step) it is meant for.
 
-    Independent of how the plan was made: liveness is recomputed from the steps. Raises PlanError.
+    Independent of how the plan was made: liveness is recomputed from the steps, and two buffers live
+    at the same step may share bytes only as a kernel declared it (`shared`: step, source, result and
+    the kernel's Reuse), at the one step where the source is read last and the result first written,
+    the source read once there. Raises PlanError.
     """
     first: dict[str, int] = {}
     last: dict[str, int] = {}
@@ -130,10 +214,26 @@ def verify(steps: Sequence[tuple[Sequence[str], Sequence[str]]], offsets: dict[s
         if off % alignment or off < 0 or off + sizes[name] > workspace:
             raise PlanError(f"memory plan: '{name}' at offset {off} (+{sizes[name]}) is misaligned or outside "
                             f"the {workspace}-byte workspace")
+    declared = {(step, source, result): reuse for step, source, result, reuse in shared}
     names = sorted(first, key=lambda n: (offsets[n], n))
     for i, a in enumerate(names):
         for b in names[i + 1:]:
             if offsets[b] >= offsets[a] + sizes[a]:
                 break
-            if first[a] <= last[b] and first[b] <= last[a]:
+            if first[a] <= last[b] and first[b] <= last[a] and not _may_share(a, b, offsets, sizes, first, last,
+                                                                              steps, declared):
                 raise PlanError(f"memory plan: '{a}' and '{b}' are live at the same time but overlap in memory")
+
+
+def _may_share(a: str, b: str, offsets: dict[str, int], sizes: dict[str, int], first: dict[str, int],
+               last: dict[str, int], steps, declared: dict[tuple[int, str, str], Reuse]) -> bool:
+    for source, result in ((a, b), (b, a)):
+        step = last[source]
+        reuse = declared.get((step, source, result))
+        if reuse is None or first[result] != step or list(steps[step][0]).count(source) != 1:
+            continue
+        if reuse.exact and sizes[source] != sizes[result]:
+            continue
+        if reuse.allows(offsets[source], offsets[result]):
+            return True
+    return False
