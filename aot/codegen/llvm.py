@@ -233,6 +233,13 @@ class _FunctionEmitter:
             return b.bitcast(self.expr(e.value), self.mb.type_of(e.dtype, e.lanes))
         if isinstance(e, k.Dot):
             return self.dot(e)
+        if isinstance(e, k.MaskedLoad):
+            return self.masked_load(e)
+        if isinstance(e, k.Lanes):
+            vec = ir.Constant(self.mb.type_of(e.dtype, e.lanes), ir.Undefined)
+            for i, value in enumerate(e.values):
+                vec = b.insert_element(vec, self.expr(value), ir.Constant(_I32, i))
+            return vec
         raise TypeError(e)
 
     def sqrt(self, e: k.Sqrt) -> ir.Value:
@@ -277,6 +284,50 @@ class _FunctionEmitter:
                                                                            [i * group + g for i in range(lanes)]))
             total = self.b.add(total, picked)
         return total
+
+    def masked_load(self, e: k.MaskedLoad) -> ir.Value:
+        """llvm.masked.load; the address is computed without `inbounds`, as the window may start
+        outside the buffer (only active lanes are read)."""
+        base = self.mb.constant_global(e.buf) if e.buf.is_const else self.params[e.buf]
+        elem = self.mb.scalar(e.buf.dtype)
+        ptr = self.b.gep(base, [self.expr(e.index)], source_etype=elem)
+        ty = self.mb.type_of(e.buf.dtype, e.lanes)
+        fill = ir.Constant(ty, [ir.Constant(elem, e.fill)] * e.lanes)
+        mask = self.lane_mask(e.lanes, self.expr(e.hi), self.expr(e.lo) if e.lo is not None else None)
+        bits = elem.width if isinstance(elem, ir.IntType) else 32
+        suffix = f"v{e.lanes}{'f32' if e.buf.dtype == 'f32' else f'i{bits}'}.p0"
+        mask_ty = ir.VectorType(ir.IntType(1), e.lanes)
+        fn = self.mb.declare(f"llvm.masked.load.{suffix}",
+                             ir.FunctionType(ty, [ir.PointerType(), _I32, mask_ty, ty]))
+        return self.b.call(fn, [ptr, ir.Constant(_I32, self.align(e.buf)), mask, fill])
+
+    def lane_mask(self, lanes: int, hi: ir.Value, lo: ir.Value | None) -> ir.Value:
+        """<lanes x i1>: lane l is on if lo <= l < hi. A mask from 0 on a 128-bit MVE vector is one VCTP
+        (which also lets LLVM turn a loop into a tail-predicated one); else lanes are compared with the
+        bounds clamped to [0, lanes], in elements as narrow as the vector's (one compare instruction)."""
+        if lo is None and self.mb.target.int_simd == "mve" and lanes in (4, 8, 16):
+            fn = self.mb.declare(f"llvm.arm.mve.vctp{128 // lanes}",
+                                 ir.FunctionType(ir.VectorType(ir.IntType(1), lanes), [_I32]))
+            # VCTP reads its count as unsigned: a negative one must be 0.
+            count = self.b.select(self.b.icmp_signed("<", hi, ir.Constant(hi.type, 0)), ir.Constant(hi.type, 0), hi)
+            return self.b.call(fn, [count])
+        width = max(8, min(32, 128 // lanes))
+        ty = ir.IntType(width)
+        vt = ir.VectorType(ty, lanes)
+        iota = ir.Constant(vt, list(range(lanes)))
+
+        def splat(bound: ir.Value) -> ir.Value:
+            zero, top = ir.Constant(bound.type, 0), ir.Constant(bound.type, lanes)
+            clamped = self.b.select(self.b.icmp_signed("<", bound, zero), zero, bound)
+            clamped = self.b.select(self.b.icmp_signed(">", clamped, top), top, clamped)
+            one = self.b.insert_element(ir.Constant(vt, ir.Undefined), self.b.trunc(clamped, ty), ir.Constant(_I32, 0))
+            return self.b.shuffle_vector(one, ir.Constant(vt, ir.Undefined), ir.Constant(ir.VectorType(_I32, lanes),
+                                                                                        [0] * lanes))
+
+        mask = self.b.icmp_signed("<", iota, splat(hi))
+        if lo is not None:
+            mask = self.b.and_(mask, self.b.icmp_signed(">=", iota, splat(lo)))
+        return mask
 
     def binary(self, op: str, dtype: str, a: ir.Value, b: ir.Value) -> ir.Value:
         bld = self.b

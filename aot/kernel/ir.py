@@ -184,6 +184,38 @@ class Reduce(Expr):
         return self.value.dtype
 
 
+@dataclass(frozen=True, eq=False)
+class MaskedLoad(Expr):
+    """`lanes` consecutive elements from buf[index]; lane l is read only if lo <= l < hi and is `fill`
+    otherwise. Lanes outside [lo, hi) are never accessed, so they may lie outside the buffer (a window
+    over padding): Arm's predicated loads (MVE, SVE) do this in one instruction."""
+    buf: Buffer
+    index: Expr
+    lanes: int
+    hi: Expr
+    lo: Expr | None = None      # None: 0
+    fill: Number = 0
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return self.buf.dtype
+
+
+@dataclass(frozen=True, eq=False)
+class Lanes(Expr):
+    """A vector of scalars, lane i being values[i] (e.g. accumulators of neighbouring channels, gathered
+    for a vector epilogue)."""
+    values: tuple[Expr, ...]
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return self.values[0].dtype
+
+    @property
+    def lanes(self) -> int:  # type: ignore[override]
+        return len(self.values)
+
+
 _COMPARE = {"lt", "le", "gt", "ge", "eq", "ne"}
 _FOLD = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
          "min": min, "max": max}
@@ -407,6 +439,11 @@ def dump(kernel: Kernel) -> str:
             return f"reinterpret<{e.dtype}x{e.lanes}>({ex(e.value)})"
         if isinstance(e, Dot):
             return f"dot{'_u8' if e.a_unsigned else ''}({ex(e.acc)}, {ex(e.a)}, {ex(e.b)})"
+        if isinstance(e, MaskedLoad):
+            lo = ex(e.lo) if e.lo is not None else "0"
+            return f"{e.buf.name}[{ex(e.index)}]<{e.lanes}, lanes {lo}..{ex(e.hi)} else {e.fill!r}>"
+        if isinstance(e, Lanes):
+            return f"lanes({', '.join(ex(v) for v in e.values)})"
         raise TypeError(e)
 
     def st(s: Stmt, depth: int) -> None:
