@@ -520,9 +520,13 @@ def conv(ctx: LowerContext, node: Node, name: str) -> Kernel:
     if quant is not None and not (style and style.raw_bytes):
         weight = _minus_zero_point(weight, quant, axis=0)
     depthwise = groups == g.c and weight.shape[1] == 1 and g.m == g.c
-    if not depthwise and conv_rows.applies(ctx, quant, groups, weight, ins[0].dtype):
+    if not depthwise and conv_rows.applies(ctx, quant, groups, weight, ins[0].dtype, g):
         bias = ctx.graph.constants[operand(node, "bias")] if operand(node, "bias") else None
         return conv_rows.lower_rows(ctx, name, g, weight, IntArith(ctx, quant, bias), quant, ins[0], outs[0], params)
+    if depthwise and conv_rows.applies(ctx, quant, 1, weight, ins[0].dtype):
+        bias = ctx.graph.constants[operand(node, "bias")] if operand(node, "bias") else None
+        return conv_rows.lower_depthwise(ctx, name, g, weight, IntArith(ctx, quant, bias), quant, ins[0], outs[0],
+                                         params)
     if depthwise:
         return lower_depthwise(ctx, name, g, weight, arith, ins[0], outs[0], params)
     return lower_dense(ctx, name, g, groups, weight, arith, ins[0], outs[0], params)

@@ -20,23 +20,44 @@ so the results are exactly those of the generic integer kernel).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from aot.graph.quant import Quant
-from aot.kernel.ir import Buffer, Builder, Dot, Expr, Kernel, Lanes, MaskedLoad, binop, const, select
+from aot.kernel.ir import (
+    Buffer,
+    Builder,
+    Cast,
+    Dot,
+    Expr,
+    Kernel,
+    Lanes,
+    MaskedLoad,
+    binop,
+    const,
+    maximum,
+    minimum,
+    select,
+)
 from aot.ops import LowerContext
 from aot.ops.conv import ChannelBlock, Geometry, IntArith, channel_blocks
 
 VECTOR = 16             # int8 lanes per 128-bit vector
 
 
-def applies(ctx: LowerContext, quant: Quant | None, groups: int, weight: np.ndarray, x_dtype: str) -> bool:
+MIN_RUN = 8             # shorter window rows leave most of each vector idle: the generic kernel does better
+
+
+def applies(ctx: LowerContext, quant: Quant | None, groups: int, weight: np.ndarray, x_dtype: str,
+            g: Geometry | None = None) -> bool:
     """Whether this lowering takes a Conv: quantized, int8 activations, ungrouped, weights that stay int8
-    after their zero point comes off, on a target with Helium's 16-lane int8 dot product."""
+    after their zero point comes off, on a target with Helium's 16-lane int8 dot product; for a dense
+    convolution (geometry `g`) also window rows of at least MIN_RUN bytes."""
     return (ctx.target.int_simd == "mve" and ctx.knobs.simd and quant is not None and groups == 1
-            and x_dtype == "i8" and weight.min() >= -128 and weight.max() <= 127)
+            and x_dtype == "i8" and weight.min() >= -128 and weight.max() <= 127
+            and (g is None or Rows.of(g).seg_len >= MIN_RUN))
 
 
 @dataclass(frozen=True)
@@ -78,6 +99,40 @@ def folded_bias(arith: IntArith, quant: Quant, weight: np.ndarray) -> np.ndarray
     sums = weight.reshape(weight.shape[0], -1).astype(np.int64).sum(axis=1)
     bias = arith.bias.data.astype(np.int64) if arith.bias is not None else 0
     return np.clip(bias - quant.x_zp * sums, -(2**31), 2**31 - 1).astype(np.int32)
+
+
+Tile = Callable[[int, Expr, Expr, Expr, bool], None]
+
+
+def spatial(b: Builder, g: Geometry, mr: int, tile: Tile) -> None:
+    """Loops over the output calling tile(width, n, oh, ow0, masked) for each run of `width` output
+    pixels of a row; `masked` where some tap of a window lies over the padding. Interior rows go in
+    tiles of mr, then one pixel at a time; border rows and columns likewise but masked."""
+
+    def columns(n: Expr, oh: Expr, lo: int, hi: int, masked: bool) -> None:
+        width = min(mr, hi - lo)
+        if width <= 0:
+            return
+        end = lo + (hi - lo) // width * width
+        with b.loop("ow", lo, end, width) as ow:
+            tile(width, n, oh, ow, masked)
+        if end < hi:
+            with b.loop("ow", end, hi) as ow:
+                tile(1, n, oh, ow, masked)
+
+    row_lo, row_hi = g.interior(0)
+    col_lo, col_hi = g.interior(1)
+    with b.loop("n", 0, g.n) as n:
+        for lo, hi, inside in ((0, row_lo, False), (row_lo, row_hi, True), (row_hi, g.oh, False)):
+            if hi <= lo:
+                continue
+            with b.loop("oh", lo, hi) as oh:
+                if not inside:
+                    columns(n, oh, 0, g.ow, True)
+                    continue
+                columns(n, oh, 0, col_lo, True)
+                columns(n, oh, col_lo, col_hi, False)
+                columns(n, oh, col_hi, g.ow, True)
 
 
 def lower_rows(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, arith: IntArith, quant: Quant,
@@ -170,29 +225,64 @@ def lower_rows(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, ar
                 panel = b.let("panel", offsets[bi] + cb * (rows.segments * rows.chunks * blk.width * VECTOR))
                 tile(width, blk, n, oh, ow0, ch0, panel, masked)
 
-    def columns(n: Expr, oh: Expr, lo: int, hi: int, masked: bool) -> None:
-        """Output columns [lo, hi) in tiles of mr, the rest one at a time."""
-        width = min(mr, hi - lo)
-        if width <= 0:
-            return
-        end = lo + (hi - lo) // width * width
-        with b.loop("ow", lo, end, width) as ow:
-            all_blocks(width, n, oh, ow, masked)
-        if end < hi:
-            with b.loop("ow", end, hi) as ow:
-                all_blocks(1, n, oh, ow, masked)
+    spatial(b, g, mr, all_blocks)
+    return Kernel(name, params, b.block())
 
-    row_lo, row_hi = g.interior(0)
-    col_lo, col_hi = g.interior(1)
-    with b.loop("n", 0, g.n) as n:
-        for lo, hi, inside in ((0, row_lo, False), (row_lo, row_hi, True), (row_hi, g.oh, False)):
-            if hi <= lo:
-                continue
-            with b.loop("oh", lo, hi) as oh:
-                if not inside:
-                    columns(n, oh, 0, g.ow, True)
-                    continue
-                columns(n, oh, 0, col_lo, True)
-                columns(n, oh, col_lo, col_hi, False)
-                columns(n, oh, col_hi, g.ow, True)
+
+# --- depthwise ----------------------------------------------------------------------------------------
+
+def lower_depthwise(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, arith: IntArith, quant: Quant,
+                    x: Buffer, out: Buffer, params: tuple[Buffer, ...]) -> Kernel:
+    """Depthwise int8 along channels: 4 channels per vector, each byte loaded sign-extended to 32 bits
+    (VLDRB.S32), multiplied and added in int32 lanes, a tile of dw_mr pixels sharing each weight load.
+    Raw bytes as in lower_rows: the zero point folded into the bias, taps over the padding read as
+    the zero point. weight: OIHW (I = 1) integers with their zero point subtracted."""
+    lanes = ctx.target.lanes
+    blocks = channel_blocks(g.c, lanes, ctx.knobs.dw_nr)
+    wbuf = ctx.const(np.ascontiguousarray(weight[:, 0].transpose(1, 2, 0)).astype(np.int8), "w")   # [kh][kw][c]
+    bias = ctx.const(folded_bias(arith, quant, weight), "b")
+    zx = quant.x_zp
+    b = Builder()
+    dy, dx = g.dilation
+
+    def load_x(index: Expr, width: int, valid: Expr | None) -> Expr:
+        if valid is None:
+            return Cast(x.vec(index, width), "i32")
+        if width == 1:      # a scalar: read a clamped address, keep the zero point where the tap is out
+            safe = minimum(maximum(index, 0), x.size - 1)
+            return Cast(select(valid, x[safe], const(zx, x.dtype)), "i32")
+        return Cast(MaskedLoad(x, index, width, select(valid, width, 0), fill=zx), "i32")
+
+    def tile(width: int, n: Expr, oh: Expr, ow0: Expr, masked: bool) -> None:
+        for blk in blocks:
+            with b.loop("cb", 0, blk.count) as cb:
+                ch0 = b.let("ch0", blk.start + cb * blk.width)
+                body(blk, width, n, oh, ow0, ch0, masked)
+
+    def body(blk: ChannelBlock, width: int, n: Expr, oh: Expr, ow0: Expr, ch0: Expr, masked: bool) -> None:
+        accs = [[b.local("acc", bias.vec(ch0 + j * blk.lanes, blk.lanes)) for j in range(blk.nr)]
+                for _ in range(width)]
+        with b.loop("kh", 0, g.kh) as kh:
+            ih = g.in_row(oh, 0) + kh * dy
+            row_ok = binop("and", binop("ge", ih, 0), binop("lt", ih, g.h))
+            with b.loop("kw", 0, g.kw) as kw:
+                pixel0 = b.let("px", ((n * g.h + ih) * g.w + g.in_row(ow0, 1) + kw * dx) * g.c + ch0)
+                wrow = (kh * g.kw + kw) * g.c + ch0
+                wv = [b.let("wv", Cast(wbuf.vec(wrow + j * blk.lanes, blk.lanes), "i32")) for j in range(blk.nr)]
+                for i in range(width):
+                    valid = None
+                    if masked:
+                        iw = g.in_row(ow0 + i, 1) + kw * dx
+                        valid = b.let("ok", binop("and", row_ok, binop("and", binop("ge", iw, 0),
+                                                                            binop("lt", iw, g.w))))
+                    for j in range(blk.nr):
+                        xv = load_x(pixel0 + i * g.stride[1] * g.c + j * blk.lanes, blk.lanes, valid)
+                        b.assign(accs[i][j], accs[i][j] + xv * wv[j])
+        for i in range(width):
+            base = ((n * g.oh + oh) * g.ow + ow0 + i) * g.c + ch0
+            for j in range(blk.nr):
+                idx = base + j * blk.lanes
+                b.store(out, idx, arith.result(accs[i][j], ch0 + j * blk.lanes, idx, blk.lanes))
+
+    spatial(b, g, ctx.knobs.dw_mr, tile)
     return Kernel(name, params, b.block())
