@@ -216,6 +216,26 @@ class Lanes(Expr):
         return len(self.values)
 
 
+@dataclass(frozen=True, eq=False)
+class RowDot(Expr):
+    """acc plus the dot product of int8 vectors a and b, spread over acc's i32 lanes in whatever grouping
+    the target sums fastest: only the total of acc's lanes is defined (Reduce it at the end). With one
+    lane it is Helium's VMLADAVA; with four, 32-bit NEON's VMULL.S8/VMLAL.S8 + VPADAL.S16. `pairs_fit`:
+    no product is -128 * -128, so two products add in 16 bits."""
+    acc: Expr
+    a: Expr
+    b: Expr
+    pairs_fit: bool = False
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return "i32"
+
+    @property
+    def lanes(self) -> int:  # type: ignore[override]
+        return self.acc.lanes
+
+
 _COMPARE = {"lt", "le", "gt", "ge", "eq", "ne"}
 _FOLD = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
          "min": min, "max": max}
@@ -442,6 +462,8 @@ def dump(kernel: Kernel) -> str:
         if isinstance(e, MaskedLoad):
             lo = ex(e.lo) if e.lo is not None else "0"
             return f"{e.buf.name}[{ex(e.index)}]<{e.lanes}, lanes {lo}..{ex(e.hi)} else {e.fill!r}>"
+        if isinstance(e, RowDot):
+            return f"rowdot({ex(e.acc)}, {ex(e.a)}, {ex(e.b)})"
         if isinstance(e, Lanes):
             return f"lanes({', '.join(ex(v) for v in e.values)})"
         raise TypeError(e)

@@ -129,6 +129,10 @@ class _Verifier:
         elif isinstance(e, k.Reinterpret):
             if self.bits[e.value.dtype] * e.value.lanes != self.bits[e.dtype] * e.lanes:
                 raise self.fail(f"reinterpret of {e.value.dtype}x{e.value.lanes} as {e.dtype}x{e.lanes}")
+        elif isinstance(e, k.RowDot):
+            if e.acc.dtype != "i32" or (e.a.dtype, e.b.dtype) != ("i8", "i8") or e.a.lanes != e.b.lanes \
+                    or e.a.lanes % e.acc.lanes:
+                raise self.fail("row dot of operands that are not int8 vectors of a multiple of the lanes")
         elif isinstance(e, k.Lanes):
             if any((v.dtype, v.lanes) != (e.dtype, 1) for v in e.values):
                 raise self.fail("lanes of a vector differ in type or are not scalars")

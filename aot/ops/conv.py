@@ -523,7 +523,7 @@ def conv(ctx: LowerContext, node: Node, name: str) -> Kernel:
     if not depthwise and conv_rows.applies(ctx, quant, groups, weight, ins[0].dtype, g):
         bias = ctx.graph.constants[operand(node, "bias")] if operand(node, "bias") else None
         return conv_rows.lower_rows(ctx, name, g, weight, IntArith(ctx, quant, bias), quant, ins[0], outs[0], params)
-    if depthwise and conv_rows.applies(ctx, quant, 1, weight, ins[0].dtype):
+    if depthwise and ctx.target.int_simd == "mve" and conv_rows.applies(ctx, quant, 1, weight, ins[0].dtype):
         bias = ctx.graph.constants[operand(node, "bias")] if operand(node, "bias") else None
         return conv_rows.lower_depthwise(ctx, name, g, weight, IntArith(ctx, quant, bias), quant, ins[0], outs[0],
                                          params)

@@ -30,11 +30,12 @@ from aot.kernel.ir import (
     Buffer,
     Builder,
     Cast,
-    Dot,
     Expr,
     Kernel,
     Lanes,
     MaskedLoad,
+    Reduce,
+    RowDot,
     binop,
     const,
     maximum,
@@ -50,14 +51,28 @@ VECTOR = 16             # int8 lanes per 128-bit vector
 MIN_RUN = 8             # shorter window rows leave most of each vector idle: the generic kernel does better
 
 
+def acc_lanes(ctx: LowerContext) -> int | None:
+    """int32 lanes per output's sum: 1 on Helium (VMLADAVA into a core register), 4 on 32-bit NEON
+    (VPADAL into a vector, summed across at the end); None where this lowering does not apply (AArch64's
+    SDOT/SMLAL forms are the generic kernel's)."""
+    if ctx.target.int_simd == "mve":
+        return 1
+    if ctx.target.int_simd == "neon" and ctx.target.pointer_bits == 32:
+        return 4
+    return None
+
+
 def applies(ctx: LowerContext, quant: Quant | None, groups: int, weight: np.ndarray, x_dtype: str,
             g: Geometry | None = None) -> bool:
     """Whether this lowering takes a Conv: quantized, int8 activations, ungrouped, weights that stay int8
     after their zero point comes off, on a target with Helium's 16-lane int8 dot product; for a dense
     convolution (geometry `g`) also window rows of at least MIN_RUN bytes."""
-    return (ctx.target.int_simd == "mve" and ctx.knobs.simd and quant is not None and groups == 1
+    return (acc_lanes(ctx) is not None and ctx.knobs.simd and quant is not None and groups == 1
             and x_dtype == "i8" and weight.min() >= -128 and weight.max() <= 127
-            and (g is None or Rows.of(g).seg_len >= MIN_RUN))
+            and (g is None or Rows.of(g).seg_len >= MIN_RUN)
+            # NEON has no predicated loads (LLVM splits a masked one into lanes): windows without padding,
+            # and rows of whole vectors (a short one's sums cost more to requantize than they save).
+            and (acc_lanes(ctx) == 1 or (g is not None and not any(g.pads) and Rows.of(g).seg_len >= VECTOR)))
 
 
 @dataclass(frozen=True)
@@ -140,6 +155,10 @@ def lower_rows(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, ar
     """weight: OIHW integers with their zero point subtracted."""
     rows = Rows.of(g)
     mr, nr = ctx.knobs.core_mr, ctx.knobs.core_nr
+    sums = acc_lanes(ctx) or 1
+    # Requantized as one vector: 4 lanes; 2 too on NEON (a D register), not on Helium (no 64-bit vectors).
+    vector_widths = (ctx.target.lanes,) if sums == 1 else (ctx.target.lanes, 2)
+    pairs_fit = bool(weight.min() > -128)
     blocks = channel_blocks(g.m, 1, min(nr, g.m))
     packed, offsets = pack(weight, rows, blocks)
     wbuf = ctx.const(packed, "w")
@@ -175,7 +194,8 @@ def lower_rows(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, ar
 
     def tile(width: int, blk: ChannelBlock, n: Expr, oh: Expr, ow0: Expr, ch0: Expr, panel: Expr,
              masked: bool) -> None:
-        accs = [[b.local("acc", bias[ch0 + j]) for j in range(blk.nr)] for _ in range(width)]
+        init = bias[ch0] if sums == 1 else const(0, "i32", sums)
+        accs = [[b.local("acc", bias[ch0 + j] if sums == 1 else init) for j in range(blk.nr)] for _ in range(width)]
         origin = [b.let("px", ((n * g.h + g.in_row(oh, 0)) * g.w + g.in_row(ow0 + i, 1)) * g.c)
                   for i in range(width)]
         step = blk.nr * VECTOR
@@ -198,7 +218,7 @@ def lower_rows(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, ar
                         xv = x.vec(at, VECTOR)
                     a = b.let("xv", xv)
                     for j in range(blk.nr):
-                        b.assign(accs[i][j], Dot(accs[i][j], a, wv[j], False))
+                        b.assign(accs[i][j], RowDot(accs[i][j], a, wv[j], pairs_fit))
 
             full, tail = divmod(rows.seg_len, VECTOR)
             if masked:
@@ -212,11 +232,12 @@ def lower_rows(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, ar
                     chunk(const(full), tail)
         for i in range(width):
             idx = b.let("o", ((n * g.oh + oh) * g.ow + ow0 + i) * g.m + ch0)
-            if blk.nr == ctx.target.lanes:     # a whole vector (narrower ones split into scalars on MVE)
-                b.store(out, idx, arith.result(Lanes(tuple(accs[i])), ch0, idx, blk.nr))
+            totals = accs[i] if sums == 1 else [Reduce("add", acc) + bias[ch0 + j] for j, acc in enumerate(accs[i])]
+            if blk.nr in vector_widths:
+                b.store(out, idx, arith.result(Lanes(tuple(totals)), ch0, idx, blk.nr))
             else:
                 for j in range(blk.nr):
-                    b.store(out, idx + j, arith.result(accs[i][j], ch0 + j, idx + j, 1))
+                    b.store(out, idx + j, arith.result(totals[j], ch0 + j, idx + j, 1))
 
     def all_blocks(width: int, n: Expr, oh: Expr, ow0: Expr, masked: bool) -> None:
         for bi, blk in enumerate(blocks):
