@@ -233,6 +233,15 @@ class _FunctionEmitter:
             return b.bitcast(self.expr(e.value), self.mb.type_of(e.dtype, e.lanes))
         if isinstance(e, k.Dot):
             return self.dot(e)
+        if isinstance(e, k.MaskedLoad):
+            return self.masked_load(e)
+        if isinstance(e, k.RowDot):
+            return self.row_dot(e)
+        if isinstance(e, k.Lanes):
+            vec = ir.Constant(self.mb.type_of(e.dtype, e.lanes), ir.Undefined)
+            for i, value in enumerate(e.values):
+                vec = b.insert_element(vec, self.expr(value), ir.Constant(_I32, i))
+            return vec
         raise TypeError(e)
 
     def sqrt(self, e: k.Sqrt) -> ir.Value:
@@ -277,6 +286,92 @@ class _FunctionEmitter:
                                                                            [i * group + g for i in range(lanes)]))
             total = self.b.add(total, picked)
         return total
+
+    def row_dot(self, e: k.RowDot) -> ir.Value:
+        """acc + a . b with only the total of acc's lanes defined (see k.RowDot)."""
+        acc, a, w = self.expr(e.acc), self.expr(e.a), self.expr(e.b)
+        n, lanes = e.a.lanes, e.acc.lanes
+        if lanes == 1:      # sext, mul, reduce.add: Helium makes VMLADAVA of it
+            wide = ir.VectorType(_I32, n)
+            fn = self.mb.declare(f"llvm.vector.reduce.add.v{n}i32", ir.FunctionType(_I32, [wide]))
+            return self.b.add(acc, self.b.call(fn, [self.b.mul(self.b.sext(a, wide), self.b.sext(w, wide))]))
+        if lanes * 4 == n and n % 16 == 0 and self.mb.target.int_simd == "neon" and self.mb.target.pointer_bits == 32:
+            # VMULL.S8 of each half (VMLAL.S8 for the second when pairs fit in 16 bits), VPADAL.S16.
+            half, i16 = ir.VectorType(ir.IntType(16), 8), ir.VectorType(ir.IntType(16), 8)
+            vt = ir.VectorType(_I32, 4)
+            padal = self.mb.declare("llvm.arm.neon.vpadals.v4i32.v8i16", ir.FunctionType(vt, [vt, i16]))
+            for base in range(0, n, 16):
+                def product(at: int) -> ir.Value:
+                    pick = ir.Constant(ir.VectorType(_I32, 8), list(range(at, at + 8)))
+                    return self.b.mul(self.b.sext(self.b.shuffle_vector(a, a, pick), half),
+                                      self.b.sext(self.b.shuffle_vector(w, w, pick), half))
+                if e.pairs_fit:
+                    acc = self.b.call(padal, [acc, self.b.add(product(base), product(base + 8))])
+                else:
+                    acc = self.b.call(padal, [acc, product(base)])
+                    acc = self.b.call(padal, [acc, product(base + 8)])
+            return acc
+        wide = ir.VectorType(_I32, n)
+        products = self.b.mul(self.b.sext(a, wide), self.b.sext(w, wide))
+        group = n // lanes
+        for g in range(group):
+            picked = self.b.shuffle_vector(products, products, ir.Constant(ir.VectorType(_I32, lanes),
+                                                                           [i * group + g for i in range(lanes)]))
+            acc = self.b.add(acc, picked)
+        return acc
+
+    def masked_load(self, e: k.MaskedLoad) -> ir.Value:
+        """llvm.masked.load; the address is computed without `inbounds`, as the window may start
+        outside the buffer (only active lanes are read)."""
+        base = self.mb.constant_global(e.buf) if e.buf.is_const else self.params[e.buf]
+        elem = self.mb.scalar(e.buf.dtype)
+        ptr = self.b.gep(base, [self.expr(e.index)], source_etype=elem)
+        ty = self.mb.type_of(e.buf.dtype, e.lanes)
+        fill = ir.Constant(ty, [ir.Constant(elem, e.fill)] * e.lanes)
+        count = e.hi.value if isinstance(e.hi, k.Const) and e.lo is None else 0
+        if self.mb.target.int_simd != "mve" and 1 < count < e.lanes and count & (count - 1) == 0:
+            # A fixed first `count` lanes without predication (NEON, x86 before AVX-512): one narrower load.
+            part = self.b.load(ptr, typ=self.mb.type_of(e.buf.dtype, count), align=self.align(e.buf))
+            wide = self.b.shuffle_vector(part, ir.Constant(part.type, ir.Undefined),
+                                         ir.Constant(ir.VectorType(_I32, e.lanes),
+                                                     list(range(count)) + [count] * (e.lanes - count)))
+            keep = ir.Constant(ir.VectorType(ir.IntType(1), e.lanes), [1] * count + [0] * (e.lanes - count))
+            return self.b.select(keep, wide, fill)
+        mask = self.lane_mask(e.lanes, self.expr(e.hi), self.expr(e.lo) if e.lo is not None else None)
+        bits = elem.width if isinstance(elem, ir.IntType) else 32
+        suffix = f"v{e.lanes}{'f32' if e.buf.dtype == 'f32' else f'i{bits}'}.p0"
+        mask_ty = ir.VectorType(ir.IntType(1), e.lanes)
+        fn = self.mb.declare(f"llvm.masked.load.{suffix}",
+                             ir.FunctionType(ty, [ir.PointerType(), _I32, mask_ty, ty]))
+        return self.b.call(fn, [ptr, ir.Constant(_I32, self.align(e.buf)), mask, fill])
+
+    def lane_mask(self, lanes: int, hi: ir.Value, lo: ir.Value | None) -> ir.Value:
+        """<lanes x i1>: lane l is on if lo <= l < hi. A mask from 0 on a 128-bit MVE vector is one VCTP
+        (which also lets LLVM turn a loop into a tail-predicated one); else lanes are compared with the
+        bounds clamped to [0, lanes], in elements as narrow as the vector's (one compare instruction)."""
+        if lo is None and self.mb.target.int_simd == "mve" and lanes in (4, 8, 16):
+            fn = self.mb.declare(f"llvm.arm.mve.vctp{128 // lanes}",
+                                 ir.FunctionType(ir.VectorType(ir.IntType(1), lanes), [_I32]))
+            # VCTP reads its count as unsigned: a negative one must be 0.
+            count = self.b.select(self.b.icmp_signed("<", hi, ir.Constant(hi.type, 0)), ir.Constant(hi.type, 0), hi)
+            return self.b.call(fn, [count])
+        width = max(8, min(32, 128 // lanes))
+        ty = ir.IntType(width)
+        vt = ir.VectorType(ty, lanes)
+        iota = ir.Constant(vt, list(range(lanes)))
+
+        def splat(bound: ir.Value) -> ir.Value:
+            zero, top = ir.Constant(bound.type, 0), ir.Constant(bound.type, lanes)
+            clamped = self.b.select(self.b.icmp_signed("<", bound, zero), zero, bound)
+            clamped = self.b.select(self.b.icmp_signed(">", clamped, top), top, clamped)
+            one = self.b.insert_element(ir.Constant(vt, ir.Undefined), self.b.trunc(clamped, ty), ir.Constant(_I32, 0))
+            return self.b.shuffle_vector(one, ir.Constant(vt, ir.Undefined), ir.Constant(ir.VectorType(_I32, lanes),
+                                                                                        [0] * lanes))
+
+        mask = self.b.icmp_signed("<", iota, splat(hi))
+        if lo is not None:
+            mask = self.b.and_(mask, self.b.icmp_signed(">=", iota, splat(lo)))
+        return mask
 
     def binary(self, op: str, dtype: str, a: ir.Value, b: ir.Value) -> ir.Value:
         bld = self.b

@@ -184,6 +184,58 @@ class Reduce(Expr):
         return self.value.dtype
 
 
+@dataclass(frozen=True, eq=False)
+class MaskedLoad(Expr):
+    """`lanes` consecutive elements from buf[index]; lane l is read only if lo <= l < hi and is `fill`
+    otherwise. Lanes outside [lo, hi) are never accessed, so they may lie outside the buffer (a window
+    over padding): Arm's predicated loads (MVE, SVE) do this in one instruction."""
+    buf: Buffer
+    index: Expr
+    lanes: int
+    hi: Expr
+    lo: Expr | None = None      # None: 0
+    fill: Number = 0
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return self.buf.dtype
+
+
+@dataclass(frozen=True, eq=False)
+class Lanes(Expr):
+    """A vector of scalars, lane i being values[i] (e.g. accumulators of neighbouring channels, gathered
+    for a vector epilogue)."""
+    values: tuple[Expr, ...]
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return self.values[0].dtype
+
+    @property
+    def lanes(self) -> int:  # type: ignore[override]
+        return len(self.values)
+
+
+@dataclass(frozen=True, eq=False)
+class RowDot(Expr):
+    """acc plus the dot product of int8 vectors a and b, spread over acc's i32 lanes in whatever grouping
+    the target sums fastest: only the total of acc's lanes is defined (Reduce it at the end). With one
+    lane it is Helium's VMLADAVA; with four, 32-bit NEON's VMULL.S8/VMLAL.S8 + VPADAL.S16. `pairs_fit`:
+    no product is -128 * -128, so two products add in 16 bits."""
+    acc: Expr
+    a: Expr
+    b: Expr
+    pairs_fit: bool = False
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return "i32"
+
+    @property
+    def lanes(self) -> int:  # type: ignore[override]
+        return self.acc.lanes
+
+
 _COMPARE = {"lt", "le", "gt", "ge", "eq", "ne"}
 _FOLD = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
          "min": min, "max": max}
@@ -443,6 +495,13 @@ def dump(kernel: Kernel) -> str:
             return f"reinterpret<{e.dtype}x{e.lanes}>({ex(e.value)})"
         if isinstance(e, Dot):
             return f"dot{'_u8' if e.a_unsigned else ''}({ex(e.acc)}, {ex(e.a)}, {ex(e.b)})"
+        if isinstance(e, MaskedLoad):
+            lo = ex(e.lo) if e.lo is not None else "0"
+            return f"{e.buf.name}[{ex(e.index)}]<{e.lanes}, lanes {lo}..{ex(e.hi)} else {e.fill!r}>"
+        if isinstance(e, RowDot):
+            return f"rowdot({ex(e.acc)}, {ex(e.a)}, {ex(e.b)})"
+        if isinstance(e, Lanes):
+            return f"lanes({', '.join(ex(v) for v in e.values)})"
         raise TypeError(e)
 
     def st(s: Stmt, depth: int) -> None:

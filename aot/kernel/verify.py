@@ -100,6 +100,9 @@ class _Verifier:
         if isinstance(e, k.Load):
             self.access(e.buf, e.index, e.lanes, store=False)
             return
+        if isinstance(e, k.MaskedLoad):
+            self.masked_access(e)
+            return
         parts = [getattr(e, f) for f in e.__dataclass_fields__ if isinstance(getattr(e, f), k.Expr)]
         for part in parts:
             self.expr(part)
@@ -126,6 +129,13 @@ class _Verifier:
         elif isinstance(e, k.Reinterpret):
             if self.bits[e.value.dtype] * e.value.lanes != self.bits[e.dtype] * e.lanes:
                 raise self.fail(f"reinterpret of {e.value.dtype}x{e.value.lanes} as {e.dtype}x{e.lanes}")
+        elif isinstance(e, k.RowDot):
+            if e.acc.dtype != "i32" or (e.a.dtype, e.b.dtype) != ("i8", "i8") or e.a.lanes != e.b.lanes \
+                    or e.a.lanes % e.acc.lanes:
+                raise self.fail("row dot of operands that are not int8 vectors of a multiple of the lanes")
+        elif isinstance(e, k.Lanes):
+            if any((v.dtype, v.lanes) != (e.dtype, 1) for v in e.values):
+                raise self.fail("lanes of a vector differ in type or are not scalars")
         elif isinstance(e, k.Dot):
             if e.acc.dtype != "i32" or e.a.lanes != e.b.lanes or e.a.lanes % e.acc.lanes:
                 raise self.fail("dot operands do not group into the accumulator's lanes")
@@ -145,6 +155,15 @@ class _Verifier:
         span = self.interval(index)
         if span is not None and (span[0] < 0 or span[1] + lanes > buf.size):
             raise self.fail(f"{verb} {buf.name}[{span[0]}..{span[1] + lanes - 1}], outside its {buf.size} elements")
+
+    def masked_access(self, e: k.MaskedLoad) -> None:
+        """A masked load's window may reach outside its buffer (only its active lanes are read)."""
+        if e.buf not in self.params and not e.buf.is_const:
+            raise self.fail(f"loads from {e.buf.name}, which is neither a parameter nor a constant")
+        self.scalar_index(e.index, f"an index into {e.buf.name}")
+        for bound in (e.hi, e.lo):
+            if bound is not None:
+                self.scalar_index(bound, f"a lane bound of a load from {e.buf.name}")
 
     # --- index ranges ---
     def interval(self, e: k.Expr) -> Interval:

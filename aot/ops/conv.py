@@ -545,6 +545,7 @@ def _conv_macs(graph: Graph, node: Node) -> int:
 
 
 def conv(ctx: LowerContext, node: Node, name: str) -> Kernel:
+    from aot.ops import conv_rows  # that module builds on this one
     ins, outs, params = ctx.io(node)
     g = geometry(ctx.graph, node)
     weight = ctx.graph.constants[node.inputs[1]]
@@ -554,9 +555,18 @@ def conv(ctx: LowerContext, node: Node, name: str) -> Kernel:
     quant = node_quant(ctx.graph.values, node)
     if quant is not None and not (style and style.raw_bytes):
         weight = _minus_zero_point(weight, quant, axis=0)
-    if groups == g.c and weight.shape[1] == 1 and g.m == g.c:
-        return lower_depthwise(ctx, name, g, weight, arith, ins[0], outs[0], params, node.name in ctx.backward)
-    return lower_dense(ctx, name, g, groups, weight, arith, ins[0], outs[0], params, node.name in ctx.backward)
+    depthwise = groups == g.c and weight.shape[1] == 1 and g.m == g.c
+    if not depthwise and conv_rows.applies(ctx, quant, groups, weight, ins[0].dtype, g):
+        bias = ctx.graph.constants[operand(node, "bias")] if operand(node, "bias") else None
+        return conv_rows.lower_rows(ctx, name, g, weight, IntArith(ctx, quant, bias), quant, ins[0], outs[0], params)
+    if depthwise and ctx.target.int_simd == "mve" and conv_rows.applies(ctx, quant, 1, weight, ins[0].dtype):
+        bias = ctx.graph.constants[operand(node, "bias")] if operand(node, "bias") else None
+        return conv_rows.lower_depthwise(ctx, name, g, weight, IntArith(ctx, quant, bias), quant, ins[0], outs[0],
+                                         params)
+    backward = node.name in ctx.backward
+    if depthwise:
+        return lower_depthwise(ctx, name, g, weight, arith, ins[0], outs[0], params, backward)
+    return lower_dense(ctx, name, g, groups, weight, arith, ins[0], outs[0], params, backward)
 
 
 def _arith(ctx: LowerContext, node: Node, ins, style: DotStyle | None, weight: np.ndarray) -> Arith:

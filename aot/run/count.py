@@ -38,11 +38,12 @@ def kernel_range(exe: Path, name: str) -> tuple[int, int]:
     return lo, hi
 
 
-def _build_plugin(workdir: Path) -> Path:
+def _build_plugin(workdir: Path, plugin_name: str = "insncount") -> Path:
+    """Build aot/data/runtime_c/qemu/<plugin_name>.c into a shared object in `workdir`."""
     if shutil.which("gcc") is None:
         raise RunError("counting instructions needs the host's gcc to build the QEMU plugin")
-    plugin = workdir / "insncount.so"
-    with runtime_files("qemu/insncount.c") as (source,):
+    plugin = workdir / f"{plugin_name}.so"
+    with runtime_files(f"qemu/{plugin_name}.c") as (source,):
         proc = subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-o", str(plugin),
                                str(source)], capture_output=True, text=True)
     if proc.returncode != 0:
@@ -69,3 +70,41 @@ def count_instructions(artifact: Artifact, inputs: dict[str, np.ndarray], timeou
         raise RunError(f"{artifact.name} on {tgt.name}: the emulator printed no instruction count "
                        f"(does {tgt.run_command[0]} support -plugin?): {proc.stderr.strip()[-200:]}")
     return outputs, int(found[0])
+
+
+def kernel_ranges(exe: Path, name: str) -> dict[str, tuple[int, int]]:
+    """Each of the model's kernels (NAME_k<i>_<op>) in a linked program: [lo, hi), by symbol."""
+    funcs = functions(exe.read_bytes())
+    spans = {f: (addr, addr + size) for f, (addr, size) in funcs.items()
+             if size and re.fullmatch(rf"{re.escape(name)}_k\d+_\w+", f)}
+    if not spans:
+        raise RunError(f"{exe.name}: no kernels of {name} in its symbol table")
+    return spans
+
+
+def count_instructions_per_kernel(artifact: Artifact, inputs: dict[str, np.ndarray], timeout: float = 600.0
+                                  ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """Run the model once under the target's emulator; return its outputs and the instructions each
+    kernel executed, by kernel symbol in call order (a profile: where count_instructions gives the sum)."""
+    tgt = artifact.target
+    if not tgt.run_command:
+        raise RunError(f"target {tgt.name} runs natively; instructions are counted under an emulator "
+                       "(use an emulated target such as aarch64 or cortex-m4)")
+    order: list[str] = []
+
+    def instrument(exe: Path, workdir: Path) -> tuple[str, ...]:
+        spans = sorted(kernel_ranges(exe, artifact.name).items(), key=lambda kv: kv[1])
+        order.extend(f for f, _ in spans)
+        table = workdir / "ranges.txt"
+        table.write_text("".join(f"{lo:#x} {hi:#x}\n" for _, (lo, hi) in spans))
+        plugin = _build_plugin(workdir, "insnprofile")
+        return ("-plugin", f"{plugin},ranges={table}", "-d", "plugin")
+
+    outputs, proc = local.run_program(artifact, inputs, timeout, static=True, instrument=instrument)
+    found = {int(i): int(n) for i, n in re.findall(r"^range (\d+): (\d+)$", proc.stderr, re.M)}
+    if len(found) != len(order):
+        raise RunError(f"{artifact.name} on {tgt.name}: the emulator printed {len(found)} kernel counts for "
+                       f"{len(order)} kernels: {proc.stderr.strip()[-200:]}")
+    calls = [c.kernel.name for c in artifact.program.calls]
+    by_name = {f: found[i] for i, f in enumerate(order)}
+    return outputs, {f: by_name.get(f, 0) for f in calls}
