@@ -20,6 +20,7 @@ from aot.graph.passes import (
     eliminate_dead_code,
     fold_batchnorm,
     fold_constants,
+    fold_transposes,
     fuse_epilogues,
     to_nhwc,
 )
@@ -625,3 +626,16 @@ def test_every_pass_keeps_the_graph_well_formed():
 
     optimize(imported(cnn_to_vector_model()), on_pass)
     assert seen == [p.__name__ for p in PIPELINE]
+
+
+def test_transpose_after_an_elementwise_kernel_is_written_by_it():
+    """Sigmoid of the model's input runs in NCHW; the layout change to the Conv's NHWC folds into it."""
+    rng = np.random.default_rng(15)
+    model = make_model([node("Sigmoid", ["x"], ["s"], name="sig"),
+                        node("Conv", ["s", "w"], ["y"], name="conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1])],
+                       {"x": (1, 3, 6, 5)}, {"y": None}, {"w": randn(rng, 4, 3, 3, 3)})
+    before, after = around(model, fold_transposes)
+    assert ops(before)[:2] == ["Unary", "Transpose"]
+    assert ops(after)[:2] == ["Unary", "Conv"]
+    assert nodes_of(after, "Unary")[0].attrs["perm"] == (0, 2, 3, 1)
+    assert_numerics(model)

@@ -65,7 +65,7 @@ def lower(ctx: LowerContext, node: Node, name: str) -> Kernel:
     if definition.lower is None:
         raise UnsupportedOpError(f"node '{node.name}': no kernel for op {node.op}")
     kernel = definition.lower(ctx, node, name)
-    if definition.elementwise:
+    if definition.elementwise and "perm" not in node.attrs:     # a transposed result moves elements
         out = ctx.graph.values[node.outputs[0]]
         same = tuple(Reuse(i, exact=True) for i, name in enumerate(node.inputs)
                      if name and name not in ctx.graph.constants and ctx.graph.values[name].shape == out.shape

@@ -54,11 +54,20 @@ def merge_axes(out: tuple[int, ...], strides: list[list[int]]) -> tuple[list[int
 
 
 def elementwise_loops(b: Builder, lanes: int, out_shape: tuple[int, ...], operands: list[tuple[Buffer, tuple]],
-                      out: Buffer, compute) -> None:
-    """out[i] = compute([operand values at i]) over the output, vectorized along the innermost axis."""
+                      out: Buffer, compute, perm: tuple[int, ...] | None = None) -> None:
+    """out[i] = compute([operand values at i]) over the output, vectorized along the innermost axis.
+    With `perm`, the output is the result transposed (numpy's transpose(perm)): each operand, of the
+    untransposed shape, is read along the permuted axes, one element at a time where that is not
+    contiguous."""
     all_strides = [broadcast_strides(shape, out_shape) for _, shape in operands]
+    if perm is not None:
+        all_strides = [[s[axis] for axis in perm] for s in
+                       (broadcast_strides(shape, tuple(out_shape[perm.index(a)] for a in range(len(perm))))
+                        for _, shape in operands)]
     out_strides = broadcast_strides(out_shape, out_shape)
     dims, strides = merge_axes(out_shape, all_strides + [out_strides])
+    if any(s[-1] not in (0, 1) for s in strides):
+        lanes = 1
 
     def body(depth: int, offsets: list[Expr | int]) -> None:
         if depth < len(dims) - 1:
@@ -74,7 +83,7 @@ def elementwise_loops(b: Builder, lanes: int, out_shape: tuple[int, ...], operan
                     if s[-1] == 0:
                         vals.append(buf[off])
                     else:
-                        vals.append(buf.vec(off + j, width) if width > 1 else buf[off + j])
+                        vals.append(buf.vec(off + j, width) if width > 1 else buf[off + j * s[-1]])
                 b.store(out, offsets[-1] + j, _widen(compute(vals), width))
 
         main = inner - inner % lanes if lanes > 1 else 0
@@ -126,9 +135,10 @@ def quantize_linear(ctx: LowerContext, node: Node, name: str) -> Kernel:
         fn = lambda v: quantize(v[0] / scale, zp, lo, hi, out_dtype)
     else:
         fn = lambda v: dequantize(v[0], zp, scale)
-    size = int(np.prod(ctx.graph.shape(node.outputs[0]), dtype=np.int64))
+    shape, perm = _flat_unless_transposed(ctx, node)
     b = Builder()
-    elementwise_loops(b, ctx.target.lanes, (size,), [(ins[0], (size,))], outs[0], fn)
+    elementwise_loops(b, ctx.target.lanes, shape, [(ins[0], ctx.graph.shape(node.inputs[0]) if perm else shape)],
+                      outs[0], fn, perm)
     return Kernel(name, params, b.block())
 
 
@@ -136,9 +146,19 @@ def unary(ctx: LowerContext, node: Node, name: str) -> Kernel:
     ins, outs, params = ctx.io(node)
     acts = ((node.attrs["fn"], tuple(node.attrs["params"])),) + tuple(node.attrs.get("acts", ()))
     b = Builder()
-    size = int(np.prod(ctx.graph.shape(node.outputs[0]), dtype=np.int64))
-    elementwise_loops(b, ctx.target.lanes, (size,), [(ins[0], (size,))], outs[0], lambda v: apply(acts, v[0]))
+    shape, perm = _flat_unless_transposed(ctx, node)
+    elementwise_loops(b, ctx.target.lanes, shape, [(ins[0], ctx.graph.shape(node.inputs[0]) if perm else shape)],
+                      outs[0], lambda v: apply(acts, v[0]), perm)
     return Kernel(name, params, b.block())
+
+
+def _flat_unless_transposed(ctx: LowerContext, node: Node) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    """The loop shape of a one-operand elementwise kernel: flat, or the output's when it writes its result
+    transposed (attrs["perm"], a Transpose folded in by the layout pass)."""
+    perm = node.attrs.get("perm")
+    if perm is not None:
+        return ctx.graph.shape(node.outputs[0]), tuple(perm)
+    return (int(np.prod(ctx.graph.shape(node.outputs[0]), dtype=np.int64)),), None
 
 
 def _sum(v: list[Expr]) -> Expr:
@@ -298,7 +318,8 @@ for _op in _BINARY:
            matrix_epilogue={"Add": "add", "Mul": "mul"}.get(_op, ""), quant=_form, quant_acts=_acts,
            dtypes=FLOAT_OR_INT, elementwise=True, check=broadcast_shape)
 
-define("Unary", lower=unary, layout=Layout.FOLLOW, fusion=Fusion.ACTIVATION, elementwise=True, check=same_shape)
+define("Unary", lower=unary, layout=Layout.FOLLOW, fusion=Fusion.ACTIVATION, elementwise=True,
+       writes_transposed=True, check=same_shape)
 _UNARY = {
     "Relu": unary_rule("relu"), "LeakyRelu": unary_rule("leaky_relu", ("alpha", 0.01)),
     "Sigmoid": unary_rule("sigmoid"), "Tanh": unary_rule("tanh"), "Erf": unary_rule("erf"),
@@ -339,6 +360,7 @@ for _op, _rule in _UNARY.items():
 
 define("QuantizeLinear", canonical=canonical_quantize)
 define("DequantizeLinear", canonical=canonical_quantize, dtypes=frozenset({"int8", "uint8", "int32"}))
-define("Quantize", lower=quantize_linear, layout=Layout.FOLLOW, elementwise=True, check=same_shape)
+define("Quantize", lower=quantize_linear, layout=Layout.FOLLOW, elementwise=True, writes_transposed=True,
+       check=same_shape)
 define("Dequantize", lower=quantize_linear, layout=Layout.FOLLOW, dtypes=frozenset({"int8", "uint8", "int32"}),
-       elementwise=True, check=same_shape)
+       elementwise=True, writes_transposed=True, check=same_shape)

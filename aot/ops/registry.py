@@ -87,6 +87,7 @@ class OpDef:
     view: bool = False                     # moves no data: the output aliases its input's bytes
     moves_values: bool = False             # every output element is a copy of an input element
     rows_either_way: bool = False          # its kernel can run its output rows last to first (LowerContext.backward)
+    writes_transposed: bool = False        # its kernel can write its result transposed (attrs["perm"])
     elementwise: bool = False              # output element i is made from the inputs' elements i (broadcast
                                            #   operands aside): it may overwrite a same-shaped input in place
     dtypes: frozenset[str] = FLOAT         # element types its computed inputs may have
@@ -150,8 +151,11 @@ def with_operands(node: Node, **names: str) -> Node:
 # --- shape rules (OpDef.check) -----------------------------------------------------------------------
 
 def same_shape(graph: Graph, node: Node) -> str | None:
-    """The output has the first input's shape (activations, conversions, normalizations)."""
+    """The output has the first input's shape (activations, conversions, normalizations), transposed
+    by attrs["perm"] if the node writes it transposed."""
     x, y = graph.shape(node.inputs[0]), graph.shape(node.outputs[0])
+    if "perm" in node.attrs:
+        x = tuple(x[axis] for axis in node.attrs["perm"])
     return None if x == y else f"output shape {list(y)} differs from the input's {list(x)}"
 
 

@@ -11,7 +11,7 @@ from aot.graph.passes.fold_batchnorm import fold_batchnorm
 from aot.graph.passes.fold_constants import fold_constants
 from aot.graph.passes.fuse_epilogues import fuse_epilogues
 from aot.graph.passes.lower_quantized import lower_quantized
-from aot.graph.passes.to_nhwc import to_nhwc
+from aot.graph.passes.to_nhwc import fold_transposes, to_nhwc
 from aot.graph.verify import verify
 
 Pass = Callable[[Graph], Graph]
@@ -24,6 +24,7 @@ PIPELINE: list[Pass] = [
     fold_batchnorm,       # BN into the preceding Conv/Gemm weights, else Mul + Add
     to_nhwc,              # channels-last activations inside
     fuse_epilogues,       # bias, residual add and activations into their anchor
+    fold_transposes,      # a layout change after a one-operand elementwise kernel: written by that kernel
     eliminate_dead_code,  # drop constants and nodes the rewrites orphaned
 ]
 

@@ -147,6 +147,33 @@ def _remap(value, kind: AxisAttr):
     return _permute(value[:4], TO_NHWC) + _permute(value[4:], TO_NHWC)     # PADS: begins, then ends
 
 
+def fold_transposes(graph: Graph) -> Graph:
+    """A Transpose of the result of a one-operand elementwise kernel that can write its result transposed
+    (a Quantize of the model's input, say) folds into it: one kernel, and no second copy of the tensor.
+    Runs after fuse_epilogues, so an activation that can fuse into its producer does that instead."""
+    users = graph.consumers()
+    producers = graph.producers()
+    folded: dict[str, Node] = {}        # Transpose name -> the producer writing its output
+    for node in graph.nodes:
+        if op_def(node.op).layout is not Layout.TRANSPOSE or node.inputs[0] in graph.outputs:
+            continue
+        source = producers.get(node.inputs[0])
+        if (source is not None and op_def(source.op).writes_transposed and "perm" not in source.attrs
+                and len(users.get(source.outputs[0], [])) == 1
+                and sum(1 for name in source.inputs if name and name not in graph.constants) == 1):
+            folded[node.name] = source.with_(outputs=node.outputs, attrs={**source.attrs, "perm": node.attrs["perm"]})
+    if not folded:
+        return graph
+    absorbed = {producers[node.inputs[0]].name for node in graph.nodes if node.name in folded}
+    rw = Rewriter(graph)
+    for node in graph.nodes:
+        if node.name in folded:
+            rw.keep(folded[node.name])
+        elif node.name not in absorbed:
+            rw.keep(node)
+    return rw.finish()
+
+
 def _transposes_to_views(graph: Graph) -> Graph:
     """A Transpose that keeps the order of all axes longer than 1 moves no data: make it a view."""
     rw = Rewriter(graph)
