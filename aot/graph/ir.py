@@ -154,6 +154,15 @@ class Rewriter:
         self._node_names.add(node.name)
         self.nodes.append(node)
 
+    def rebuild(self, replacement: dict[str, Node], dropped: set[str]) -> Graph:
+        """The old graph's nodes in order, those named in `replacement` replaced, those in `dropped` left out."""
+        for node in self.graph.nodes:
+            if node.name in replacement:
+                self.keep(replacement[node.name])
+            elif node.name not in dropped:
+                self.keep(node)
+        return self.finish()
+
     def finish(self, outputs: tuple[str, ...] | None = None) -> Graph:
         used = {n for node in self.nodes for n in node.inputs + node.outputs}
         used |= set(self.graph.inputs) | set(outputs or self.graph.outputs)

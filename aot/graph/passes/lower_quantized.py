@@ -144,12 +144,7 @@ def _fuse(graph: Graph) -> Graph:
             new, swallowed = fused
             replacement[node.name] = new
             absorbed.update(n.name for n in swallowed)
-    for node in graph.nodes:
-        if node.name in replacement:
-            rw.keep(replacement[node.name])
-        elif node.name not in absorbed:
-            rw.keep(node)
-    return rw.finish()
+    return rw.rebuild(replacement, absorbed)
 
 
 def _match(chains: _Chains, rw: Rewriter, node: Node) -> tuple[Node, list[Node]] | None:

@@ -165,13 +165,7 @@ def fold_transposes(graph: Graph) -> Graph:
     if not folded:
         return graph
     absorbed = {producers[node.inputs[0]].name for node in graph.nodes if node.name in folded}
-    rw = Rewriter(graph)
-    for node in graph.nodes:
-        if node.name in folded:
-            rw.keep(folded[node.name])
-        elif node.name not in absorbed:
-            rw.keep(node)
-    return rw.finish()
+    return Rewriter(graph).rebuild(folded, absorbed)
 
 
 def _transposes_to_views(graph: Graph) -> Graph:
