@@ -8,8 +8,11 @@ call sequence itself and fails if two buffers live at the same step overlap in m
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from aot.errors import PlanError
 
@@ -54,24 +57,44 @@ def lower_bound(buffers: Sequence[Buffer]) -> int:
 
 
 def _place(order: Sequence[Buffer], best_fit: bool) -> dict[str, int]:
-    """Put each buffer, in order, into the lowest (first fit) or tightest (best fit) free gap."""
-    placed: list[tuple[Buffer, int]] = []
-    offsets: dict[str, int] = {}
-    for buf in order:
-        busy = sorted((off, off + other.size) for other, off in placed if other.overlaps_in_time(buf))
-        choice, choice_gap, cursor = None, None, 0
-        for start, end in busy:
-            gap = start - cursor
-            if gap >= buf.size and (choice is None or (best_fit and gap < choice_gap)):
-                choice, choice_gap = cursor, gap
-                if not best_fit:
-                    break
+    """Put each buffer, in order, into the lowest (first fit) or tightest (best fit) free gap among
+    the buffers placed before it that live at the same time. Vectorized (numpy) over those buffers,
+    which a wide graph has thousands of; `_gap` says what the vector code computes."""
+    count = len(order)
+    by_first = sorted(range(count), key=lambda i: order[i].first)
+    firsts = [order[i].first for i in by_first]
+    lasts = np.array([order[i].last for i in by_first], dtype=np.int64)
+    sizes = np.array([order[i].size for i in by_first], dtype=np.int64)
+    slot = np.empty(count, dtype=np.int64)        # position in `order` -> position in `by_first`
+    slot[by_first] = np.arange(count)
+    offsets = np.full(count, -1, dtype=np.int64)  # by position in `by_first`; -1 until placed
+    for i, buf in enumerate(order):
+        started = bisect.bisect_right(firsts, buf.last)     # those that start by buf's last step ...
+        live = np.flatnonzero((lasts[:started] >= buf.first) & (offsets[:started] >= 0))  # ... end after its first
+        offsets[slot[i]] = _gap(offsets[live], offsets[live] + sizes[live], buf.size, best_fit)
+    return {buf.name: int(offsets[slot[i]]) for i, buf in enumerate(order)}
+
+
+def _gap(starts: np.ndarray, ends: np.ndarray, size: int, best_fit: bool) -> int:
+    """The offset for `size` bytes beside busy spans [start, end) (which may overlap each other). As a
+    loop over the spans sorted by (start, end):
+        cursor = 0
+        for start, end in spans:
+            gap = start - cursor        # free bytes before this span
+            if gap >= size: the first such gap (first fit), or the first smallest one (best fit)
             cursor = max(cursor, end)
-        if choice is None:
-            choice = cursor
-        offsets[buf.name] = choice
-        placed.append((buf, choice))
-    return offsets
+        no gap fits: cursor, after every span."""
+    if not len(starts):
+        return 0
+    by_start = np.lexsort((ends, starts))
+    starts, ends = starts[by_start], ends[by_start]
+    reach = np.maximum.accumulate(ends)
+    cursor = np.concatenate(([0], reach[:-1]))      # the cursor as each span is reached
+    gaps = starts - cursor
+    fits = np.flatnonzero(gaps >= size)
+    if not len(fits):
+        return int(reach[-1])
+    return int(cursor[fits[np.argmin(gaps[fits])]] if best_fit else cursor[fits[0]])
 
 
 # Each heuristic is an ordering plus a fit rule; all are deterministic (ties broken by name).
@@ -130,10 +153,28 @@ def verify(steps: Sequence[tuple[Sequence[str], Sequence[str]]], offsets: dict[s
         if off % alignment or off < 0 or off + sizes[name] > workspace:
             raise PlanError(f"memory plan: '{name}' at offset {off} (+{sizes[name]}) is misaligned or outside "
                             f"the {workspace}-byte workspace")
-    names = sorted(first, key=lambda n: (offsets[n], n))
-    for i, a in enumerate(names):
-        for b in names[i + 1:]:
-            if offsets[b] >= offsets[a] + sizes[a]:
-                break
-            if first[a] <= last[b] and first[b] <= last[a]:
-                raise PlanError(f"memory plan: '{a}' and '{b}' are live at the same time but overlap in memory")
+    _check_disjoint(first, last, offsets, sizes)
+
+
+def _check_disjoint(first: dict[str, int], last: dict[str, int], offsets: dict[str, int],
+                    sizes: dict[str, int]) -> None:
+    """Sweep the steps keeping the live buffers sorted by offset: they are disjoint in memory as long as
+    each buffer that starts living is disjoint from its neighbours in that order."""
+    live: list[tuple[int, int, str]] = []       # (offset, end, name), sorted
+    starts: dict[int, list[str]] = {}
+    ends: dict[int, list[str]] = {}
+    for name in first:
+        if sizes[name]:                         # an empty buffer occupies no bytes
+            starts.setdefault(first[name], []).append(name)
+            ends.setdefault(last[name], []).append(name)
+    for step in sorted(starts.keys() | ends.keys()):
+        for name in sorted(starts.get(step, ())):
+            entry = (offsets[name], offsets[name] + sizes[name], name)
+            at = bisect.bisect(live, entry)
+            for other in live[max(at - 1, 0):at + 1]:
+                if other[0] < entry[1] and entry[0] < other[1]:
+                    a, b = sorted((name, other[2]))
+                    raise PlanError(f"memory plan: '{a}' and '{b}' are live at the same time but overlap in memory")
+            live.insert(at, entry)
+        for name in ends.get(step, ()):
+            live.remove((offsets[name], offsets[name] + sizes[name], name))
