@@ -146,29 +146,69 @@ def _forget_unknown_dims(proto: onnx.ModelProto) -> onnx.ModelProto:
 
 def _contrib_shapes(proto: onnx.ModelProto) -> onnx.ModelProto | None:
     """Output types of onnxruntime's quantized contrib ops (com.microsoft), which ONNX inference does not
-    know, from their inputs' shapes; None if no new shape could be given."""
+    know, from their inputs' shapes. ONNX nodes after one are typed on the way by onnx's rule for the
+    node, so that a chain alternating contrib and ONNX ops (QLinearConv, QLinearAdd, QLinearConv, ...)
+    is typed in one walk, not in one whole-model inference round per contrib op (quadratic in the
+    depth). None if no new shape could be given."""
     g = proto.graph
-    types = {vi.name: vi.type.tensor_type for vi in list(g.value_info) + list(g.input) + list(g.output)}
-    types.update({t.name: onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims)).tensor_type
-                  for t in g.initializer})
-    known = {name: _static_shape(t) for name, t in types.items()}
-    added = []
+    types = {vi.name: vi.type for vi in list(g.value_info) + list(g.input) + list(g.output)
+             if vi.type.HasField("tensor_type")}
+    constants = {t.name: t for t in g.initializer}
+    types.update({t.name: onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims)) for t in g.initializer})
+    known = {name: _static_shape(t.tensor_type) for name, t in types.items()}
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 17)
+    added, contrib = [], False
     for node in g.node:
-        if node.domain != "com.microsoft" or not node.output or known.get(node.output[0]):
+        if not node.output or known.get(node.output[0]):
             continue
-        shape = _contrib_shape(node, known)
-        if shape is None:
+        if node.domain == "com.microsoft":
+            contrib = True
+            shape = _contrib_shape(node, known)
+            elem = _contrib_elem_type(node, types)
+            new = {node.output[0]: onnx.helper.make_tensor_type_proto(elem, list(shape))} if shape and elem else {}
+        elif contrib and node.domain in ("", "ai.onnx"):
+            new = _infer_node(node, types, constants, opset)
+        else:
             continue
-        index = _Y_ZERO_POINT.get(node.op_type, 4)
-        zp = node.input[index] if index < len(node.input) else ""       # QGemm without it outputs float
-        elem = types[zp].elem_type if zp in types else onnx.TensorProto.FLOAT
-        added.append(onnx.helper.make_tensor_value_info(node.output[0], elem, list(shape)))
-        known[node.output[0]] = shape
+        for name, ttype in new.items():
+            shape = _static_shape(ttype.tensor_type)
+            if shape is not None and name not in known:
+                added.append(onnx.helper.make_value_info(name, ttype))
+                types[name], known[name] = ttype, shape
     if not added:
         return None
     result = onnx.ModelProto.FromString(proto.SerializeToString())
     result.graph.value_info.extend(added)
     return result
+
+
+def _contrib_elem_type(node: onnx.NodeProto, types: dict[str, onnx.TypeProto]) -> int | None:
+    """The output element type: the output zero point's; without one, float for QGemm, else the input's."""
+    index = _Y_ZERO_POINT.get(node.op_type, 4)
+    zp = node.input[index] if index < len(node.input) else ""
+    if zp in types:
+        return types[zp].tensor_type.elem_type
+    if node.op_type == "QGemm":
+        return onnx.TensorProto.FLOAT
+    return types[node.input[0]].tensor_type.elem_type if node.input and node.input[0] in types else None
+
+
+def _infer_node(node: onnx.NodeProto, types: dict[str, onnx.TypeProto], constants: dict[str, onnx.TensorProto],
+                opset: int) -> dict[str, onnx.TypeProto]:
+    """onnx's inference rule for one node of the default domain, given its inputs' types ({} where it
+    has none, or fails: the next whole-model round reports what is wrong)."""
+    if any(i and i not in types for i in node.input) or any(a.type in (onnx.AttributeProto.GRAPH,
+                                                                       onnx.AttributeProto.GRAPHS)
+                                                            for a in node.attribute):
+        return {}
+    try:
+        schema = onnx.defs.get_schema(node.op_type, max_inclusive_version=opset, domain="")
+        inputs = {i: types[i] for i in node.input if i}
+        data = {i: constants[i] for i in node.input if i in constants}
+        return onnx.shape_inference.infer_node_outputs(schema, node, inputs, data,
+                                                       opset_imports=[onnx.helper.make_opsetid("", opset)])
+    except (onnx.defs.SchemaError, onnx.shape_inference.InferenceError):
+        return {}
 
 
 _Y_ZERO_POINT = {"QLinearAdd": 7, "QLinearMul": 7, "QLinearConcat": 1, "QGemm": 8}   # others: (x, xs, xz, ys, yz)
