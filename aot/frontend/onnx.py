@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
+from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
 from aot.errors import ModelError, OptionError, ShapeError, UnsupportedOpError
-from aot.frontend import control_flow
+from aot.frontend import control_flow, validate
 from aot.graph.evaluate import evaluate
 from aot.graph.ir import Graph, Node, Value
 
@@ -60,7 +62,9 @@ def load(model: str | os.PathLike | onnx.ModelProto,
     """Load and check a model; `freeze` binds inputs to constants (see freeze_inputs), `input_shapes`
     fixes the dimensions of the others."""
     if isinstance(model, onnx.ModelProto):
-        proto, label = model, (model.graph.name or "model")
+        proto, label = model, "model"
+        validate.check_text(proto, label)
+        label = model.graph.name or label
         data = model.SerializeToString()
     else:
         label = os.path.basename(os.fspath(model))
@@ -75,20 +79,25 @@ def load(model: str | os.PathLike | onnx.ModelProto,
             raise ModelError(f"{model}: cannot read: {err.strerror}") from None
         try:
             proto = onnx.load_from_string(data)
-        except Exception:
+        except DecodeError:
             raise ModelError(f"{label}: not an ONNX model (cannot parse it as an ONNX protobuf)") from None
+        validate.check_text(proto, label)
+        directory = os.path.dirname(os.fspath(model)) or "."
+        validate.check_external_data(proto, directory, label)
         try:     # weights saved beside the model (model.onnx.data), as large PyTorch exports do
-            onnx.external_data_helper.load_external_data_for_model(proto, os.path.dirname(os.fspath(model)) or ".")
+            onnx.external_data_helper.load_external_data_for_model(proto, directory)
         except (OSError, onnx.checker.ValidationError) as err:
             first = str(err).strip().splitlines()[0]
             raise ModelError(f"{label}: cannot read its external weight data: {first}") from None
         if not proto.graph.node and not proto.graph.output:
             raise ModelError(f"{label}: not an ONNX model (no graph)")
+    validate.check_nodes(proto, label, validate.check_opsets(proto, label))
+    validate.check_value_types(proto, label)
+    validate.check_tensors(proto, label)
     try:
         onnx.checker.check_model(proto)
-    except onnx.checker.ValidationError as err:
-        first = str(err).strip().splitlines()[0]
-        raise ModelError(f"{label}: fails the ONNX checker: {first}") from None
+    except onnx.checker.ValidationError as err:     # one line: the checker's message spans several
+        raise ModelError(f"{label}: fails the ONNX checker: {' '.join(str(err).split())}") from None
     original = proto
     proto, frozen = freeze_inputs(proto, freeze or {}, label)
     proto = _fix_input_shapes(proto, input_shapes or {}, label)
@@ -97,17 +106,38 @@ def load(model: str | os.PathLike | onnx.ModelProto,
 
 
 def _infer(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
-    """Strict ONNX shape inference; where it fails on inference of its own (onnx 1.23 cannot infer the
-    function body of MeanVarianceNormalization from opset 13 on) the lenient mode's shapes are used,
-    and any tensor it leaves unknown is reported later by name."""
+    """Strict ONNX shape inference. A node that fails its own inference rule (an axis out of range, an
+    output shape contradicting the declared one) is the model's fault: a ModelError. Where inference
+    fails only inside a node, in the function body onnx defines it by or in a subgraph (onnx 1.23
+    cannot infer MeanVarianceNormalization's body from opset 13 on), the lenient mode's shapes are
+    used, and any tensor it leaves unknown is reported later by name."""
     try:
         return onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True, data_prop=True)
-    except Exception as err:
+    except onnx.shape_inference.InferenceError as err:
+        fault = _node_fault(proto, str(err))
+        if fault:
+            raise ModelError(f"{label}: {fault}") from None
         first = str(err).strip().splitlines()[0]
     try:
         return onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=False, data_prop=True)
-    except Exception:
+    except onnx.shape_inference.InferenceError:
         raise ModelError(f"{label}: ONNX shape inference failed: {first}") from None
+
+
+# How onnx reports the nodes that fail inference, one line each: "(op_type:Softmax, node name: sm): why";
+# a failure inside the node's function body or subgraph nests another "(op_type:..." in `why`.
+_NODE_ERROR = re.compile(r"\(op_type:([^,()]*), node name: ([^()]*)\): (?:\[\w+\] )*(.*)")
+
+
+def _node_fault(proto: onnx.ModelProto, message: str) -> str | None:
+    """The first node of the main graph that inference reports failing its own rule, as a message."""
+    nodes = {(n.op_type, n.name) for n in proto.graph.node}
+    for line in message.splitlines():
+        match = _NODE_ERROR.search(line)
+        if match and match.group(1, 2) in nodes and "(op_type:" not in match.group(3):
+            op, name, why = match.groups()
+            return f"node '{name}' ({op}): {why.strip()}"
+    return None
 
 
 def _infer_static_shapes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
@@ -542,6 +572,10 @@ def to_graph(model: LoadedModel) -> Graph:
         for name in node.input:
             if name and name not in values:
                 raise ModelError(f"{label}: node '{node_name}' reads '{name}', which nothing produces")
+        # An op of a domain neither onnx nor _contrib_shapes knows: no shape, and no hope of a lowering.
+        if node.domain not in ("", "ai.onnx", "com.microsoft") and any(out and out not in infos for out in node.output):
+            raise UnsupportedOpError(f"{label}: node '{node_name}': op {node.op_type} from domain '{node.domain}' "
+                                     f"is not supported (the README lists the supported ops)")
         for name in node.output:
             declare(name, where)
         nodes.append(Node(node.op_type, node_name, tuple(node.input), tuple(node.output), attrs))
