@@ -12,8 +12,10 @@ given for it on any of them; two different values for one name are an error.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -149,7 +151,7 @@ def _infer_static_shapes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
     or names a new shape, so this ends."""
     inferred = _infer(_forget_unknown_dims(proto), label)
     while _unknown_shapes(inferred) or control_flow.has_control_flow(inferred):
-        helped = (control_flow.inline_constant_control_flow(inferred) or _fold_constant_nodes(inferred)
+        helped = (control_flow.inline_constant_control_flow(inferred) or _fold_constant_nodes(inferred, label)
                   or _contrib_shapes(inferred) or control_flow.select_between_branches(inferred))
         if helped is None:
             break
@@ -289,7 +291,7 @@ def _unknown_shapes(proto: onnx.ModelProto) -> bool:
     return any(out and out not in known for node in proto.graph.node for out in node.output)
 
 
-def _fold_constant_nodes(proto: onnx.ModelProto) -> onnx.ModelProto | None:
+def _fold_constant_nodes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto | None:
     """Replace nodes whose inputs are all constants (and Shape/Size of static tensors) by initializers."""
     g = proto.graph
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 17)
@@ -301,8 +303,10 @@ def _fold_constant_nodes(proto: onnx.ModelProto) -> onnx.ModelProto | None:
         # Control flow is inlined (control_flow.py), not evaluated: its subgraphs read outer names.
         if node.domain in ("", "ai.onnx") and (static or all(i in constants for i in node.input if i)) \
                 and not node.op_type.startswith("Random") and node.op_type not in control_flow.CONTROL_FLOW:
-            feeds = {i: constants[i] if i in constants else
-                     np.zeros(_static_shape(shapes[i]), onnx.helper.tensor_dtype_to_np_dtype(shapes[i].elem_type))
+            _check_size(node.output, shapes, label)
+            feeds = {i: constants[i] if i in constants else      # Shape and Size read only the shape
+                     np.broadcast_to(np.zeros((), onnx.helper.tensor_dtype_to_np_dtype(shapes[i].elem_type)),
+                                     _static_shape(shapes[i]))
                      for i in node.input if i}
             try:
                 results = evaluate(node, feeds, opset)
@@ -322,6 +326,27 @@ def _fold_constant_nodes(proto: onnx.ModelProto) -> onnx.ModelProto | None:
     result.graph.node.extend(kept)
     del result.graph.value_info[:]
     return result
+
+
+# The largest tensor aot accepts: ONNX files are limited to 2 GiB and no target aot compiles for holds
+# more; a larger one comes from a damaged or hostile model, and folding it would exhaust the memory of
+# the machine that builds.
+MAX_TENSOR_BYTES = 2**31
+
+
+def _too_large(shape: tuple[int, ...], elem_type: int) -> bool:
+    known = elem_type in onnx.TensorProto.DataType.values() and elem_type != onnx.TensorProto.UNDEFINED
+    itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).itemsize if known else 1
+    return math.prod(shape) * itemsize > MAX_TENSOR_BYTES
+
+
+def _check_size(names: Iterable[str], types: dict, label: str) -> None:
+    """Refuse to compute a tensor whose inferred shape is larger than MAX_TENSOR_BYTES."""
+    for name in names:
+        shape = _static_shape(types.get(name))
+        if shape is not None and _too_large(shape, types[name].elem_type):
+            raise ModelError(f"{label}: tensor '{name}' would have shape {list(shape)}, more than the "
+                             f"{MAX_TENSOR_BYTES >> 30} GiB aot accepts for one tensor")
 
 
 def _static_shape(ttype) -> tuple[int, ...] | None:
@@ -505,6 +530,11 @@ _DTYPES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.INT64: "int64", o
            onnx.TensorProto.DOUBLE: "float64", onnx.TensorProto.FLOAT16: "float16"}
 
 
+def _elem_type_name(elem_type: int) -> str:
+    known = onnx.TensorProto.DataType.values()
+    return onnx.TensorProto.DataType.Name(elem_type) if elem_type in known else f"number {elem_type}"
+
+
 def _attr_value(attr: onnx.AttributeProto):
     value = onnx.helper.get_attribute_value(attr)
     if isinstance(value, onnx.TensorProto):
@@ -550,7 +580,10 @@ def to_graph(model: LoadedModel) -> Graph:
         dtype = _DTYPES.get(ttype.elem_type)
         if dtype is None:
             raise ModelError(f"{label}: tensor '{name}' ({where}) has an unsupported element type "
-                             f"{onnx.TensorProto.DataType.Name(ttype.elem_type)}")
+                             f"{_elem_type_name(ttype.elem_type)}")
+        if _too_large(tuple(dims), ttype.elem_type):
+            raise ModelError(f"{label}: tensor '{name}' ({where}) has shape {dims}, more than the "
+                             f"{MAX_TENSOR_BYTES >> 30} GiB aot accepts for one tensor")
         values[name] = Value(name, tuple(dims), dtype)
 
     for name in constants:
