@@ -166,6 +166,17 @@ def _overlap(program: Program, a: str, b: str) -> bool:
 
 
 def _write_atomically(dest: Path, files: dict[str, bytes]) -> None:
+    """Write `files` into `dest` as a whole: into a temporary directory beside it, then renamed into
+    place; a failure removes what was written, and is an OptionError saying what the system refused."""
+    try:
+        _write_and_rename(dest, files)
+    except OSError as err:
+        name = os.path.basename(err.filename) if isinstance(err.filename, str) else ""
+        shown = f" ({name[:60]}{'...' if len(name) > 60 else ''})" if name else ""
+        raise OptionError(f"cannot write the build into {dest}: {err.strerror or err}{shown}") from None
+
+
+def _write_and_rename(dest: Path, files: dict[str, bytes]) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:

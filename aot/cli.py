@@ -12,7 +12,7 @@ import numpy as np
 
 from aot import api
 from aot.build import build
-from aot.errors import AotError, MismatchError, OptionError
+from aot.errors import AotError, MismatchError, OptionError, RunError
 from aot.knobs import load_knobs
 from aot.target import all_targets, get_target, host_target_name, parse_size, target_text
 from aot.version import __version__
@@ -156,11 +156,19 @@ def main(argv: list[str] | None = None) -> int:
         commands = {"build": _build, "run": _run, "targets": _targets, "bench": _bench, "boards": _boards}
         return commands[args.command](args)
     except AotError as err:
-        print(f"aot: error: {err}", file=sys.stderr)
+        print(f"aot: error: {_printable(str(err), keep_lines=isinstance(err, RunError))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("aot: interrupted", file=sys.stderr)
         return 130
+
+
+def _printable(text: str, keep_lines: bool) -> str:
+    """The message with control characters escaped (\\n, \\x1b), so that a name from a model cannot
+    split the error line or drive the terminal; a RunError keeps the lines of the tool output it quotes."""
+    def shown(c: str) -> str:
+        return c if c.isprintable() or (keep_lines and c == "\n") else c.encode("unicode_escape").decode()
+    return "".join(map(shown, text))
 
 
 def _shapes(args) -> dict[str, tuple[int, ...]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
+import numpy as np
 
 from aot import ops
 from aot.errors import PlanError
@@ -133,15 +134,12 @@ def plan_picture(program: Program, columns: int = 64) -> list[str]:
     symbol = {b.name: letters[i % len(letters)] for i, b in enumerate(order)}
     out = [f"Memory plan: step x workspace offset (each column {scale:,.0f} bytes)",
            f"  {'step':>4} |{'0':<{columns // 2}}{plan.size:>{columns - columns // 2},}|"]
-    for step in range(len(program.calls)):
-        row = [" "] * columns
-        for b in program.buffers:
-            if b.first <= step <= b.last:
-                lo = int(plan.offsets[b.name] / scale)
-                hi = max(lo + 1, int((plan.offsets[b.name] + b.size) / scale + 0.5))
-                for c in range(lo, min(hi, columns)):
-                    row[c] = symbol[b.name]
-        out.append(f"  {step:>4} |{''.join(row)}|")
+    picture = np.full((len(program.calls), columns), ord(" "), dtype=np.uint8)
+    for b in program.buffers:           # a buffer drawn later covers an earlier one where they share a column
+        lo = int(plan.offsets[b.name] / scale)
+        hi = max(lo + 1, int((plan.offsets[b.name] + b.size) / scale + 0.5))
+        picture[b.first:b.last + 1, lo:hi] = ord(symbol[b.name])
+    out += [f"  {step:>4} |{row.tobytes().decode()}|" for step, row in enumerate(picture)]
     out.append("  " + ", ".join(f"{symbol[b.name]}={b.name}" for b in order))
     return out
 

@@ -24,6 +24,7 @@ from aot.graph.passes import (
     fuse_epilogues,
     to_nhwc,
 )
+from aot.graph.passes.fuse_epilogues import MAX_EPILOGUE
 from aot.graph.passes.to_nhwc import TO_NHWC
 
 try:
@@ -569,6 +570,20 @@ def test_fuse_stops_at_shared_values():
     before, after = around(model, fuse_epilogues)
     assert ops(after) == ops(before)
     assert "acts" not in nodes_of(after, "Conv")[0].attrs
+    assert_numerics(model)
+
+
+def test_fuse_long_chain_in_bounded_epilogues():
+    """A chain of activations fuses in one walk, into kernels of at most MAX_EPILOGUE activations
+    after the anchor, each node's position that of the last node it absorbed."""
+    count = 2 * MAX_EPILOGUE + 5
+    fns = ["Relu", "Tanh", "Sigmoid", "Neg"]
+    model = make_model([node(fns[i % 4], [f"t{i}" if i else "x"], [f"t{i + 1}" if i < count - 1 else "y"],
+                             name=f"n{i}") for i in range(count)], {"x": (1, 8)}, {"y": None}, {})
+    _, after = around(model, fuse_epilogues)
+    assert_well_formed(after)
+    assert [len(n.attrs.get("acts", ())) for n in after.nodes] == [MAX_EPILOGUE, MAX_EPILOGUE, 2]
+    assert [n.outputs[0] for n in after.nodes] == [f"t{MAX_EPILOGUE + 1}", f"t{2 * MAX_EPILOGUE + 2}", "y"]
     assert_numerics(model)
 
 

@@ -57,9 +57,16 @@ class ModuleBuilder:
         self.module.data_layout = str(self.tm.target_data)
         self.index_type = ir.IntType(target.pointer_bits)
         self._globals: dict[str, ir.GlobalVariable] = {}
+        self._abi_sizes: dict[str, int] = {}
 
     def scalar(self, dtype: str) -> ir.Type:
         return self.index_type if dtype == "idx" else _SCALARS[dtype]
+
+    def abi_size(self, dtype: str) -> int:
+        """Bytes of one element; asked once per dtype (llvmlite answers by parsing a module)."""
+        if dtype not in self._abi_sizes:
+            self._abi_sizes[dtype] = self.scalar(dtype).get_abi_size(self.tm.target_data)
+        return self._abi_sizes[dtype]
 
     def type_of(self, dtype: str, lanes: int) -> ir.Type:
         return self.scalar(dtype) if lanes == 1 else ir.VectorType(self.scalar(dtype), lanes)
@@ -184,7 +191,7 @@ class _FunctionEmitter:
 
     # --- expressions ---
     def align(self, buf: k.Buffer) -> int:
-        return self.mb.scalar(buf.dtype).get_abi_size(self.mb.tm.target_data) if buf.dtype != "idx" else 4
+        return self.mb.abi_size(buf.dtype) if buf.dtype != "idx" else 4
 
     def address(self, buf: k.Buffer, index: k.Expr) -> ir.Value:
         base = self.mb.constant_global(buf) if buf.is_const else self.params[buf]

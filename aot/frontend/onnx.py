@@ -12,15 +12,19 @@ given for it on any of them; two different values for one name are an error.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
+from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
 from aot.errors import ModelError, OptionError, ShapeError, UnsupportedOpError
-from aot.frontend import control_flow
+from aot.frontend import control_flow, validate
 from aot.graph.evaluate import evaluate
 from aot.graph.ir import Graph, Node, Value
 
@@ -60,7 +64,9 @@ def load(model: str | os.PathLike | onnx.ModelProto,
     """Load and check a model; `freeze` binds inputs to constants (see freeze_inputs), `input_shapes`
     fixes the dimensions of the others."""
     if isinstance(model, onnx.ModelProto):
-        proto, label = model, (model.graph.name or "model")
+        proto, label = model, "model"
+        validate.check_text(proto, label)
+        label = model.graph.name or label
         data = model.SerializeToString()
     else:
         label = os.path.basename(os.fspath(model))
@@ -75,20 +81,25 @@ def load(model: str | os.PathLike | onnx.ModelProto,
             raise ModelError(f"{model}: cannot read: {err.strerror}") from None
         try:
             proto = onnx.load_from_string(data)
-        except Exception:
+        except DecodeError:
             raise ModelError(f"{label}: not an ONNX model (cannot parse it as an ONNX protobuf)") from None
+        validate.check_text(proto, label)
+        directory = os.path.dirname(os.fspath(model)) or "."
+        validate.check_external_data(proto, directory, label)
         try:     # weights saved beside the model (model.onnx.data), as large PyTorch exports do
-            onnx.external_data_helper.load_external_data_for_model(proto, os.path.dirname(os.fspath(model)) or ".")
+            onnx.external_data_helper.load_external_data_for_model(proto, directory)
         except (OSError, onnx.checker.ValidationError) as err:
             first = str(err).strip().splitlines()[0]
             raise ModelError(f"{label}: cannot read its external weight data: {first}") from None
         if not proto.graph.node and not proto.graph.output:
             raise ModelError(f"{label}: not an ONNX model (no graph)")
+    validate.check_nodes(proto, label, validate.check_opsets(proto, label))
+    validate.check_value_types(proto, label)
+    validate.check_tensors(proto, label)
     try:
         onnx.checker.check_model(proto)
-    except onnx.checker.ValidationError as err:
-        first = str(err).strip().splitlines()[0]
-        raise ModelError(f"{label}: fails the ONNX checker: {first}") from None
+    except onnx.checker.ValidationError as err:     # one line: the checker's message spans several
+        raise ModelError(f"{label}: fails the ONNX checker: {' '.join(str(err).split())}") from None
     original = proto
     proto, frozen = freeze_inputs(proto, freeze or {}, label)
     proto = _fix_input_shapes(proto, input_shapes or {}, label)
@@ -97,17 +108,38 @@ def load(model: str | os.PathLike | onnx.ModelProto,
 
 
 def _infer(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
-    """Strict ONNX shape inference; where it fails on inference of its own (onnx 1.23 cannot infer the
-    function body of MeanVarianceNormalization from opset 13 on) the lenient mode's shapes are used,
-    and any tensor it leaves unknown is reported later by name."""
+    """Strict ONNX shape inference. A node that fails its own inference rule (an axis out of range, an
+    output shape contradicting the declared one) is the model's fault: a ModelError. Where inference
+    fails only inside a node, in the function body onnx defines it by or in a subgraph (onnx 1.23
+    cannot infer MeanVarianceNormalization's body from opset 13 on), the lenient mode's shapes are
+    used, and any tensor it leaves unknown is reported later by name."""
     try:
         return onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True, data_prop=True)
-    except Exception as err:
+    except onnx.shape_inference.InferenceError as err:
+        fault = _node_fault(proto, str(err))
+        if fault:
+            raise ModelError(f"{label}: {fault}") from None
         first = str(err).strip().splitlines()[0]
     try:
         return onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=False, data_prop=True)
-    except Exception:
+    except onnx.shape_inference.InferenceError:
         raise ModelError(f"{label}: ONNX shape inference failed: {first}") from None
+
+
+# How onnx reports the nodes that fail inference, one line each: "(op_type:Softmax, node name: sm): why";
+# a failure inside the node's function body or subgraph nests another "(op_type:..." in `why`.
+_NODE_ERROR = re.compile(r"\(op_type:([^,()]*), node name: ([^()]*)\): (?:\[\w+\] )*(.*)")
+
+
+def _node_fault(proto: onnx.ModelProto, message: str) -> str | None:
+    """The first node of the main graph that inference reports failing its own rule, as a message."""
+    nodes = {(n.op_type, n.name) for n in proto.graph.node}
+    for line in message.splitlines():
+        match = _NODE_ERROR.search(line)
+        if match and match.group(1, 2) in nodes and "(op_type:" not in match.group(3):
+            op, name, why = match.groups()
+            return f"node '{name}' ({op}): {why.strip()}"
+    return None
 
 
 def _infer_static_shapes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
@@ -119,7 +151,7 @@ def _infer_static_shapes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
     or names a new shape, so this ends."""
     inferred = _infer(_forget_unknown_dims(proto), label)
     while _unknown_shapes(inferred) or control_flow.has_control_flow(inferred):
-        helped = (control_flow.inline_constant_control_flow(inferred) or _fold_constant_nodes(inferred)
+        helped = (control_flow.inline_constant_control_flow(inferred) or _fold_constant_nodes(inferred, label)
                   or _contrib_shapes(inferred) or control_flow.select_between_branches(inferred))
         if helped is None:
             break
@@ -146,29 +178,69 @@ def _forget_unknown_dims(proto: onnx.ModelProto) -> onnx.ModelProto:
 
 def _contrib_shapes(proto: onnx.ModelProto) -> onnx.ModelProto | None:
     """Output types of onnxruntime's quantized contrib ops (com.microsoft), which ONNX inference does not
-    know, from their inputs' shapes; None if no new shape could be given."""
+    know, from their inputs' shapes. ONNX nodes after one are typed on the way by onnx's rule for the
+    node, so that a chain alternating contrib and ONNX ops (QLinearConv, QLinearAdd, QLinearConv, ...)
+    is typed in one walk, not in one whole-model inference round per contrib op (quadratic in the
+    depth). None if no new shape could be given."""
     g = proto.graph
-    types = {vi.name: vi.type.tensor_type for vi in list(g.value_info) + list(g.input) + list(g.output)}
-    types.update({t.name: onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims)).tensor_type
-                  for t in g.initializer})
-    known = {name: _static_shape(t) for name, t in types.items()}
-    added = []
+    types = {vi.name: vi.type for vi in list(g.value_info) + list(g.input) + list(g.output)
+             if vi.type.HasField("tensor_type")}
+    constants = {t.name: t for t in g.initializer}
+    types.update({t.name: onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims)) for t in g.initializer})
+    known = {name: _static_shape(t.tensor_type) for name, t in types.items()}
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 17)
+    added, contrib = [], False
     for node in g.node:
-        if node.domain != "com.microsoft" or not node.output or known.get(node.output[0]):
+        if not node.output or known.get(node.output[0]):
             continue
-        shape = _contrib_shape(node, known)
-        if shape is None:
+        if node.domain == "com.microsoft":
+            contrib = True
+            shape = _contrib_shape(node, known)
+            elem = _contrib_elem_type(node, types)
+            new = {node.output[0]: onnx.helper.make_tensor_type_proto(elem, list(shape))} if shape and elem else {}
+        elif contrib and node.domain in ("", "ai.onnx"):
+            new = _infer_node(node, types, constants, opset)
+        else:
             continue
-        index = _Y_ZERO_POINT.get(node.op_type, 4)
-        zp = node.input[index] if index < len(node.input) else ""       # QGemm without it outputs float
-        elem = types[zp].elem_type if zp in types else onnx.TensorProto.FLOAT
-        added.append(onnx.helper.make_tensor_value_info(node.output[0], elem, list(shape)))
-        known[node.output[0]] = shape
+        for name, ttype in new.items():
+            shape = _static_shape(ttype.tensor_type)
+            if shape is not None and name not in known:
+                added.append(onnx.helper.make_value_info(name, ttype))
+                types[name], known[name] = ttype, shape
     if not added:
         return None
     result = onnx.ModelProto.FromString(proto.SerializeToString())
     result.graph.value_info.extend(added)
     return result
+
+
+def _contrib_elem_type(node: onnx.NodeProto, types: dict[str, onnx.TypeProto]) -> int | None:
+    """The output element type: the output zero point's; without one, float for QGemm, else the input's."""
+    index = _Y_ZERO_POINT.get(node.op_type, 4)
+    zp = node.input[index] if index < len(node.input) else ""
+    if zp in types:
+        return types[zp].tensor_type.elem_type
+    if node.op_type == "QGemm":
+        return onnx.TensorProto.FLOAT
+    return types[node.input[0]].tensor_type.elem_type if node.input and node.input[0] in types else None
+
+
+def _infer_node(node: onnx.NodeProto, types: dict[str, onnx.TypeProto], constants: dict[str, onnx.TensorProto],
+                opset: int) -> dict[str, onnx.TypeProto]:
+    """onnx's inference rule for one node of the default domain, given its inputs' types ({} where it
+    has none, or fails: the next whole-model round reports what is wrong)."""
+    if any(i and i not in types for i in node.input) or any(a.type in (onnx.AttributeProto.GRAPH,
+                                                                       onnx.AttributeProto.GRAPHS)
+                                                            for a in node.attribute):
+        return {}
+    try:
+        schema = onnx.defs.get_schema(node.op_type, max_inclusive_version=opset, domain="")
+        inputs = {i: types[i] for i in node.input if i}
+        data = {i: constants[i] for i in node.input if i in constants}
+        return onnx.shape_inference.infer_node_outputs(schema, node, inputs, data,
+                                                       opset_imports=[onnx.helper.make_opsetid("", opset)])
+    except (onnx.defs.SchemaError, onnx.shape_inference.InferenceError):
+        return {}
 
 
 _Y_ZERO_POINT = {"QLinearAdd": 7, "QLinearMul": 7, "QLinearConcat": 1, "QGemm": 8}   # others: (x, xs, xz, ys, yz)
@@ -219,7 +291,7 @@ def _unknown_shapes(proto: onnx.ModelProto) -> bool:
     return any(out and out not in known for node in proto.graph.node for out in node.output)
 
 
-def _fold_constant_nodes(proto: onnx.ModelProto) -> onnx.ModelProto | None:
+def _fold_constant_nodes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto | None:
     """Replace nodes whose inputs are all constants (and Shape/Size of static tensors) by initializers."""
     g = proto.graph
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 17)
@@ -231,8 +303,10 @@ def _fold_constant_nodes(proto: onnx.ModelProto) -> onnx.ModelProto | None:
         # Control flow is inlined (control_flow.py), not evaluated: its subgraphs read outer names.
         if node.domain in ("", "ai.onnx") and (static or all(i in constants for i in node.input if i)) \
                 and not node.op_type.startswith("Random") and node.op_type not in control_flow.CONTROL_FLOW:
-            feeds = {i: constants[i] if i in constants else
-                     np.zeros(_static_shape(shapes[i]), onnx.helper.tensor_dtype_to_np_dtype(shapes[i].elem_type))
+            _check_size(node.output, shapes, label)
+            feeds = {i: constants[i] if i in constants else      # Shape and Size read only the shape
+                     np.broadcast_to(np.zeros((), onnx.helper.tensor_dtype_to_np_dtype(shapes[i].elem_type)),
+                                     _static_shape(shapes[i]))
                      for i in node.input if i}
             try:
                 results = evaluate(node, feeds, opset)
@@ -252,6 +326,27 @@ def _fold_constant_nodes(proto: onnx.ModelProto) -> onnx.ModelProto | None:
     result.graph.node.extend(kept)
     del result.graph.value_info[:]
     return result
+
+
+# The largest tensor aot accepts: ONNX files are limited to 2 GiB and no target aot compiles for holds
+# more; a larger one comes from a damaged or hostile model, and folding it would exhaust the memory of
+# the machine that builds.
+MAX_TENSOR_BYTES = 2**31
+
+
+def _too_large(shape: tuple[int, ...], elem_type: int) -> bool:
+    known = elem_type in onnx.TensorProto.DataType.values() and elem_type != onnx.TensorProto.UNDEFINED
+    itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).itemsize if known else 1
+    return math.prod(shape) * itemsize > MAX_TENSOR_BYTES
+
+
+def _check_size(names: Iterable[str], types: dict, label: str) -> None:
+    """Refuse to compute a tensor whose inferred shape is larger than MAX_TENSOR_BYTES."""
+    for name in names:
+        shape = _static_shape(types.get(name))
+        if shape is not None and _too_large(shape, types[name].elem_type):
+            raise ModelError(f"{label}: tensor '{name}' would have shape {list(shape)}, more than the "
+                             f"{MAX_TENSOR_BYTES >> 30} GiB aot accepts for one tensor")
 
 
 def _static_shape(ttype) -> tuple[int, ...] | None:
@@ -435,6 +530,11 @@ _DTYPES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.INT64: "int64", o
            onnx.TensorProto.DOUBLE: "float64", onnx.TensorProto.FLOAT16: "float16"}
 
 
+def _elem_type_name(elem_type: int) -> str:
+    known = onnx.TensorProto.DataType.values()
+    return onnx.TensorProto.DataType.Name(elem_type) if elem_type in known else f"number {elem_type}"
+
+
 def _attr_value(attr: onnx.AttributeProto):
     value = onnx.helper.get_attribute_value(attr)
     if isinstance(value, onnx.TensorProto):
@@ -480,7 +580,10 @@ def to_graph(model: LoadedModel) -> Graph:
         dtype = _DTYPES.get(ttype.elem_type)
         if dtype is None:
             raise ModelError(f"{label}: tensor '{name}' ({where}) has an unsupported element type "
-                             f"{onnx.TensorProto.DataType.Name(ttype.elem_type)}")
+                             f"{_elem_type_name(ttype.elem_type)}")
+        if _too_large(tuple(dims), ttype.elem_type):
+            raise ModelError(f"{label}: tensor '{name}' ({where}) has shape {dims}, more than the "
+                             f"{MAX_TENSOR_BYTES >> 30} GiB aot accepts for one tensor")
         values[name] = Value(name, tuple(dims), dtype)
 
     for name in constants:
@@ -502,6 +605,10 @@ def to_graph(model: LoadedModel) -> Graph:
         for name in node.input:
             if name and name not in values:
                 raise ModelError(f"{label}: node '{node_name}' reads '{name}', which nothing produces")
+        # An op of a domain neither onnx nor _contrib_shapes knows: no shape, and no hope of a lowering.
+        if node.domain not in ("", "ai.onnx", "com.microsoft") and any(out and out not in infos for out in node.output):
+            raise UnsupportedOpError(f"{label}: node '{node_name}': op {node.op_type} from domain '{node.domain}' "
+                                     f"is not supported (the README lists the supported ops)")
         for name in node.output:
             declare(name, where)
         nodes.append(Node(node.op_type, node_name, tuple(node.input), tuple(node.output), attrs))

@@ -118,12 +118,16 @@ class Rewriter:
         self.constants = dict(graph.constants)
         self._taken = set(graph.values)       # value names
         self._node_names: set[str] = set()    # names of the new graph's nodes
+        self._suffix: dict[tuple[int, str], int] = {}   # (id of a name set, hint) -> next suffix to try
 
     def fresh(self, hint: str, taken: set[str] | None = None) -> str:
+        """`hint`, or the first of hint_1, hint_2, ... not taken. Names are never released, so the search
+        for a hint resumes where it last stopped (10,000 nodes asking for one hint stay linear)."""
         taken = self._taken if taken is None else taken
-        name, i = hint, 1
+        name, i = hint, self._suffix.get((id(taken), hint), 1)
         while name in taken:
             name, i = f"{hint}_{i}", i + 1
+        self._suffix[(id(taken), hint)] = i
         taken.add(name)
         return name
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from aot.errors import ModelError
 from aot.graph.ir import Graph, Node, Rewriter
 from aot.graph.quant import Quant, fixed_point, node_quant
 from aot.kernel.ir import (
@@ -588,9 +589,21 @@ def _minus_zero_point(weight: np.ndarray, quant: Quant, axis: int) -> np.ndarray
     return weight.astype(np.int16) - quant.w_zp.reshape(shape).astype(np.int16)
 
 
+def _check_group(rw: Rewriter, node: Node) -> None:
+    """`group` splits the input channels into groups the weight's second axis spans, and divides the
+    output channels (onnx's inference does not check it)."""
+    group = int(node.attrs.get("group", 1))
+    channels = rw.values[node.inputs[0]].shape[1]
+    out_channels, per_group = rw.values[node.inputs[1]].shape[:2]
+    if group < 1 or channels != group * per_group or out_channels % group:
+        raise ModelError(f"node '{node.name}' (Conv): group {group} does not fit {channels} input channels and "
+                         f"a weight of {out_channels}x{per_group} channels")
+
+
 def canonical_conv(rw: Rewriter, node: Node) -> None:
     """1-D and 2-D convolutions with constant weights; a 1-D one runs as 2-D over a height of 1. A weight
     or bias computed at run time takes a direct convolution instead (conv_direct.py)."""
+    _check_group(rw, node)
     x, weight, bias = (operand(node, name) for name in ("x", "weight", "bias"))
     if any(name and name not in rw.constants for name in (weight, bias)):
         from aot.ops.conv_direct import canonical_conv_computed  # that module builds on this one

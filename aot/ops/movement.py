@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from aot.errors import ModelError
 from aot.graph.ir import Node, Rewriter
 from aot.graph.quant import Quant, QuantParams, node_quant
 from aot.kernel.ir import Buffer, Builder, Expr, Kernel, binop, const, maximum, minimum, select
@@ -163,7 +166,25 @@ def slice_(ctx: LowerContext, node: Node, name: str) -> Kernel:
 def canonical_view(rw: Rewriter, node: Node) -> None:
     if node.op == "Dropout" and len(node.outputs) > 1 and node.outputs[1]:
         raise refuse(node, "the mask output is not supported")
+    if node.op == "Reshape" and len(node.inputs) > 1 and node.inputs[1] in rw.constants:
+        _check_reshape(rw, node)
     view(rw, node, node.inputs[0], rw.values[node.outputs[0]].shape, node.outputs[0])
+
+
+def _check_reshape(rw: Rewriter, node: Node) -> None:
+    """The shape input, read as ONNX does (0 copies the input's dimension unless allowzero, -1 takes
+    what is left), gives the output's shape: shape inference can leave a declared output shape that
+    the shape input contradicts."""
+    x = rw.values[node.inputs[0]].shape
+    out = rw.values[node.outputs[0]].shape
+    asked = [int(d) for d in np.asarray(rw.constants[node.inputs[1]]).reshape(-1)]
+    want = [x[i] if d == 0 and not node.attrs.get("allowzero", 0) and i < len(x) else d for i, d in enumerate(asked)]
+    known = math.prod(d for d in want if d != -1)
+    if want.count(-1) == 1 and known > 0 and math.prod(x) % known == 0:
+        want[want.index(-1)] = math.prod(x) // known
+    if tuple(want) != out:
+        raise ModelError(f"node '{node.name}' (Reshape): the shape input {asked} makes {want} of the input's "
+                         f"{list(x)}, not the output's {list(out)}")
 
 
 def canonical_transpose(rw: Rewriter, node: Node) -> None:

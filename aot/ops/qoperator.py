@@ -21,6 +21,16 @@ def _q(rw: Rewriter, node: Node, xf: str, scale: str, zp: str, out: str) -> None
     rw.add("QuantizeLinear", node.name + "_q", [xf, scale, zp], [out])
 
 
+def _padded(node: Node, count: int) -> tuple[str, ...]:
+    """The node's inputs with absent optional ones at the end (a zero point) as ""."""
+    return tuple(node.inputs) + ("",) * (count - len(node.inputs))
+
+
+def _output_zero_point(rw: Rewriter, node: Node, zp: str, like: str) -> str:
+    """The output zero point; an absent one is 0 of the type of `like` (the input), as onnxruntime reads it."""
+    return zp or rw.constant(node.name + "_y_zero_point", np.zeros((), rw.values[like].dtype))
+
+
 def _float_value(rw: Rewriter, like: str, hint: str) -> str:
     return rw.value(hint, rw.values[like].shape)
 
@@ -67,7 +77,8 @@ def _expand_qgemm(rw: Rewriter, node: Node) -> None:
 
 def _expand_binary(op: str):
     def expand(rw: Rewriter, node: Node) -> None:
-        a, as_, az, b, bs, bz, ys, yz = node.inputs
+        a, as_, az, b, bs, bz, ys, yz = _padded(node, 8)
+        yz = _output_zero_point(rw, node, yz, a)
         yf = _float_value(rw, node.outputs[0], node.outputs[0] + "_f")
         rw.add(op, node.name, [_dq(rw, node, a, as_, az), _dq(rw, node, b, bs, bz)], [yf])
         _q(rw, node, yf, ys, yz, node.outputs[0])
@@ -79,7 +90,8 @@ def _expand_unary_io(op: str):
     def expand(rw: Rewriter, node: Node) -> None:
         if node.attrs.get("channels_last", 0):
             raise UnsupportedOpError(f"node '{node.name}' ({node.op}): channels_last=1 is not supported")
-        x, xs, xz, ys, yz = node.inputs
+        x, xs, xz, ys, yz = _padded(node, 5)
+        yz = _output_zero_point(rw, node, yz, x)
         attrs = {k: v for k, v in node.attrs.items() if k not in ("channels_last", "domain", "opset")}
         yf = _float_value(rw, node.outputs[0], node.outputs[0] + "_f")
         rw.add(op, node.name, [_dq(rw, node, x, xs, xz)], [yf], **attrs)

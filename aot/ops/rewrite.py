@@ -6,13 +6,22 @@ import math
 
 import numpy as np
 
-from aot.errors import UnsupportedOpError
+from aot.errors import ModelError, UnsupportedOpError
 from aot.graph.ir import Node, Rewriter
 from aot.ops.registry import Rule
 
 
 def refuse(node: Node, why: str) -> UnsupportedOpError:
     return UnsupportedOpError(f"node '{node.name}' ({node.op}): {why}")
+
+
+def axis_attr(node: Node, rank: int, default: int) -> int:
+    """The node's `axis` attribute (`default` if absent) as an axis number 0..rank-1; an axis outside
+    [-rank, rank) is a ModelError (onnx's inference misses some, e.g. one beyond 32 bits)."""
+    axis = int(node.attrs.get("axis", default))
+    if not -rank <= axis < rank:
+        raise ModelError(f"node '{node.name}' ({node.op}): axis {axis} is out of range for a rank-{rank} input")
+    return axis % rank
 
 
 def fused_acts(node: Node) -> dict:
@@ -52,6 +61,12 @@ def spatial_attrs(rw: Rewriter, node: Node, kernel: tuple[int, ...]) -> dict:
     strides = tuple(node.attrs.get("strides", (1,) * rank))
     dilations = tuple(node.attrs.get("dilations", (1,) * rank))
     auto_pad = node.attrs.get("auto_pad", "NOTSET")
+    if auto_pad not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
+        raise ModelError(f"node '{node.name}' ({node.op}): auto_pad '{auto_pad}' is none of NOTSET, SAME_UPPER, "
+                         f"SAME_LOWER, VALID")
+    for what, values in (("kernel_shape", kernel), ("strides", strides), ("dilations", dilations)):
+        if len(values) != rank or any(v < 1 for v in values):
+            raise ModelError(f"node '{node.name}' ({node.op}): {what} {list(values)} is not {rank} sizes of at least 1")
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         begin, end = [], []
         for size, k, s, d in zip(x, kernel, strides, dilations):

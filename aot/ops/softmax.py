@@ -10,7 +10,7 @@ from aot.kernel import math as kmath
 from aot.kernel.ir import Builder, Expr, Kernel, Reduce, const, maximum
 from aot.ops import LowerContext
 from aot.ops.registry import AxisAttr, Layout, define, same_shape
-from aot.ops.rewrite import view
+from aot.ops.rewrite import axis_attr, view
 
 _LOWEST = -3.4028234663852886e38
 
@@ -92,7 +92,7 @@ def _softmax_strided(b: Builder, x, y, base: Expr, n: int, stride: int, width: i
 
 def canonical_softmax(rw: Rewriter, node: Node) -> None:
     shape = rw.values[node.inputs[0]].shape
-    axis = int(node.attrs.get("axis", -1 if rw.graph.opset >= 13 else 1)) % len(shape)
+    axis = axis_attr(node, len(shape), -1 if rw.graph.opset >= 13 else 1)
     if rw.graph.opset >= 13 or axis == len(shape) - 1:
         rw.add(node.op, node.name, node.inputs, node.outputs, axis=axis)
         return

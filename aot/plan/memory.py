@@ -12,8 +12,11 @@ the call sequence and checks every shared byte against the kernels' declarations
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from aot.errors import PlanError
 from aot.kernel.ir import Reuse
@@ -74,29 +77,61 @@ def lower_bound(buffers: Sequence[Buffer]) -> int:
 
 def _place(order: Sequence[Buffer], best_fit: bool, shifts: dict[tuple[str, str], tuple[int, bool]],
            room_below: bool = False) -> dict[str, int]:
-    """Put each buffer, in order, into the lowest (first fit) or tightest (best fit) free gap. A buffer
-    that may overlap a placed partner from `shift` bytes on (shifts[(source, result)]) sees only the
-    part of the partner it must not overlap. `room_below`: a source whose result is still to place
-    and may start below it is put at least that far up."""
-    placed: list[tuple[Buffer, int]] = []
-    offsets: dict[str, int] = {}
+    """Put each buffer, in order, into the lowest (first fit) or tightest (best fit) free gap among
+    the buffers placed before it that live at the same time. A buffer that may overlap a placed partner
+    from `shift` bytes on (shifts[(source, result)]) sees only the part of the partner it must not
+    overlap (`_blocked`). `room_below`: a source whose result is still to place and may start below it
+    is put at least that far up. Vectorized (numpy) over the live buffers, which a wide graph has
+    thousands of; `_gap` says what the vector code computes."""
+    count = len(order)
+    by_first = sorted(range(count), key=lambda i: order[i].first)
+    firsts = [order[i].first for i in by_first]
+    lasts = np.array([order[i].last for i in by_first], dtype=np.int64)
+    sizes = np.array([order[i].size for i in by_first], dtype=np.int64)
+    slot = np.empty(count, dtype=np.int64)        # position in `order` -> position in `by_first`
+    slot[by_first] = np.arange(count)
+    offsets = np.full(count, -1, dtype=np.int64)  # by position in `by_first`; -1 until placed
+    partners: dict[str, list[str]] = {}
+    for source, result in shifts:
+        partners.setdefault(source, []).append(result)
+        partners.setdefault(result, []).append(source)
+    position = {order[i].name: int(slot[i]) for i in range(count)}
     below = {source: shift for (source, _), (shift, backward) in shifts.items() if not backward}
-    for buf in order:
-        busy = sorted(span for other, off in placed if other.overlaps_in_time(buf)
-                      for span in [_blocked(buf, other, off, shifts)] if span[0] - buf.size + 1 < span[1])
-        choice, choice_gap, cursor = None, None, below.get(buf.name, 0) if room_below else 0
-        for start, end in busy:
-            gap = start - cursor
-            if gap >= buf.size and (choice is None or (best_fit and gap < choice_gap)):
-                choice, choice_gap = cursor, gap
-                if not best_fit:
-                    break
+    for i, buf in enumerate(order):
+        started = bisect.bisect_right(firsts, buf.last)     # those that start by buf's last step ...
+        live = np.flatnonzero((lasts[:started] >= buf.first) & (offsets[:started] >= 0))  # ... end after its first
+        starts, ends = offsets[live], offsets[live] + sizes[live]
+        for name in partners.get(buf.name, ()):
+            hit = np.flatnonzero(live == position[name])
+            if len(hit):
+                starts[hit[0]], ends[hit[0]] = _blocked(buf, order[by_first[position[name]]],
+                                                        int(offsets[position[name]]), shifts)
+        keep = starts - buf.size + 1 < ends                  # spans that still block some offset
+        floor = below.get(buf.name, 0) if room_below else 0
+        offsets[slot[i]] = _gap(starts[keep], ends[keep], buf.size, best_fit, floor)
+    return {buf.name: int(offsets[slot[i]]) for i, buf in enumerate(order)}
+
+
+def _gap(starts: np.ndarray, ends: np.ndarray, size: int, best_fit: bool, floor: int = 0) -> int:
+    """The offset for `size` bytes beside busy spans [start, end) (which may overlap each other). As a
+    loop over the spans sorted by (start, end):
+        cursor = floor
+        for start, end in spans:
+            gap = start - cursor        # free bytes before this span
+            if gap >= size: the first such gap (first fit), or the first smallest one (best fit)
             cursor = max(cursor, end)
-        if choice is None:
-            choice = cursor
-        offsets[buf.name] = choice
-        placed.append((buf, choice))
-    return offsets
+        no gap fits: cursor, after every span."""
+    if not len(starts):
+        return floor
+    by_start = np.lexsort((ends, starts))
+    starts, ends = starts[by_start], ends[by_start]
+    reach = np.maximum.accumulate(np.maximum(ends, floor))
+    cursor = np.concatenate(([floor], reach[:-1]))  # the cursor as each span is reached
+    gaps = starts - cursor
+    fits = np.flatnonzero(gaps >= size)
+    if not len(fits):
+        return int(reach[-1])
+    return int(cursor[fits[np.argmin(gaps[fits])]] if best_fit else cursor[fits[0]])
 
 
 def _blocked(buf: Buffer, other: Buffer, off: int, shifts: dict[tuple[str, str], tuple[int, bool]]) \
@@ -215,14 +250,47 @@ def verify(steps: Sequence[tuple[Sequence[str], Sequence[str]]], offsets: dict[s
             raise PlanError(f"memory plan: '{name}' at offset {off} (+{sizes[name]}) is misaligned or outside "
                             f"the {workspace}-byte workspace")
     declared = {(step, source, result): reuse for step, source, result, reuse in shared}
-    names = sorted(first, key=lambda n: (offsets[n], n))
-    for i, a in enumerate(names):
-        for b in names[i + 1:]:
-            if offsets[b] >= offsets[a] + sizes[a]:
-                break
-            if first[a] <= last[b] and first[b] <= last[a] and not _may_share(a, b, offsets, sizes, first, last,
-                                                                              steps, declared):
-                raise PlanError(f"memory plan: '{a}' and '{b}' are live at the same time but overlap in memory")
+    _check_disjoint(first, last, offsets, sizes, steps, declared)
+
+
+def _check_disjoint(first: dict[str, int], last: dict[str, int], offsets: dict[str, int], sizes: dict[str, int],
+                    steps, declared: dict[tuple[int, str, str], Reuse]) -> None:
+    """Sweep the steps keeping the live buffers sorted by offset, pairwise disjoint. A buffer that starts
+    living at a step is checked against the run of live buffers it overlaps (contiguous in that order)
+    and against the others born at that step: each overlap must be one the kernels declared
+    (`_may_share`), with a source that dies at this very step. The buffers born at a step join the live
+    ones once those dying there have left."""
+    live: list[tuple[int, int, str]] = []       # (offset, end, name), sorted
+    starts: dict[int, list[str]] = {}
+    ends: dict[int, list[str]] = {}
+    for name in first:
+        if sizes[name]:                         # an empty buffer occupies no bytes
+            starts.setdefault(first[name], []).append(name)
+            ends.setdefault(last[name], []).append(name)
+    for step in sorted(starts.keys() | ends.keys()):
+        entries = [(offsets[name], offsets[name] + sizes[name], name) for name in sorted(starts.get(step, ()))]
+        for i, entry in enumerate(entries):
+            at = bisect.bisect(live, entry)
+            clash = []
+            k = at
+            while k < len(live) and live[k][0] < entry[1]:
+                clash.append(live[k])
+                k += 1
+            k = at - 1
+            while k >= 0 and live[k][1] > entry[0]:
+                clash.append(live[k])
+                k -= 1
+            clash += [other for other in entries[:i] if other[0] < entry[1] and entry[0] < other[1]]
+            for other in clash:
+                if not _may_share(other[2], entry[2], offsets, sizes, first, last, steps, declared):
+                    a, b = sorted((entry[2], other[2]))
+                    raise PlanError(f"memory plan: '{a}' and '{b}' are live at the same time but overlap in memory")
+        for name in ends.get(step, ()):
+            if first[name] < step:
+                live.remove((offsets[name], offsets[name] + sizes[name], name))
+        for entry in entries:
+            if last[entry[2]] > step:
+                bisect.insort(live, entry)
 
 
 def _may_share(a: str, b: str, offsets: dict[str, int], sizes: dict[str, int], first: dict[str, int],

@@ -20,43 +20,52 @@ from aot.ops.registry import Fusion, op_def, operand, with_operands
 
 _ANCHORS = {Fusion.MATRIX, Fusion.ANCHOR, Fusion.ACTIVATION}
 
+# Activations one epilogue may hold. Models chain two or three; the bound keeps a kernel's expression
+# (which the kernel-IR verifier and code generator walk recursively) as deep as a few activations,
+# whatever the depth of the graph: a chain of 10,000 Relu nodes becomes 589 kernels, not one
+# expression 10,000 deep.
+MAX_EPILOGUE = 16
+
 
 def fuse_epilogues(graph: Graph) -> Graph:
-    while True:
-        fused = _fuse_once(graph)
-        if fused is None:
-            return graph
-        graph = fused
-
-
-def _fuse_once(graph: Graph) -> Graph | None:
+    """One walk in node order. Each node, as fused so far, merges into its only user when it can; the
+    merged node takes that user's place and is considered again there, so a chain of any length
+    fuses in one walk (linear in the graph's size). A user is merged into at most once: what it
+    becomes carries the anchor's op, which is never a follower (only one-input Unary ops are)."""
     users = graph.consumers()
-    for anchor in graph.nodes:
-        if (op_def(anchor.op).fusion not in _ANCHORS or anchor.outputs[0] in graph.outputs
-                or node_quant(graph.values, anchor) or len(anchor.outputs) > 1):
-            continue
-        next_users = users.get(anchor.outputs[0], [])
-        if len(next_users) != 1:
-            continue
-        follower = next_users[0]
-        rw = Rewriter(graph)
-        merged = _merge(rw, anchor, follower)
-        if merged is not None:
-            for node in graph.nodes:
-                if node is follower:
-                    rw.keep(merged)
-                elif node is not anchor:
-                    rw.keep(node)
-            return rw.finish()
-    return None
+    rw = Rewriter(graph)
+    replaced: dict[int, Node] = {}      # id(user) -> the merged node that takes the user's place
+    for node in graph.nodes:
+        current = replaced.pop(id(node), node)
+        follower = _only_user(graph, users, current)
+        merged = None
+        if follower is not None and id(follower) not in replaced:
+            merged = _merge(rw, current, follower)
+        if merged is None:
+            rw.keep(current)
+        else:
+            replaced[id(follower)] = merged
+    return rw.finish()
+
+
+def _only_user(graph: Graph, users: dict[str, list[Node]], anchor: Node) -> Node | None:
+    """The node `anchor` may fuse into: the one user of its one output, if the anchor takes epilogues."""
+    if (op_def(anchor.op).fusion not in _ANCHORS or anchor.outputs[0] in graph.outputs
+            or node_quant(graph.values, anchor) or len(anchor.outputs) > 1):
+        return None
+    next_users = users.get(anchor.outputs[0], [])
+    return next_users[0] if len(next_users) == 1 else None
 
 
 def _merge(rw: Rewriter, anchor: Node, follower: Node) -> Node | None:
     graph = rw.graph
+    constants = rw.constants        # with the weights and biases of merges made earlier in the walk
     out = follower.outputs[0]
     acts = anchor.attrs.get("acts", ())
     anchor_def, follower_def = op_def(anchor.op), op_def(follower.op)
     if follower_def.fusion is Fusion.ACTIVATION:
+        if len(acts) >= MAX_EPILOGUE:
+            return None
         return anchor.with_(outputs=(out,), attrs={**anchor.attrs, "acts": acts + ((follower.attrs["fn"],
                                                                                    follower.attrs["params"]),)})
     kind = follower_def.matrix_epilogue
@@ -68,21 +77,21 @@ def _merge(rw: Rewriter, anchor: Node, follower: Node) -> Node | None:
         return None
     w, bias = operand(anchor, "weight"), operand(anchor, "bias")
     channels = shape[-1]
-    per_channel = _per_channel(graph.constants.get(other), channels)
+    per_channel = _per_channel(constants.get(other), channels)
     if kind == "mul":                   # scale the output channels: weights and bias
         if per_channel is None or operand(anchor, "residual"):
             return None
-        weight = graph.constants[w]
+        weight = constants[w]
         axis_shape = [1] * weight.ndim
         axis_shape[anchor_def.weight_channel_axis] = -1
         new_w = rw.constant(w + "_scaled", weight * per_channel.reshape(axis_shape))
-        new_b = rw.constant(anchor.name + "_bias", graph.constants[bias] * per_channel) if bias else ""
+        new_b = rw.constant(anchor.name + "_bias", constants[bias] * per_channel) if bias else ""
         return with_operands(anchor, weight=new_w, bias=new_b).with_(outputs=(out,))
     if per_channel is not None:
-        total = per_channel + graph.constants[bias] if bias else per_channel
+        total = per_channel + constants[bias] if bias else per_channel
         new_bias = rw.constant(anchor.name + "_bias", total)
         return with_operands(anchor, bias=new_bias).with_(outputs=(out,))
-    if other in graph.constants or operand(anchor, "residual") or graph.shape(other) != shape:
+    if other in constants or operand(anchor, "residual") or graph.shape(other) != shape:
         return None
     return with_operands(anchor, residual=other).with_(outputs=(out,))
 

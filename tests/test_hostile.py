@@ -1,0 +1,801 @@
+"""Broken and hostile models and command lines through `aot build`.
+
+A fixed corpus, generated here from a seed: truncated, bit-flipped and random bytes; cycles; missing
+and twice-produced tensors; odd dims and dtypes; unknown ops and opsets; attributes of the wrong type
+or value; tensor data that does not match its shape; external data past the end of its file, missing,
+or outside the model's directory; NaN weights; hostile names; bad options; a 10,000-node chain.
+
+Each case runs through the CLI's `main` in this process, in a directory of its own. Whatever the
+case, `aot build` either succeeds (exit 0, a complete output directory) or fails with one
+`aot: error:` line (argparse's usage line besides, for a bad option) and leaves no output directory;
+it never raises, and never writes outside its output directory. A case marked "error" is invalid and
+must fail; one marked "ok" is valid and must build.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shutil
+import stat
+import subprocess
+import traceback
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import AttributeProto, TensorProto, helper, numpy_helper
+
+from aot import cli
+
+SEED = 12
+CHUNKS = 16
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str                       # category-index, also the case's directory
+    model: bytes                    # written to model.onnx
+    args: tuple[str, ...] = ()      # after `build model.onnx -o out`
+    expect: str = "any"             # "ok": must build; "error": must fail; "any": either, cleanly
+    files: dict[str, bytes] = field(default_factory=dict)   # beside the model (external data)
+    links: dict[str, str] = field(default_factory=dict)     # symlinks beside the model: name -> target
+    model_file: str = "model.onnx"
+    argv: tuple[str, ...] | None = None     # the whole command line after `aot`, instead of the above
+
+
+# --------------------------------------------------------------------------- valid models to break
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17, name="g") -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, name, inputs, outputs, list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="hostile")
+    model.ir_version = 8
+    return model
+
+
+def _f32(name: str, shape) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def mlp() -> onnx.ModelProto:
+    """x[1,8] -> MatMul -> Add -> Relu -> Gemm(transB) -> Softmax."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+             for n, s in (("w1", (8, 8)), ("b1", (8,)), ("w2", (4, 8)), ("b2", (4,)))]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["m"], name="matmul"),
+             helper.make_node("Add", ["m", "b1"], ["a"], name="add"),
+             helper.make_node("Relu", ["a"], ["r"], name="relu"),
+             helper.make_node("Gemm", ["r", "w2", "b2"], ["g"], name="gemm", transB=1),
+             helper.make_node("Softmax", ["g"], ["y"], name="softmax", axis=-1)]
+    return _model(nodes, [_f32("x", [1, 8])], [_f32("y", [1, 4])], inits)
+
+
+def cnn() -> onnx.ModelProto:
+    """x[1,2,6,6] -> Conv(pads, strides) -> LeakyRelu -> MaxPool -> Flatten."""
+    rng = np.random.default_rng(1)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 2, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b")]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1], strides=[1, 1],
+                              kernel_shape=[3, 3], group=1),
+             helper.make_node("LeakyRelu", ["c"], ["l"], name="leaky", alpha=0.1),
+             helper.make_node("MaxPool", ["l"], ["p"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Flatten", ["p"], ["y"], name="flatten", axis=1)]
+    return _model(nodes, [_f32("x", [1, 2, 6, 6])], [_f32("y", [1, 36])], inits)
+
+
+def contrib() -> onnx.ModelProto:
+    """onnxruntime's quantized ops (com.microsoft) between QuantizeLinear and DequantizeLinear."""
+    scalars = {"xs": np.float32(0.05), "xz": np.uint8(128), "ys": np.float32(1 / 256), "yz": np.uint8(0),
+               "zs": np.float32(0.02), "zz": np.uint8(100)}
+    inits = [numpy_helper.from_array(np.array(v), n) for n, v in scalars.items()]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"], name="q"),
+             helper.make_node("QLinearSigmoid", ["xq", "xs", "xz", "ys", "yz"], ["sq"], name="sigmoid",
+                              domain="com.microsoft"),
+             helper.make_node("QLinearAdd", ["sq", "ys", "yz", "xq", "xs", "xz", "zs", "zz"], ["aq"], name="add",
+                              domain="com.microsoft"),
+             helper.make_node("DequantizeLinear", ["aq", "zs", "zz"], ["y"], name="dq")]
+    model = _model(nodes, [_f32("x", [1, 8])], [_f32("y", [1, 8])], inits)
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return model
+
+
+def branches() -> onnx.ModelProto:
+    """An If on a constant condition, each branch a small subgraph."""
+    then = helper.make_graph([helper.make_node("Relu", ["x"], ["t"], name="then_relu")], "then", [],
+                             [_f32("t", [1, 8])])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["e"], name="else_neg")], "else", [],
+                              [_f32("e", [1, 8])])
+    nodes = [helper.make_node("If", ["cond"], ["b"], name="if", then_branch=then, else_branch=other),
+             helper.make_node("Sigmoid", ["b"], ["y"], name="sigmoid")]
+    return _model(nodes, [_f32("x", [1, 8])], [_f32("y", [1, 8])], [numpy_helper.from_array(np.array(True), "cond")])
+
+
+BASES = {"mlp": mlp, "cnn": cnn, "contrib": contrib, "branches": branches}
+
+
+def _bytes(model: onnx.ModelProto) -> bytes:
+    return model.SerializeToString()
+
+
+def _edit(base: str, change) -> bytes:
+    """A fresh copy of a base model, changed in place by `change(model)`."""
+    model = BASES[base]()
+    change(model)
+    return _bytes(model)
+
+
+def _node(model: onnx.ModelProto, name: str) -> onnx.NodeProto:
+    return next(n for n in model.graph.node if n.name == name)
+
+
+def _init(model: onnx.ModelProto, name: str) -> onnx.TensorProto:
+    return next(t for t in model.graph.initializer if t.name == name)
+
+
+def _set_attr(model, node: str, attr: AttributeProto) -> None:
+    n = _node(model, node)
+    kept = [a for a in n.attribute if a.name != attr.name]
+    del n.attribute[:]
+    n.attribute.extend(kept + [attr])
+
+
+# --------------------------------------------------------------------------- the corpus, by category
+
+
+def fuzzed(rng: np.random.Generator) -> list[Case]:
+    """Truncations and bit flips of valid models, and random bytes."""
+    cases = []
+    for base, (cuts, flips) in {"mlp": (40, 60), "cnn": (40, 60), "contrib": (15, 40), "branches": (15, 40)}.items():
+        data = _bytes(BASES[base]())
+        for i in range(cuts):
+            cut = int(rng.integers(0, len(data)))
+            cases.append(Case(f"truncated-{base}-{i}", data[:cut], expect="error" if cut < 8 else "any"))
+        for i in range(flips):
+            flipped = bytearray(data)
+            for _ in range(int(rng.integers(1, 9))):
+                bit = int(rng.integers(0, 8 * len(data)))
+                flipped[bit // 8] ^= 1 << (bit % 8)
+            cases.append(Case(f"bitflip-{base}-{i}", bytes(flipped)))
+    for i in range(20):
+        cases.append(Case(f"random-bytes-{i}", rng.integers(0, 256, int(rng.integers(0, 400)), np.uint8).tobytes()))
+    for i in range(20):     # well-formed protobuf wire format, random fields: parses, means nothing
+        out = bytearray()
+        for _ in range(int(rng.integers(1, 12))):
+            number, wire = int(rng.integers(1, 20)), int(rng.choice([0, 2]))
+            out += _varint(number << 3 | wire)
+            if wire == 0:
+                out += _varint(int(rng.integers(0, 1 << 20)))
+            else:
+                payload = rng.integers(0, 256, int(rng.integers(0, 30)), np.uint8).tobytes()
+                out += _varint(len(payload)) + payload
+        cases.append(Case(f"random-protobuf-{i}", bytes(out)))
+    return cases
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append(value & 0x7F | (0x80 if value > 0x7F else 0))
+        value >>= 7
+        if not value:
+            return bytes(out)
+
+
+def structure() -> list[Case]:
+    """Cycles, missing tensors, values produced twice."""
+    def cycle(m):
+        _node(m, "matmul").input[0] = "r"           # matmul reads relu's output, which needs matmul
+
+    def self_loop(m):
+        _node(m, "relu").input[0] = "r"
+
+    def missing_input(m):
+        _node(m, "add").input[1] = "nowhere"
+
+    def missing_initializer(m):
+        m.graph.initializer.remove(_init(m, "w2"))
+
+    def output_never_computed(m):
+        m.graph.output[0].name = "nothing"
+
+    def no_nodes(m):
+        del m.graph.node[:]
+
+    def twice_by_nodes(m):
+        _node(m, "relu").output[0] = "a"
+        _node(m, "gemm").input[0] = "a"
+
+    def output_is_input(m):
+        _node(m, "matmul").output[0] = "x"
+        _node(m, "add").input[0] = "x"
+
+    def output_is_initializer(m):
+        _node(m, "add").output[0] = "b1"
+        _node(m, "relu").input[0] = "b1"
+
+    def duplicate_initializer(m):
+        m.graph.initializer.append(_init(m, "w1"))
+
+    def duplicate_input(m):
+        m.graph.input.append(m.graph.input[0])
+
+    def two_outputs_same_name(m):
+        _node(m, "matmul").output.append("m")
+
+    def empty_output_name(m):
+        _node(m, "relu").output[0] = ""
+
+    def unsorted(m):
+        nodes = list(m.graph.node)
+        del m.graph.node[:]
+        m.graph.node.extend(reversed(nodes))
+
+    def output_listed_twice(m):
+        m.graph.output.append(m.graph.output[0])
+
+    def input_is_output(m):
+        m.graph.output[0].CopyFrom(m.graph.input[0])
+
+    def dangling_nodes(m):
+        m.graph.node.append(helper.make_node("Neg", ["r"], ["unused"], name="dangling"))
+
+    def subgraph_value_produced_again(m):     # an If branch and a later outer node both produce "t"
+        then = helper.make_graph([helper.make_node("Neg", ["a"], ["t"], name="inner")], "then", [], [_f32("t", [1, 8])])
+        other = helper.make_graph([helper.make_node("Relu", ["a"], ["u"], name="inner2")], "else", [],
+                                  [_f32("u", [1, 8])])
+        m.graph.initializer.append(numpy_helper.from_array(np.array(True), "cond"))
+        relu = _node(m, "relu")
+        relu.CopyFrom(helper.make_node("If", ["cond"], ["r"], name="if", then_branch=then, else_branch=other))
+        m.graph.node.insert(3, helper.make_node("Neg", ["r"], ["t"], name="again"))
+        _node(m, "gemm").input[0] = "t"
+
+    edits = [cycle, self_loop, missing_input, missing_initializer, output_never_computed, no_nodes, twice_by_nodes,
+             output_is_input, output_is_initializer, duplicate_initializer, duplicate_input, two_outputs_same_name,
+             empty_output_name, unsorted, input_is_output]
+    cases = [Case(f"structure-{e.__name__}", _edit("mlp", e), expect="error") for e in edits]
+    # ONNX lets a subgraph produce a name the outer graph produces later (it is not visible there yet)
+    cases += [Case(f"structure-{e.__name__}", _edit("mlp", e), expect="ok") for e in (output_listed_twice,
+                                                                                      dangling_nodes,
+                                                                                      subgraph_value_produced_again)]
+    return cases
+
+
+def nested_ifs(depth: int = 30) -> Case:
+    """Ifs inside Ifs, as deep as protobuf parses (its limit is 100 nested messages, 3 per level)."""
+    inner = helper.make_graph([helper.make_node("Relu", ["x"], ["o0"], name="r0")], "g0", [], [_f32("o0", [1, 8])])
+    for d in range(1, depth):
+        other = helper.make_graph([helper.make_node("Neg", ["x"], [f"n{d}"], name=f"neg{d}")], f"e{d}", [],
+                                  [_f32(f"n{d}", [1, 8])])
+        node = helper.make_node("If", ["cond"], [f"o{d}"], name=f"if{d}", then_branch=inner, else_branch=other)
+        inner = helper.make_graph([node], f"g{d}", [], [_f32(f"o{d}", [1, 8])])
+    nodes = list(inner.node)
+    nodes[-1].output[0] = "y"
+    model = _model(nodes, [_f32("x", [1, 8])], [_f32("y", [1, 8])], [numpy_helper.from_array(np.array(True), "cond")])
+    return Case(f"structure-nested-ifs-{depth}", _bytes(model), expect="ok")
+
+
+def dims_and_dtypes() -> list[Case]:
+    """Zero, negative and huge dimensions; element types aot does not compute with."""
+    cases = []
+    for label, dims in (("zero", [0, 8]), ("minus-one", [-1, 8]), ("negative", [1, -7]), ("huge", [1 << 40, 8]),
+                        ("huge-inner", [1, 1 << 40]), ("rank-0", []), ("rank-9", [1] * 9)):
+        def set_input(m, dims=dims):
+            shape = m.graph.input[0].type.tensor_type.shape
+            del shape.dim[:]
+            for d in dims:
+                shape.dim.add().dim_value = d
+        cases.append(Case(f"dims-input-{label}", _edit("mlp", set_input), expect="error"))
+    for label, dims in (("zero", [0, 8]), ("negative", [8, -8]), ("huge", [1 << 40, 8]), ("more", [8, 8, 8])):
+        def set_initializer(m, dims=dims):
+            t = _init(m, "w1")
+            del t.dims[:]
+            t.dims.extend(dims)
+        cases.append(Case(f"dims-initializer-{label}", _edit("mlp", set_initializer), expect="error"))
+    for label, dims in (("huge", [1 << 33, 8]), ("wrong", [2, 3]), ("negative", [-1, 4])):
+        def set_output(m, dims=dims):
+            shape = m.graph.output[0].type.tensor_type.shape
+            del shape.dim[:]
+            for d in dims:
+                shape.dim.add().dim_value = d
+        cases.append(Case(f"dims-output-{label}", _edit("mlp", set_output),
+                          expect="any" if label == "negative" else "error"))
+    for label, dims, value in (("huge-reshape", [1 << 36, 16], "reshape"),
+                               ("huge-constant-of-shape", [1 << 34], "cos")):
+        def huge(m, dims=dims, value=value):
+            shape = numpy_helper.from_array(np.array(dims, np.int64), "shape")
+            m.graph.initializer.append(shape)
+            if value == "reshape":
+                _node(m, "softmax").CopyFrom(helper.make_node("Reshape", ["g", "shape"], ["y"], name="reshape"))
+            else:
+                m.graph.node.append(helper.make_node("ConstantOfShape", ["shape"], ["big"], name="cos"))
+                m.graph.node.append(helper.make_node("ReduceSum", ["big"], ["total"], name="sum", keepdims=0))
+                m.graph.output.append(_f32("total", []))
+        cases.append(Case(f"dims-{label}", _edit("mlp", huge), expect="error"))
+    for dtype in (TensorProto.STRING, TensorProto.COMPLEX64, TensorProto.BOOL, TensorProto.FLOAT16,
+                  TensorProto.BFLOAT16, TensorProto.UINT64, TensorProto.FLOAT8E4M3FN, TensorProto.UNDEFINED, 77):
+        def set_dtype(m, dtype=dtype):
+            m.graph.input[0].type.tensor_type.elem_type = dtype
+        cases.append(Case(f"dtype-input-{dtype}", _edit("mlp", set_dtype), expect="error"))
+
+        def set_weight_dtype(m, dtype=dtype):
+            _init(m, "w1").data_type = dtype
+        cases.append(Case(f"dtype-initializer-{dtype}", _edit("mlp", set_weight_dtype), expect="error"))
+    return cases
+
+
+def ops_and_opsets() -> list[Case]:
+    """Unknown ops and domains, ops their opset does not define, odd opset imports."""
+    def op(name, domain=""):
+        def change(m):
+            n = _node(m, "relu")
+            n.op_type, n.domain = name, domain
+        return change
+
+    def opset(version, domain=""):
+        def change(m):
+            m.opset_import[0].domain, m.opset_import[0].version = domain, version
+        return change
+
+    def also_import(domain, version):
+        def change(m):
+            m.opset_import.append(helper.make_opsetid(domain, version))
+        return change
+
+    def both(*changes):
+        def change(m):
+            for c in changes:
+                c(m)
+        return change
+
+    bad = {"unknown-op": op("Frobnicate"), "gelu-before-opset-20": op("Gelu"), "lowercase-op": op("relu"),
+           "empty-op": op(""), "unknown-domain": op("Relu", "org.example"),
+           "unknown-domain-imported": both(op("Relu", "org.example"), also_import("org.example", 1)),
+           "ms-relu": both(op("Relu", "com.microsoft"), also_import("com.microsoft", 1)),
+           "ms-unknown": both(op("Frobnicate", "com.microsoft"), also_import("com.microsoft", 1)),
+           "ms-no-import": op("QLinearSigmoid", "com.microsoft"),
+           "ms-opset-0": both(op("QLinearSigmoid", "com.microsoft"), also_import("com.microsoft", 0)),
+           "ml-relu": both(op("Relu", "ai.onnx.ml"), also_import("ai.onnx.ml", 3)),
+           "opset-99": opset(99), "opset-0": opset(0), "opset-negative": opset(-4), "opset-1": opset(1),
+           "opset-unknown-domain-only": opset(17, "org.example"),
+           "default-domain-twice": also_import("", 13), "ai-onnx-and-default": also_import("ai.onnx", 13),
+           "no-opset-import": lambda m: m.ClearField("opset_import"),
+           "ir-version-99": lambda m: setattr(m, "ir_version", 99),
+           "ir-version-0": lambda m: setattr(m, "ir_version", 0)}
+    cases = [Case(f"ops-{label}", _edit("mlp", change), expect="error") for label, change in bad.items()]
+
+    def leaky(alpha):
+        def change(m):
+            n = _node(m, "sigmoid")
+            n.op_type = "QLinearLeakyRelu"
+            n.attribute.append(helper.make_attribute("alpha", alpha))
+        return change
+
+    def drop_input(node, keep):
+        def change(m):
+            del _node(m, node).input[keep:]
+        return change
+
+    contrib_cases = {"contrib-alpha-int": (leaky(1), "error"), "contrib-alpha-float": (leaky(0.25), "ok"),
+                     "contrib-too-few-inputs": (drop_input("add", 5), "error"),
+                     # the schema makes it optional; onnxruntime 1.32 aborts on a QLinearSigmoid without it
+                     "contrib-optional-zero-point-absent": (drop_input("sigmoid", 4), "any"),
+                     "contrib-unknown-attribute": (lambda m: _set_attr(m, "add", helper.make_attribute("k", 1)),
+                                                   "error")}
+    cases += [Case(f"ops-{label}", _edit("contrib", change), expect=expect)
+              for label, (change, expect) in contrib_cases.items()]
+    good = {"ai-onnx-domain-name": opset(17, "ai.onnx"), "opset-13": opset(13), "unused-extra-domain":
+            also_import("org.example", 1)}
+    cases += [Case(f"ops-{label}", _edit("mlp", change), expect="ok") for label, change in good.items()]
+    return cases
+
+
+def attributes() -> list[Case]:
+    """Attributes of the wrong type, missing, unknown, repeated or with impossible values."""
+    def attr(node, a):
+        return lambda m: _set_attr(m, node, a)
+
+    def raw(name, kind, **fields):
+        return AttributeProto(name=name, type=kind, **fields)
+
+    def drop(node, name):
+        def change(m):
+            n = _node(m, node)
+            kept = [a for a in n.attribute if a.name != name]
+            del n.attribute[:]
+            n.attribute.extend(kept)
+        return change
+
+    def repeat(node, name):
+        def change(m):
+            n = _node(m, node)
+            n.attribute.append(next(a for a in n.attribute if a.name == name))
+        return change
+
+    bad = {
+        "alpha-int": ("cnn", attr("leaky", helper.make_attribute("alpha", 2))),
+        "alpha-string": ("cnn", attr("leaky", helper.make_attribute("alpha", "0.1"))),
+        "alpha-floats": ("cnn", attr("leaky", helper.make_attribute("alpha", [0.1, 0.2]))),
+        "alpha-tensor": ("cnn", attr("leaky", helper.make_attribute("alpha", numpy_helper.from_array(
+            np.array(0.1, np.float32))))),
+        "alpha-type-undefined": ("cnn", attr("leaky", AttributeProto(name="alpha", f=0.1))),
+        "alpha-type-says-int-holds-float": ("cnn", attr("leaky", raw("alpha", AttributeProto.INT, f=0.1))),
+        "axis-float": ("mlp", attr("softmax", helper.make_attribute("axis", 1.0))),
+        "axis-string": ("mlp", attr("softmax", helper.make_attribute("axis", "1"))),
+        "axis-out-of-range": ("mlp", attr("softmax", helper.make_attribute("axis", 9))),
+        "axis-huge": ("mlp", attr("softmax", helper.make_attribute("axis", 1 << 62))),
+        "transB-string": ("mlp", attr("gemm", helper.make_attribute("transB", "yes"))),
+        "kernel-shape-floats": ("cnn", attr("conv", helper.make_attribute("kernel_shape", [3.0, 3.0]))),
+        "kernel-shape-wrong": ("cnn", attr("conv", helper.make_attribute("kernel_shape", [5, 5]))),
+        "kernel-shape-negative": ("cnn", attr("pool", helper.make_attribute("kernel_shape", [-2, 2]))),
+        "kernel-shape-zero": ("cnn", attr("pool", helper.make_attribute("kernel_shape", [0, 2]))),
+        "kernel-shape-rank": ("cnn", attr("pool", helper.make_attribute("kernel_shape", [2, 2, 2]))),
+        "pool-kernel-larger-than-input": ("cnn", attr("pool", helper.make_attribute("kernel_shape", [9, 9]))),
+        "strides-zero": ("cnn", attr("conv", helper.make_attribute("strides", [0, 1]))),
+        "strides-negative": ("cnn", attr("pool", helper.make_attribute("strides", [-1, 2]))),
+        "strides-huge": ("cnn", attr("conv", helper.make_attribute("strides", [1 << 40, 1]))),
+        "pads-negative": ("cnn", attr("conv", helper.make_attribute("pads", [-5, -5, -5, -5]))),
+        "pads-short": ("cnn", attr("conv", helper.make_attribute("pads", [1, 1]))),
+        "pads-huge": ("cnn", attr("conv", helper.make_attribute("pads", [1 << 40, 1, 1, 1]))),
+        "group-zero": ("cnn", attr("conv", helper.make_attribute("group", 0))),
+        "group-3": ("cnn", attr("conv", helper.make_attribute("group", 3))),
+        "dilations-zero": ("cnn", attr("conv", helper.make_attribute("dilations", [0, 1]))),
+        "auto-pad-bogus": ("cnn", attr("conv", helper.make_attribute("auto_pad", "SIDEWAYS"))),
+        "auto-pad-bytes": ("cnn", attr("conv", helper.make_attribute("auto_pad", b"\xff\xfe"))),
+        "flatten-axis-9": ("cnn", attr("flatten", helper.make_attribute("axis", 9))),
+        "unknown-attribute": ("mlp", attr("relu", helper.make_attribute("bogus", 1))),
+        "repeated-attribute": ("cnn", repeat("conv", "pads")),
+        "missing-required": ("mlp", lambda m: _node(m, "relu").CopyFrom(
+            helper.make_node("Transpose", ["a"], ["r"], name="relu", perm=[0, 1, 2]))),
+        "graph-attribute-on-relu": ("mlp", attr("relu", helper.make_attribute(
+            "body", helper.make_graph([], "empty", [], [])))),
+        "kernel-shape-missing": ("cnn", drop("pool", "kernel_shape")),
+    }
+    cases = [Case(f"attribute-{label}", _edit(base, change), expect="error") for label, (base, change) in bad.items()]
+    lenient = {
+        "transB-2": ("mlp", attr("gemm", helper.make_attribute("transB", 2))),     # onnxruntime: nonzero is true
+        "strides-missing": ("cnn", drop("conv", "strides")),
+        "kernel-shape-absent-on-conv": ("cnn", drop("conv", "kernel_shape")),
+        "alpha-nan": ("cnn", attr("leaky", helper.make_attribute("alpha", float("nan")))),
+        "axis-negative": ("mlp", attr("softmax", helper.make_attribute("axis", -1))),
+    }
+    cases += [Case(f"attribute-{label}", _edit(base, change), expect="ok") for label, (base, change) in lenient.items()]
+    return cases
+
+
+def tensor_data() -> list[Case]:
+    """Data that does not match the declared shape and type; NaN and infinite weights."""
+    def raw_bytes(extra: int):
+        def change(m):
+            t = _init(m, "w1")
+            t.raw_data = t.raw_data + b"\0" * extra if extra > 0 else t.raw_data[:extra]
+        return change
+
+    def typed(count: int, kind: str = "float_data"):
+        def change(m):
+            t = _init(m, "w1")
+            t.ClearField("raw_data")
+            getattr(t, kind).extend([1] * count)
+        return change
+
+    def both_fields(m):
+        _init(m, "w1").float_data.extend([1.0] * 64)
+
+    def no_data(m):
+        _init(m, "w1").ClearField("raw_data")
+
+    def int64_shape_short(m):
+        m.graph.initializer.append(numpy_helper.from_array(np.array([1, 4], np.int64), "shape"))
+        _init(m, "shape").raw_data = _init(m, "shape").raw_data[:12]
+        m.graph.node.append(helper.make_node("Reshape", ["y", "shape"], ["z"], name="reshape"))
+        m.graph.output[0].name = "z"
+
+    def constant_node_mismatch(m):
+        value = numpy_helper.from_array(np.ones(8, np.float32), "c")
+        value.raw_data = value.raw_data + b"\0" * 4
+        m.graph.initializer.remove(_init(m, "b1"))
+        m.graph.node.insert(0, helper.make_node("Constant", [], ["b1"], name="const", value=value))
+
+    def string_data(m):
+        t = _init(m, "b1")
+        t.data_type = TensorProto.STRING
+        t.ClearField("raw_data")
+        t.string_data.extend([b"\xff"] * 8)
+
+    bad = {"raw-too-long": raw_bytes(4), "raw-too-short": raw_bytes(-4), "raw-one-byte-more": raw_bytes(1),
+           "raw-much-too-long": raw_bytes(1 << 16), "float-data-short": typed(63), "float-data-long": typed(65),
+           "int32-data-for-float": typed(64, "int32_data"), "both-raw-and-typed": both_fields, "no-data": no_data,
+           "int64-raw-short": int64_shape_short, "constant-node-raw-too-long": constant_node_mismatch,
+           "string-data": string_data}
+    cases = [Case(f"data-{label}", _edit("mlp", change), expect="error") for label, change in bad.items()]
+    for label, value in (("nan", np.nan), ("inf", np.inf), ("minus-inf", -np.inf), ("denormal", 1e-45),
+                         ("max", np.finfo(np.float32).max)):
+        def special(m, value=value):
+            t = _init(m, "w1")
+            array = numpy_helper.to_array(t).copy()
+            array[::3] = value
+            t.CopyFrom(numpy_helper.from_array(array, "w1"))
+        cases.append(Case(f"data-weights-{label}", _edit("mlp", special), expect="ok"))
+    return cases
+
+
+def external_data() -> list[Case]:
+    """Weights in a file beside the model, described wrongly or pointing elsewhere."""
+    weights = numpy_helper.to_array(_init(mlp(), "w1")).tobytes()      # 256 bytes
+
+    def external(location: str, offset=None, length=None, **extra):
+        def change(m):
+            t = _init(m, "w1")
+            t.ClearField("raw_data")
+            t.data_location = TensorProto.EXTERNAL
+            entries = {"location": location, "offset": offset, "length": length, **extra}
+            for key, value in entries.items():
+                if value is not None:
+                    entry = t.external_data.add()
+                    entry.key, entry.value = key, str(value)
+        return _edit("mlp", change)
+
+    data = {"w.bin": weights}
+    cases = [
+        Case("external-ok", external("w.bin", 0, 256), expect="ok", files=data),
+        Case("external-ok-no-length", external("w.bin"), expect="ok", files=data),
+        Case("external-ok-offset", external("w.bin", 16, 256), expect="ok", files={"w.bin": b"\0" * 16 + weights}),
+        Case("external-offset-past-eof", external("w.bin", 300, 256), expect="error", files=data),
+        Case("external-offset-at-eof", external("w.bin", 256), expect="error", files=data),
+        Case("external-length-past-eof", external("w.bin", 0, 512), expect="error", files=data),
+        Case("external-offset-plus-length-past-eof", external("w.bin", 128, 256), expect="error", files=data),
+        Case("external-length-short", external("w.bin", 0, 128), expect="error", files=data),
+        Case("external-offset-not-a-number", external("w.bin", "zero", 256), expect="error", files=data),
+        Case("external-length-negative", external("w.bin", 0, -256), expect="error", files=data),
+        Case("external-offset-huge", external("w.bin", 1 << 70, 256), expect="error", files=data),
+        Case("external-missing-file", external("nothere.bin", 0, 256), expect="error"),
+        Case("external-no-location", external("", 0, 256), expect="error", files=data),
+        Case("external-location-is-directory", external(".", 0, 256), expect="error"),
+        Case("external-escape-relative", external("../../../../../../etc/passwd", 0, 256), expect="error"),
+        Case("external-escape-parent", external("../w.bin", 0, 256), expect="error"),
+        Case("external-escape-absolute", external("/etc/passwd", 0, 256), expect="error"),
+        Case("external-escape-symlink", external("link.bin", 0, 256), expect="error",
+             links={"link.bin": "/etc/passwd"}),
+        Case("external-nul-in-location", external("w.bin\0x", 0, 256), expect="error", files=data),
+        Case("external-unknown-key", external("w.bin", 0, 256, colour="blue"), expect="any", files=data),
+        Case("external-location-non-utf8", _replace(external("w.bin", 0, 256), b"w.bin", b"w\xff.in"),
+             expect="error", files=data),
+    ]
+    return cases
+
+
+def _replace(data: bytes, old: bytes, new: bytes) -> bytes:
+    """Edit serialized bytes (how a name that is not UTF-8 gets into a model); same length keeps it parseable."""
+    assert old in data and len(old) == len(new)
+    return data.replace(old, new)
+
+
+def names() -> list[Case]:
+    """Names that are not text, very long, path-like, shell-like, C keywords, or collide once made C names."""
+    def rename_everywhere(old: str, new: str):
+        def change(m):
+            g = m.graph
+            for vi in list(g.input) + list(g.output) + list(g.value_info):
+                vi.name = new if vi.name == old else vi.name
+            for t in g.initializer:
+                t.name = new if t.name == old else t.name
+            for n in g.node:
+                n.input[:] = [new if i == old else i for i in n.input]
+                n.output[:] = [new if o == old else o for o in n.output]
+                n.name = new if n.name == old else n.name
+        return change
+
+    hostile = {"long": "n" * 10_000, "dotdot": "../../escape", "absolute": "/tmp/escape",
+               "shell": "$(touch pwned);`x`|&>", "keyword-int": "int", "keyword-return": "return", "main": "main",
+               "newline": "a\nb", "escape": "\x1b[31mred", "quote": "w\"'\\", "space": "  ", "unicode": "вес·重量",
+               "percent": "%s%n%x", "dash": "-o"}
+    cases = []
+    for label, new in hostile.items():
+        for old in ("x", "w1", "y", "relu", "a"):
+            cases.append(Case(f"name-{label}-for-{old}", _edit("mlp", rename_everywhere(old, new)), expect="ok"))
+    collide = [("x", "in.put"), ("y", "in-put")]       # an input and an output: both `in_put` in C
+
+    def colliding(m):
+        for old, new in collide:
+            rename_everywhere(old, new)(m)
+    cases.append(Case("name-collide-after-sanitizing", _edit("mlp", colliding), expect="ok"))
+
+    def two_inputs(m):      # a second input "X": the macros are upper case
+        m.graph.input.append(_f32("X", [1, 8]))
+        _node(m, "add").input[1] = "X"
+    cases.append(Case("name-collide-case", _edit("mlp", two_inputs), expect="ok"))
+    base = _bytes(mlp())
+    for label, old, new in (("node", b"matmul", b"matm\xffl"), ("tensor", b"w2", b"\xc3w"),
+                            ("input", b"\x0a\x01x", b"\x0a\x01\xff"), ("op", b"Relu", b"Rel\xfe"),
+                            ("graph", b"\x12\x01g", b"\x12\x01\x80"), ("producer", b"hostile", b"hostil\xe9")):
+        cases.append(Case(f"name-not-utf8-{label}", _replace(base, old, new), expect="error"))
+    for label, name in (("keyword", "int"), ("dotdot", "../../../escape"), ("empty", ""), ("digits", "123"),
+                        ("shell", "$(touch pwned)"), ("long", "m" * 5000)):
+        # a name longer than the file system allows in a file name may be refused, cleanly
+        cases.append(Case(f"name-option-{label}", base, ("--name", name), expect="any" if label == "long" else "ok"))
+    for label, file in (("keyword", "int.onnx"), ("spaces", "my model.onnx"),
+                        ("no-extension", "model"), ("unicode", "модель.onnx"), ("dots", "..onnx")):
+        cases.append(Case(f"name-file-{label}", base, expect="ok", model_file=file))
+    return cases
+
+
+def options() -> list[Case]:
+    """Command lines aot must refuse."""
+    base = _bytes(mlp())
+    bad = {"unknown-target": ("--target", "pdp11"), "empty-target": ("--target", ""),
+           "target-path": ("--target", "../../etc/passwd"),
+           "shape-no-equals": ("--input-shape", "x"), "shape-no-name": ("--input-shape", "=1x8"),
+           "shape-letters": ("--input-shape", "x=1xAx8"), "shape-zero": ("--input-shape", "x=0x8"),
+           "shape-negative": ("--input-shape", "x=-1x8"), "shape-empty": ("--input-shape", "x="),
+           "shape-unknown-input": ("--input-shape", "nosuch=1x8"), "shape-wrong-rank": ("--input-shape", "x=1x8x1"),
+           "shape-contradicts": ("--input-shape", "x=2x8"), "shape-huge": ("--input-shape", "x=1x" + "9" * 30),
+           "shape-float": ("--input-shape", "x=1.5x8"), "memory-bad": ("--memory", "ram=lots"),
+           "memory-too-small": ("--memory", "ram=1"), "memory-unknown-kind": ("--memory", "disk=1M"),
+           "freeze-unknown": ("--freeze", "nosuch=1"), "freeze-bad-value": ("--freeze", "x=abc"),
+           "freeze-count": ("--freeze", "x=1,2,3"), "knobs-missing": ("--knobs", "nosuch.toml"),
+           "knobs-directory": ("--knobs", "."), "unknown-option": ("--frobnicate",),
+           "output-is-file": ("-o", "model.onnx")}
+    cases = [Case(f"option-{label}", base, args, expect="error") for label, args in bad.items()]
+    cases.append(Case("option-missing-model-argument", base, expect="error", argv=("build", "--target")))
+    cases.append(Case("option-no-command", base, expect="error", argv=()))
+    cases.append(Case("option-model-is-directory", base, expect="error", model_file="dir.onnx/"))
+    cases.append(Case("option-empty-file", b"", expect="error"))
+    return cases
+
+
+def deep_chain(count: int = 10_000) -> Case:
+    nodes = [helper.make_node("Relu", [f"t{i}" if i else "x"], [f"t{i + 1}" if i < count - 1 else "y"], name=f"relu{i}")
+             for i in range(count)]
+    return Case(f"deep-chain-{count}", _bytes(_model(nodes, [_f32("x", [1, 16])], [_f32("y", [1, 16])])), expect="ok")
+
+
+def corpus() -> list[Case]:
+    rng = np.random.default_rng(SEED)
+    cases = (fuzzed(rng) + structure() + [nested_ifs()] + dims_and_dtypes() + ops_and_opsets() + attributes()
+             + tensor_data() + external_data() + names() + options())
+    assert len({c.name for c in cases}) == len(cases), "case names must be unique"
+    return cases
+
+
+CORPUS = corpus()
+
+
+# --------------------------------------------------------------------------- running a case
+
+
+@dataclass(frozen=True)
+class Outcome:
+    code: int | None        # exit code; None if an exception escaped
+    stdout: str
+    stderr: str
+    raised: str             # the traceback, if one escaped
+    warned: list[str]       # warnings the run emitted (the CLI would print them)
+    outputs: list[str] | None   # files in the output directory, None if there is none
+    strays: list[str]       # paths created, changed or removed outside the output directory
+
+
+def snapshot(root: Path, skip: Path) -> dict[str, tuple]:
+    """Every path under root (not following symlinks) except `skip` and what is under it, with what
+    identifies its content: mode, size and modification time for files and links, mode for directories
+    (a directory's times change when the output directory appears in it)."""
+    seen = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        dirnames[:] = [d for d in dirnames if here / d != skip]
+        for name in dirnames + filenames:
+            st = (here / name).lstat()
+            seen[str((here / name).relative_to(root))] = ((st.st_mode,) if stat.S_ISDIR(st.st_mode)
+                                                          else (st.st_mode, st.st_size, st.st_mtime_ns))
+    return seen
+
+
+def run_case(case: Case, root: Path) -> Outcome:
+    """Run `aot build` on the case in root/<case name>/, with that directory as the working directory."""
+    where = root / case.name
+    where.mkdir(parents=True)
+    if case.model_file.endswith("/"):
+        (where / case.model_file).mkdir()
+    else:
+        (where / case.model_file).write_bytes(case.model)
+    for name, data in case.files.items():
+        (where / name).write_bytes(data)
+    for name, target in case.links.items():
+        (where / name).symlink_to(target)
+    out = where / "out"
+    argv = list(case.argv if case.argv is not None else ("build", case.model_file.rstrip("/"), "-o", "out", *case.args))
+    before = snapshot(root, out)
+    stdout, stderr, raised, code = io.StringIO(), io.StringIO(), "", None
+    cwd = os.getcwd()
+    try:
+        os.chdir(where)
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr), \
+                warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                code = cli.main(argv)
+            except SystemExit as exit_:
+                code = exit_.code if isinstance(exit_.code, int) else 1
+            except BaseException:       # noqa: B036 - what this test looks for: anything escaping main
+                raised = traceback.format_exc()
+    finally:
+        os.chdir(cwd)
+    after = snapshot(root, out)
+    strays = sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+    outputs = sorted(os.listdir(out)) if out.is_dir() else None
+    return Outcome(code, stdout.getvalue(), stderr.getvalue(), raised,
+                   [f"{w.category.__name__}: {w.message}" for w in caught], outputs, strays)
+
+
+def problems(case: Case, outcome: Outcome) -> list[str]:
+    """What is wrong with how aot handled the case (nothing, for a pass)."""
+    if outcome.raised:
+        return [f"raised:\n{outcome.raised}"]
+    found = []
+    if outcome.strays:
+        found.append(f"wrote outside the output directory: {outcome.strays[:5]}")
+    if outcome.warned:
+        found.append(f"printed warnings: {outcome.warned[:3]}")
+    if outcome.code == 0:
+        if case.expect == "error":
+            found.append(f"built an invalid model: {outcome.stdout.strip()}")
+        name_files = [f for f in outcome.outputs or [] if f.endswith((".o", ".h", ".c"))]
+        if (outcome.outputs is None or len(outcome.outputs) != 6 or len(name_files) != 3
+                or not {"plan.json", "metadata.json", "report.txt"} <= set(outcome.outputs)):
+            found.append(f"succeeded without a complete output directory: {outcome.outputs}")
+        if outcome.stderr:
+            found.append(f"succeeded but printed to stderr: {outcome.stderr!r}")
+        return found
+    if case.expect == "ok":
+        found.append(f"refused a valid model: {outcome.stderr.strip()}")
+    lines = outcome.stderr.strip().splitlines()
+    if outcome.code == 2 and lines and lines[0].startswith("usage: "):
+        lines = [line for line in lines if not line.startswith(("usage: ", " "))]   # argparse's usage, wrapped
+    if len(lines) != 1 or not lines[0].startswith(("aot: error: ", "aot build: error: ")):
+        found.append(f"exit {outcome.code} without one error line: {outcome.stderr!r}")
+    if outcome.outputs is not None:
+        found.append(f"failed but left an output directory: {outcome.outputs}")
+    return found
+
+
+CHUNK_CASES = [CORPUS[i::CHUNKS] for i in range(CHUNKS)]
+
+
+def test_corpus_covers_every_category():
+    prefixes = {c.name.split("-")[0] for c in CORPUS}
+    assert prefixes == {"truncated", "bitflip", "random", "structure", "dims", "dtype", "ops", "attribute", "data",
+                        "external", "name", "option"}
+    assert len(CORPUS) >= 300
+    assert sum(c.expect == "error" for c in CORPUS) >= 100 and sum(c.expect == "ok" for c in CORPUS) >= 50
+
+
+def c_problems(case: Case, root: Path) -> list[str]:
+    """The wrapper of a model with hostile names compiles as strict C99 (names become C identifiers)."""
+    source = next((root / case.name / "out").glob("*.c"))
+    proc = subprocess.run([*STRICT_C, "-fsyntax-only", str(source)], capture_output=True, text=True)
+    return [f"its C wrapper does not compile: {proc.stderr.strip()[:400]}"] if proc.returncode else []
+
+
+STRICT_C = ["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_hostile_corpus(chunk, tmp_path):
+    failures = []
+    for case in CHUNK_CASES[chunk]:
+        outcome = run_case(case, tmp_path)
+        found = problems(case, outcome)
+        if not found and outcome.code == 0 and case.name.startswith("name-") and shutil.which(STRICT_C[0]):
+            found = c_problems(case, tmp_path)
+        failures += [f"{case.name}: {p}" for p in found]
+    assert not failures, "\n".join(failures)
+
+
+def test_deep_chain_builds(tmp_path):
+    """10,000 nodes in a chain: no recursion as deep as the graph, no pass quadratic in its size."""
+    case = deep_chain()
+    outcome = run_case(case, tmp_path)
+    assert not problems(case, outcome), problems(case, outcome)
