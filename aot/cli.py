@@ -161,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("aot: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:             # `aot targets | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 def _printable(text: str, keep_lines: bool) -> str:
