@@ -8,6 +8,7 @@ import llvmlite.binding as llvm
 import numpy as np
 from llvmlite import ir
 
+from aot.isa import INT_SIMD
 from aot.kernel import ir as k
 from aot.kernel.verify import verify_kernel
 from aot.target import Target
@@ -238,34 +239,20 @@ class _FunctionEmitter:
     def sqrt(self, e: k.Sqrt) -> ir.Value:
         """The FPU's square root; with soft float llvm.sqrt would become a call to libm's sqrtf, so there
         the portable expansion is emitted instead."""
-        if self.mb.target.float_abi == "soft":
+        if not self.mb.target.fpu:
             return self.expr(e.portable)
         fn = self.mb.intrinsic("llvm.sqrt", self.mb.type_of(e.dtype, e.lanes), 1)
         return self.b.call(fn, [self.expr(e.value)])
 
     def dot(self, e: k.Dot) -> ir.Value:
-        """Group-of-G 8-bit dot products into i32 lanes: one instruction where the target has it."""
+        """Group-of-G 8-bit dot products into i32 lanes: one instruction where the target's integer-SIMD
+        form has it (the emitters registered for it in _DOT_EMITTERS), else widening multiplies and adds."""
         acc, a, w = self.expr(e.acc), self.expr(e.a), self.expr(e.b)
         lanes, group = e.acc.lanes, e.a.lanes // e.acc.lanes
-        style = self.mb.target.int_simd
-        if style == "avx512-vnni" and e.a_unsigned and group == 4 and lanes in (8, 16):
-            vt = ir.VectorType(_I32, lanes)
-            name = f"llvm.x86.avx512.vpdpbusd.{lanes * 32}"
-            fn = self.mb.declare(name, ir.FunctionType(vt, [vt] * 3))
-            return self.b.call(fn, [acc, self.b.bitcast(a, vt), self.b.bitcast(w, vt)])
-        if style == "dsp" and group == 2 and lanes == 1 and e.a.dtype == "i16":
-            fn = self.mb.declare("llvm.arm.smlad", ir.FunctionType(_I32, [_I32] * 3))
-            return self.b.call(fn, [self.b.bitcast(a, _I32), self.b.bitcast(w, _I32), acc])
-        x86_pairs = style in ("avx2", "avx512bw", "avx512-vnni") and (lanes == 8 or style != "avx2")
-        if x86_pairs and group == 2 and lanes in (8, 16) and e.a.dtype == "i16":
-            vt, ht = ir.VectorType(_I32, lanes), ir.VectorType(ir.IntType(16), lanes * 2)
-            name = "llvm.x86.avx2.pmadd.wd" if lanes == 8 else "llvm.x86.avx512.pmaddw.d.512"
-            return self.b.add(acc, self.b.call(self.mb.declare(name, ir.FunctionType(vt, [ht, ht])), [a, w]))
-        if style == "neon-dotprod" and not e.a_unsigned and group == 4 and lanes == 4:
-            vt, bt = ir.VectorType(_I32, 4), ir.VectorType(ir.IntType(8), 16)
-            name = "llvm.aarch64.neon.sdot.v4i32.v16i8"
-            fn = self.mb.declare(name, ir.FunctionType(vt, [vt, bt, bt]))
-            return self.b.call(fn, [acc, a, w])
+        for emit in _DOT_EMITTERS.get(self.mb.target.int_simd, ()):
+            value = emit(self, e, acc, a, w, lanes, group)
+            if value is not None:
+                return value
         wide = ir.VectorType(_I32, lanes * group)
         products = self.b.mul(self.b.zext(a, wide) if e.a_unsigned else self.b.sext(a, wide), self.b.sext(w, wide))
         total = acc
@@ -277,6 +264,34 @@ class _FunctionEmitter:
                                                                            [i * group + g for i in range(lanes)]))
             total = self.b.add(total, picked)
         return total
+
+    # One instruction per dot form; each returns None when the operands are not its shape.
+    def _vpdpbusd(self, e: k.Dot, acc, a, w, lanes: int, group: int) -> ir.Value | None:
+        if not (e.a_unsigned and group == 4 and lanes in (8, 16)):
+            return None
+        vt = ir.VectorType(_I32, lanes)
+        fn = self.mb.declare(f"llvm.x86.avx512.vpdpbusd.{lanes * 32}", ir.FunctionType(vt, [vt] * 3))
+        return self.b.call(fn, [acc, self.b.bitcast(a, vt), self.b.bitcast(w, vt)])
+
+    def _pmaddwd(self, e: k.Dot, acc, a, w, lanes: int, group: int, widths=(8, 16)) -> ir.Value | None:
+        if not (group == 2 and lanes in widths and e.a.dtype == "i16"):
+            return None
+        vt, ht = ir.VectorType(_I32, lanes), ir.VectorType(ir.IntType(16), lanes * 2)
+        name = "llvm.x86.avx2.pmadd.wd" if lanes == 8 else "llvm.x86.avx512.pmaddw.d.512"
+        return self.b.add(acc, self.b.call(self.mb.declare(name, ir.FunctionType(vt, [ht, ht])), [a, w]))
+
+    def _smlad(self, e: k.Dot, acc, a, w, lanes: int, group: int) -> ir.Value | None:
+        if not (group == 2 and lanes == 1 and e.a.dtype == "i16"):
+            return None
+        fn = self.mb.declare("llvm.arm.smlad", ir.FunctionType(_I32, [_I32] * 3))
+        return self.b.call(fn, [self.b.bitcast(a, _I32), self.b.bitcast(w, _I32), acc])
+
+    def _sdot(self, e: k.Dot, acc, a, w, lanes: int, group: int) -> ir.Value | None:
+        if not (not e.a_unsigned and group == 4 and lanes == 4):
+            return None
+        vt, bt = ir.VectorType(_I32, 4), ir.VectorType(ir.IntType(8), 16)
+        fn = self.mb.declare("llvm.aarch64.neon.sdot.v4i32.v16i8", ir.FunctionType(vt, [vt, bt, bt]))
+        return self.b.call(fn, [acc, a, w])
 
     def binary(self, op: str, dtype: str, a: ir.Value, b: ir.Value) -> ir.Value:
         bld = self.b
@@ -360,3 +375,13 @@ class _FunctionEmitter:
             value = self.binary(e.op, e.dtype, lo, hi)
             lanes = half
         return self.b.extract_element(value, ir.Constant(_I32, 0)) if e.value.lanes > 1 else value
+
+
+# How each registered integer-SIMD form (aot/isa.py) emits its dot products, tried in order.
+_DOT_EMITTERS = {
+    INT_SIMD["avx512-vnni"]: (_FunctionEmitter._vpdpbusd, _FunctionEmitter._pmaddwd),
+    INT_SIMD["avx512bw"]: (_FunctionEmitter._pmaddwd,),
+    INT_SIMD["avx2"]: (functools.partial(_FunctionEmitter._pmaddwd, widths=(8,)),),
+    INT_SIMD["dsp"]: (_FunctionEmitter._smlad,),
+    INT_SIMD["neon-dotprod"]: (_FunctionEmitter._sdot,),
+}

@@ -19,6 +19,7 @@ import numpy as np
 
 from aot.graph.ir import Graph, Node, Rewriter
 from aot.graph.quant import Quant, fixed_point, node_quant
+from aot.isa import DotStyle
 from aot.kernel.ir import (
     Broadcast,
     Buffer,
@@ -240,7 +241,7 @@ class IntArith:
 
     def __init__(self, ctx: LowerContext, quant: Quant, bias: np.ndarray | None):
         self.q = quant
-        self.fixed = ctx.target.float_abi == "soft"
+        self.fixed = not ctx.target.fpu
         self.float_bias = None
         if bias is not None and bias.dtype == np.float32:
             if self.fixed:      # no FPU: fold the float bias into the integer accumulator
@@ -419,35 +420,13 @@ def _weights_outer(g: Geometry, weight_bytes: int, x_bytes: int, panels: int, ca
 
 # --- int8 dot products ------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class DotStyle:
-    """How a target's integer dot-product instruction wants its operands.
-
-    bytes: raw 8-bit values, `group` of them per 32-bit lane (AVX-512 VNNI vpdpbusd takes the
-    activations unsigned, NEON sdot signed); the zero point comes off through the bias, so every tap
-    of the window must be present (no padding). pairs: x - x_zp and w - w_zp as 16-bit pairs in one
-    32-bit lane (x86 vpmaddwd, the Cortex-M DSP's SMLAD: two multiplies and two adds at once); any padding."""
-
-    group: int
-    raw_bytes: bool
-    a_unsigned: bool = False
-    scalar: bool = False        # one output channel per accumulator, the group summed across a vector
-
-
-_PAIRS = DotStyle(2, False)
-# Per integer-SIMD style of a target, the dot-product forms it has, best first.
-DOT_STYLES = {"avx512-vnni": [DotStyle(4, True, a_unsigned=True), _PAIRS], "neon-dotprod": [DotStyle(4, True)],
-              "dsp": [_PAIRS], "avx2": [_PAIRS], "avx512bw": [_PAIRS],
-              "mve": [DotStyle(8, False, scalar=True)]}     # Helium VMLAV: 8 products summed into a scalar
-
-
 def dot_style(ctx: LowerContext, node: Node, groups: int, cg: int) -> DotStyle | None:
     """The best dot-product form this quantized Conv/Gemm can use on the target, if any."""
     quant = node_quant(ctx.graph.values, node)
     if quant is None or groups != 1:
         return None
     weight = ctx.graph.constants[node.inputs[1]]
-    for style in DOT_STYLES.get(ctx.target.int_simd, []):
+    for style in ctx.target.int_simd.dots:
         if cg % style.group:
             continue
         if style.raw_bytes and (weight.dtype != np.int8 or np.any(quant.w_zp) or any(node.attrs.get("pads", (0,)))):
