@@ -25,6 +25,8 @@ class DotStyle:
     raw_bytes: bool
     a_unsigned: bool = False
     scalar: bool = False        # one output channel per accumulator, the group summed across a vector
+    byte_pairs: bool = False    # 4 bytes per 32-bit load, widened in pairs (bytes 0,2 and 1,3) in core
+                                # registers with the zero point added (sxtab16), multiplied by SMLAD
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,11 @@ class IntSimd:
     name: str
     description: str
     dots: tuple[DotStyle, ...] = ()
+
+    @property
+    def byte_pairs(self) -> bool:
+        """True if bytes widen in pairs in one instruction (BytePairs in kernel IR: sxtb16, sxtab16)."""
+        return any(d.byte_pairs for d in self.dots)
 
     def __str__(self) -> str:
         return self.name
@@ -50,7 +57,8 @@ _FORMS = (
     IntSimd("neon", "Arm NEON without dot product: widening multiply-accumulate"),
     IntSimd("neon-dotprod", "Arm NEON with the Armv8.2 dot product: sdot on 4 signed bytes per lane",
             (DotStyle(4, True),)),
-    IntSimd("dsp", "Arm DSP extension (Cortex-M4/M7): SMLAD on 16-bit pairs in a core register", (_PAIRS,)),
+    IntSimd("dsp", "Arm DSP extension (Cortex-M4/M7): bytes widened in pairs (SXTB16, SXTAB16), SMLAD on "
+            "16-bit pairs in a core register", (DotStyle(4, False, scalar=True, byte_pairs=True), _PAIRS)),
     IntSimd("mve", "Arm Helium (MVE): VMLAV sums 8 products into a scalar", (DotStyle(8, False, scalar=True),)),
 )
 INT_SIMD: dict[str, IntSimd] = {form.name: form for form in _FORMS}

@@ -234,6 +234,8 @@ class _FunctionEmitter:
             return b.bitcast(self.expr(e.value), self.mb.type_of(e.dtype, e.lanes))
         if isinstance(e, k.Dot):
             return self.dot(e)
+        if isinstance(e, k.BytePairs):
+            return self.byte_pairs(e)
         raise TypeError(e)
 
     def sqrt(self, e: k.Sqrt) -> ir.Value:
@@ -264,6 +266,29 @@ class _FunctionEmitter:
                                                                            [i * group + g for i in range(lanes)]))
             total = self.b.add(total, picked)
         return total
+
+    def byte_pairs(self, e: k.BytePairs) -> ir.Value:
+        """sxtb16/sxtab16 (uxt for unsigned), the odd bytes rotated into place (ARM folds the rotate
+        into the instruction); elsewhere a shuffle, a widening and a 16-bit add."""
+        word = self.expr(e.word)
+        addend = self.expr(e.addend) if e.addend is not None else None
+        if self.mb.target.int_simd.byte_pairs:
+            if e.odd:
+                rotate = self.mb.declare("llvm.fshr.i32", ir.FunctionType(_I32, [_I32] * 3))
+                word = self.b.call(rotate, [word, word, ir.Constant(_I32, 8)])
+            kind = "u" if e.unsigned else "s"
+            if addend is None:
+                return self.b.call(self.mb.declare(f"llvm.arm.{kind}xtb16", ir.FunctionType(_I32, [_I32])), [word])
+            fn = self.mb.declare(f"llvm.arm.{kind}xtab16", ir.FunctionType(_I32, [_I32, _I32]))
+            return self.b.call(fn, [addend, word])
+        pairs = ir.VectorType(ir.IntType(16), 2)
+        picked = self.b.shuffle_vector(self.b.bitcast(word, ir.VectorType(ir.IntType(8), 4)),
+                                       ir.Constant(ir.VectorType(ir.IntType(8), 4), ir.Undefined),
+                                       ir.Constant(ir.VectorType(_I32, 2), [1, 3] if e.odd else [0, 2]))
+        wide = self.b.zext(picked, pairs) if e.unsigned else self.b.sext(picked, pairs)
+        if addend is not None:
+            wide = self.b.add(wide, self.b.bitcast(addend, pairs))
+        return self.b.bitcast(wide, _I32)
 
     # One instruction per dot form; each returns None when the operands are not its shape.
     def _vpdpbusd(self, e: k.Dot, acc, a, w, lanes: int, group: int) -> ir.Value | None:

@@ -126,6 +126,9 @@ class _Verifier:
         elif isinstance(e, k.Reinterpret):
             if self.bits[e.value.dtype] * e.value.lanes != self.bits[e.dtype] * e.lanes:
                 raise self.fail(f"reinterpret of {e.value.dtype}x{e.value.lanes} as {e.dtype}x{e.lanes}")
+        elif isinstance(e, k.BytePairs):
+            if any(x is not None and (x.dtype, x.lanes) != ("i32", 1) for x in (e.word, e.addend)):
+                raise self.fail("byte pairs of something other than a 32-bit word")
         elif isinstance(e, k.Dot):
             if e.acc.dtype != "i32" or e.a.lanes != e.b.lanes or e.a.lanes % e.acc.lanes:
                 raise self.fail("dot operands do not group into the accumulator's lanes")

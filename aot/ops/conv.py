@@ -24,6 +24,7 @@ from aot.kernel.ir import (
     Broadcast,
     Buffer,
     Builder,
+    BytePairs,
     Cast,
     Dot,
     Expr,
@@ -337,6 +338,49 @@ class DotArith(IntArith):
         return Dot(acc, a, w, self.style.a_unsigned)
 
 
+class BytePairArith(IntArith):
+    """int8 on the Arm DSP (see DotStyle.byte_pairs): one 32-bit load brings 4 input channels of a pixel,
+    and one 4 weights of an output channel; each word widens into two 16-bit pairs, bytes (0, 2) and
+    (1, 3) (sxtb16, and through a folded rotate), so activation and weight pairs match and two SMLADs
+    take the 4 products. LLVM shares each pixel's and each channel's widening across the register tile.
+
+    The activation zero point comes off in the widening (sxtab16 with the pair (-x_zp, -x_zp)) where the
+    window may be clipped by padding; without padding it comes off once, through the bias:
+    sum (x - z) w = sum x w - z sum w, and the widening is a plain sxtb16."""
+
+    def __init__(self, ctx: LowerContext, style: DotStyle, quant: Quant, bias: np.ndarray | None,
+                 weight: np.ndarray, x_dtype: str, padded: bool):
+        self.group, self.scalar = style.group, True
+        self.unsigned = x_dtype == "u8"
+        self.zero_pair = None
+        if padded or not quant.x_zp:
+            super().__init__(ctx, quant, bias)
+            if quant.x_zp:
+                half = -quant.x_zp & 0xFFFF
+                self.zero_pair = const(np.int32(np.uint32(half * 0x10001)).item(), "i32")
+            return
+        sums = _minus_zero_point(weight, quant, axis=0).reshape(weight.shape[0], -1).astype(np.int64).sum(axis=1)
+        int_bias = (bias.astype(np.int64) if bias is not None and bias.dtype == np.int32 else 0) - quant.x_zp * sums
+        super().__init__(ctx, quant, np.clip(int_bias, -(2**31), 2**31 - 1).astype(np.int32))
+        if bias is not None and bias.dtype == np.float32:
+            self.float_bias = ctx.const((bias / np.float32(quant.y_scale)).astype(np.float32), "fb")
+
+    def weights(self, packed: np.ndarray) -> np.ndarray:
+        return packed.astype(np.int8)      # dot_style checked that they fit
+
+    def operand(self, x: Buffer, index: Expr, lanes: int) -> Expr:
+        return Reinterpret(x.vec(index, self.group), "i32", 1)
+
+    def load_w(self, value: Expr) -> Expr:
+        return Reinterpret(value, "i32", 1)
+
+    def mac(self, acc: Expr, a: Expr, w: Expr) -> Expr:
+        for odd in (False, True):
+            xa = BytePairs(a, odd, self.zero_pair, self.unsigned)
+            acc = Dot(acc, Reinterpret(xa, "i16", 2), Reinterpret(BytePairs(w, odd), "i16", 2), False)
+        return acc
+
+
 Arith = FloatArith | IntArith
 
 
@@ -431,6 +475,8 @@ def dot_style(ctx: LowerContext, node: Node, groups: int, cg: int) -> DotStyle |
             continue
         if style.raw_bytes and (weight.dtype != np.int8 or np.any(quant.w_zp) or any(node.attrs.get("pads", (0,)))):
             continue
+        if style.byte_pairs and not _fits_int8(_minus_zero_point(weight, quant, axis=0 if weight.ndim == 4 else 1)):
+            continue
         return style
     return None
 
@@ -506,12 +552,18 @@ def _arith(ctx: LowerContext, node: Node, ins, style: DotStyle | None, weight: n
     """weight: OIHW (output channel first)."""
     bias = ctx.graph.constants[operand(node, "bias")] if operand(node, "bias") else None
     quant = node_quant(ctx.graph.values, node)
+    if style is not None and style.byte_pairs:
+        return BytePairArith(ctx, style, quant, bias, weight, ins[0].dtype, any(node.attrs.get("pads", (0,))))
     if style is not None:
         return DotArith(ctx, style, quant, bias, weight, ins[0].dtype)
     if quant is not None:
         return IntArith(ctx, quant, bias)
     residual = op_def(node.op).index("residual")
     return FloatArith(ctx, bias, node.attrs.get("acts", ()), ins[residual] if len(ins) > residual else None)
+
+
+def _fits_int8(values: np.ndarray) -> bool:
+    return values.size == 0 or (values.min() >= -128 and values.max() <= 127)
 
 
 def _minus_zero_point(weight: np.ndarray, quant: Quant, axis: int) -> np.ndarray:
