@@ -464,6 +464,9 @@ def _weights_outer(g: Geometry, weight_bytes: int, x_bytes: int, panels: int, ca
 
 # --- int8 dot products ------------------------------------------------------------------------------
 
+_BYTES = ("int8", "uint8")     # activations a 32-bit load takes 4 of
+
+
 def dot_style(ctx: LowerContext, node: Node, groups: int, cg: int) -> DotStyle | None:
     """The best dot-product form this quantized Conv/Gemm can use on the target, if any."""
     quant = node_quant(ctx.graph.values, node)
@@ -475,7 +478,8 @@ def dot_style(ctx: LowerContext, node: Node, groups: int, cg: int) -> DotStyle |
             continue
         if style.raw_bytes and (weight.dtype != np.int8 or np.any(quant.w_zp) or any(node.attrs.get("pads", (0,)))):
             continue
-        if style.byte_pairs and not _fits_int8(_minus_zero_point(weight, quant, axis=0 if weight.ndim == 4 else 1)):
+        if style.byte_pairs and (ctx.graph.values[node.inputs[0]].dtype not in _BYTES or not _fits_int8(
+                _minus_zero_point(weight, quant, axis=0 if weight.ndim == 4 else 1))):
             continue
         return style
     return None
@@ -526,6 +530,60 @@ def lower_depthwise(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarra
     return Kernel(name, params, b.block())
 
 
+def depthwise_pairs_style(ctx: LowerContext, node: Node, g: Geometry) -> DotStyle | None:
+    """The byte-pair form for a quantized depthwise convolution on 4-channel words, if the target has it."""
+    quant = node_quant(ctx.graph.values, node)
+    if quant is None or g.c % 4 or ctx.graph.values[node.inputs[0]].dtype not in _BYTES:
+        return None
+    return next((style for style in ctx.target.int_simd.dots if style.byte_pairs), None)
+
+
+def lower_depthwise_pairs(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, arith: BytePairArith,
+                          x: Buffer, out: Buffer, params: tuple[Buffer, ...]) -> Kernel:
+    """Depthwise int8 on the Arm DSP, 4 channels per 32-bit load. A pixel's word widens into the pairs
+    (c0, c2) and (c1, c3) (sxtab16, zero point included); the weights are stored already widened in that
+    order, int16 (w_c0, w_c2, w_c1, w_c3) per tap; SMLABB and SMLATT multiply the low and high halves
+    into the 4 channels' accumulators. A tile is `dw_mr` output pixels sharing each tap's weights; border
+    pixels clip their window with loop bounds, so no tap tests anything."""
+    quads = g.c // 4
+    order = np.array([0, 2, 1, 3])
+    taps = weight[:, 0].transpose(1, 2, 0).reshape(g.kh, g.kw, quads, 4)[..., order]   # [kh][kw][c/4][4]
+    wbuf = ctx.const(np.ascontiguousarray(taps).astype(np.int16), "w")
+    b = Builder()
+    dy, dx = g.dilation
+
+    def low(v: Expr) -> Expr:
+        return Cast(Cast(v, "i16"), "i32")
+
+    def high(v: Expr) -> Expr:
+        return binop("shr", v, 16)
+
+    def tile(rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) -> None:
+        with b.loop("q", 0, quads) as q:
+            ch0 = b.let("ch0", q * 4)
+            accs = [[b.local("acc", arith.init(ch0 + c, 1)) for c in range(4)] for _ in range(rows)]
+            with b.loop("kh", kh_lo, kh_hi) as kh:
+                ih = g.in_row(oh, 0) + kh * dy
+                with b.loop("kw", kw_lo, kw_hi) as kw:
+                    pixel0 = b.let("px", ((n * g.h + ih) * g.w + g.in_row(ow0, 1) + kw * dx) * g.c + ch0)
+                    wrow = b.let("wr", ((kh * g.kw + kw) * quads + q) * 4)
+                    wv = [b.let("wv", Reinterpret(wbuf.vec(wrow + 2 * odd, 2), "i32", 1)) for odd in (0, 1)]
+                    for i in range(rows):
+                        word = b.let("xw", arith.operand(x, pixel0 + i * g.stride[1] * g.c, 1))
+                        for odd in (0, 1):
+                            pair = b.let("xp", BytePairs(word, bool(odd), arith.zero_pair, arith.unsigned))
+                            lo, hi = accs[i][odd], accs[i][odd + 2]      # (c0, c2) or (c1, c3)
+                            b.assign(lo, lo + low(pair) * low(wv[odd]))
+                            b.assign(hi, hi + high(pair) * high(wv[odd]))
+            for i in range(rows):
+                base = ((n * g.oh + oh) * g.ow + ow0 + i) * g.c + ch0
+                for c in range(4):
+                    b.store(out, base + c, arith.result(accs[i][c], ch0 + c, base + c, 1))
+
+    spatial_loops(b, g, ctx.knobs.dw_mr, tile)
+    return Kernel(name, params, b.block())
+
+
 # --- graph ops ---------------------------------------------------------------------------------------
 
 def _conv_macs(graph: Graph, node: Node) -> int:
@@ -544,6 +602,12 @@ def conv(ctx: LowerContext, node: Node, name: str) -> Kernel:
     if quant is not None and not (style and style.raw_bytes):
         weight = _minus_zero_point(weight, quant, axis=0)
     if groups == g.c and weight.shape[1] == 1 and g.m == g.c:
+        pairs = depthwise_pairs_style(ctx, node, g)
+        if pairs is not None:
+            bias = ctx.graph.constants[operand(node, "bias")] if operand(node, "bias") else None
+            arith = BytePairArith(ctx, pairs, quant, bias, ctx.graph.constants[node.inputs[1]], ins[0].dtype,
+                                  any(node.attrs.get("pads", (0,))))
+            return lower_depthwise_pairs(ctx, name, g, weight, arith, ins[0], outs[0], params)
         return lower_depthwise(ctx, name, g, weight, arith, ins[0], outs[0], params)
     return lower_dense(ctx, name, g, groups, weight, arith, ins[0], outs[0], params)
 
