@@ -216,6 +216,8 @@ class _FunctionEmitter:
                                     ir.Constant(ir.VectorType(_I32, e.lanes), [0] * e.lanes))
         if isinstance(e, k.Sqrt):
             return self.sqrt(e)
+        if isinstance(e, k.RoundInt):
+            return self.round_int(e)
         if isinstance(e, k.Bin):
             return self.binary(e.op, e.a.dtype, self.expr(e.a), self.expr(e.b))
         if isinstance(e, k.Fma):
@@ -245,6 +247,14 @@ class _FunctionEmitter:
             return self.expr(e.portable)
         fn = self.mb.intrinsic("llvm.sqrt", self.mb.type_of(e.dtype, e.lanes), 1)
         return self.b.call(fn, [self.expr(e.value)])
+
+    def round_int(self, e: k.RoundInt) -> ir.Value:
+        """32-bit Arm VFP converts a scalar with the FPSCR rounding mode, round to nearest even unless the
+        program changes it (vcvtr: one instruction, saturating); everywhere else the portable form."""
+        if not (e.lanes == 1 and self.mb.target.fpu and self.mb.tm.triple.startswith(("arm", "thumb"))):
+            return self.expr(e.portable)
+        fn = self.mb.declare("llvm.arm.vcvtr.f32", ir.FunctionType(_F32, [_F32]))
+        return self.b.bitcast(self.b.call(fn, [self.expr(e.value)]), _I32)
 
     def dot(self, e: k.Dot) -> ir.Value:
         """Group-of-G 8-bit dot products into i32 lanes: one instruction where the target's integer-SIMD

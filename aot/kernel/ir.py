@@ -194,6 +194,23 @@ class Sqrt(Expr):
 
 
 @dataclass(frozen=True, eq=False)
+class RoundInt(Expr):
+    """A float rounded to the nearest integer, ties to even, as i32 (saturated): one conversion on
+    FPUs that round in their default mode (Arm VFP's vcvtr); elsewhere `portable` (an i32 expression
+    that gives the same value wherever the result is later clamped to a narrower range)."""
+    value: Expr
+    portable: Expr
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return "i32"
+
+    @property
+    def lanes(self) -> int:  # type: ignore[override]
+        return self.value.lanes
+
+
+@dataclass(frozen=True, eq=False)
 class Reduce(Expr):
     """Horizontal reduction of a vector to a scalar: op is "add" or "max"."""
     op: str
@@ -424,6 +441,8 @@ def dump(kernel: Kernel) -> str:
             return f"reduce_{e.op}({ex(e.value)})"
         if isinstance(e, Sqrt):
             return f"sqrt({ex(e.value)})"
+        if isinstance(e, RoundInt):
+            return f"round_int({ex(e.value)})"
         if isinstance(e, Reinterpret):
             return f"reinterpret<{e.dtype}x{e.lanes}>({ex(e.value)})"
         if isinstance(e, Dot):

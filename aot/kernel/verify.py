@@ -126,6 +126,9 @@ class _Verifier:
         elif isinstance(e, k.Reinterpret):
             if self.bits[e.value.dtype] * e.value.lanes != self.bits[e.dtype] * e.lanes:
                 raise self.fail(f"reinterpret of {e.value.dtype}x{e.value.lanes} as {e.dtype}x{e.lanes}")
+        elif isinstance(e, k.RoundInt):
+            if e.value.dtype != "f32" or (e.portable.dtype, e.portable.lanes) != ("i32", e.value.lanes):
+                raise self.fail("round_int of a non-float, or its portable form is not i32 of as many lanes")
         elif isinstance(e, k.BytePairs):
             if any(x is not None and (x.dtype, x.lanes) != ("i32", 1) for x in (e.word, e.addend)):
                 raise self.fail("byte pairs of something other than a 32-bit word")
