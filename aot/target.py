@@ -18,6 +18,7 @@ else:  # pragma: no cover
 
 from aot.data import SHIPPED, SearchDir, config_files, describe_search, search_dirs
 from aot.errors import TargetError
+from aot.isa import IntSimd, int_simd
 
 if TYPE_CHECKING:
     from importlib.abc import Traversable
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 TARGET_PATH = "AOT_TARGET_PATH"      # os.pathsep-separated directories of user targets, searched after --target-dir
 # "host" picks the best x86-64 config this machine's CPU can run, most capable first.
 _HOST_CANDIDATES = ("x86-64-avx512-vnni", "x86-64-avx512", "x86-64-avx2", "x86-64")
+_FLOAT_ABIS = ("hard", "soft")
 
 
 @dataclass(frozen=True)
@@ -42,8 +44,10 @@ class Target:
     align: int                       # workspace and weight alignment in bytes
     weights_section: str             # weights go to <weights_section>.<symbol>, for linker scripts
     os: str = "linux"                # "linux" or "none" (bare metal)
-    float_abi: str = "hard"
-    int_simd: str = "none"           # integer SIMD style: avx2, avx512-vnni, neon, neon-dotprod, dsp, mve
+    float_abi: str = "hard"          # "hard" (floats in FPU registers) or "soft" (library calls)
+    fpu: bool = True                 # floating-point instructions in hardware; soft float has none
+    int_simd: IntSimd = field(default_factory=lambda: int_simd("none"))   # a registered form (aot/isa.py);
+                                     # a target file names it: avx2, avx512-vnni, neon, neon-dotprod, dsp, mve
     cpu_flags: tuple[str, ...] = ()  # /proc/cpuinfo flags needed to run natively (x86)
     cc: str = "gcc"
     cflags: tuple[str, ...] = ()
@@ -55,6 +59,16 @@ class Target:
     source: str = ""                 # the config file
     origin: str = SHIPPED            # the user directory it came from, or "aot" for a shipped config
     knobs: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "int_simd", int_simd(self.int_simd))     # a name becomes its capability
+        if self.float_abi not in _FLOAT_ABIS:
+            raise TargetError(f"float_abi '{self.float_abi}' is not one of {', '.join(_FLOAT_ABIS)}")
+        if not isinstance(self.fpu, bool):
+            raise TargetError(f"fpu must be true or false, not {self.fpu!r}")
+        if self.fpu != (self.float_abi == "hard"):
+            raise TargetError(f"fpu = {str(self.fpu).lower()} contradicts float_abi = \"{self.float_abi}\": "
+                              "soft float means no FPU (fpu = false), the hard-float ABI needs one (fpu = true)")
 
     @property
     def lanes(self) -> int:
@@ -88,7 +102,7 @@ def _parse(path: Path | Traversable, origin: str) -> Target:
             cflags=tuple(toolchain.get("cflags", ())), ldflags=tuple(toolchain.get("ldflags", ())),
             linker_script=script, run_command=tuple(run.get("command", ())),
             memory=memory, source=str(path), origin=origin, **data)
-    except (TypeError, ValueError) as err:
+    except (TypeError, ValueError, TargetError) as err:
         raise TargetError(f"{path}: bad target config: {err}") from None
 
 

@@ -1,14 +1,15 @@
-"""Instructions executed per model on emulated ARM targets, against a scalar build of the same model.
+"""Instructions executed per model on emulated ARM targets, against a scalar build of the same model
+and against Arm's CMSIS-NN.
 
     python benchmarks/instruction_counts.py [MODEL ...] [--target aarch64 ...] [--precision fp32|int8 ...]
-                                            [--per-layer]
+                                            [--no-scalar] [--layers]
 
 Each model is built twice per target: with the target's knobs, and with `simd = false` (one lane, no
-integer SIMD, LLVM's vectorizers off). Both run once under qemu with the instruction-counting plugin
-(aot/run/count.py); both outputs are checked against onnxruntime. The table gives the instructions
-the kernels executed, per multiply-accumulate, and how many times fewer the SIMD build needs.
-With --per-layer, each model's SIMD build is profiled too: instructions per kernel, per MAC, and
-the kernel's share of the whole inference.
+integer SIMD, LLVM's vectorizers off; --no-scalar skips it). Both run once under qemu with the
+instruction-counting plugin (aot/run/count.py); both outputs are checked against onnxruntime. The
+table gives the instructions the kernels executed, per multiply-accumulate, how many times fewer the
+SIMD build needs, the ratio to CMSIS-NN's published count where there is one (REFERENCE), and the
+code size of the kernels (text bytes of the object). --layers adds the instructions of each kernel.
 """
 
 from __future__ import annotations
@@ -28,65 +29,87 @@ from quantize import quantize_model  # noqa: E402
 import aot  # noqa: E402
 from aot import reference  # noqa: E402
 from aot.api import quantization_steps  # noqa: E402
+from aot.codegen.elf import functions  # noqa: E402
 from aot.ops import macs  # noqa: E402
-from aot.run.count import count_instructions, count_instructions_per_kernel  # noqa: E402
+from aot.run.count import count_instructions, count_kernel_instructions  # noqa: E402
 
 TARGETS = ("aarch64", "armv7-neon", "cortex-m4", "cortex-m55")
 TINY = ("ds_cnn", "mobilenet_v1", "resnet8", "fc_autoencoder")
+# Instructions executed by one whole inference (softmax, pooling and adds included) with Arm's
+# CMSIS-NN on the same layer shapes through its public wrappers, under qemu-system-arm with the same
+# kind of counting plugin.
+REFERENCE_VERSION = "CMSIS-NN v7.0.0-43, gcc 12 -O3"
+REFERENCE = {
+    ("cortex-m4", "ds_cnn int8"): 7_844_910, ("cortex-m4", "mobilenet_v1 int8"): 24_710_441,
+    ("cortex-m4", "resnet8 int8"): 29_851_098,
+    ("cortex-m55", "ds_cnn int8"): 1_784_961, ("cortex-m55", "mobilenet_v1 int8"): 6_423_058,
+    ("cortex-m55", "resnet8 int8"): 4_807_984,
+}
 
 
-def _count(model: onnx.ModelProto, target: str, knobs: dict, tmp: Path) -> tuple[int, int, bool]:
-    """(instructions, MACs, outputs match onnxruntime) for one build."""
+def _count(model: onnx.ModelProto, target: str, knobs: dict, tmp: Path, layers: bool = False) -> dict:
+    """One build, run once: instructions, MACs, text bytes, whether the outputs match onnxruntime, and
+    with `layers` the instructions and MACs of each kernel."""
     artifact = aot.build(model, target=target, out_dir=tmp / "build", knobs=knobs)
     feeds = reference.random_inputs(model, 0)
-    outputs, insns = count_instructions(artifact, feeds)
+    outputs, per_kernel = count_kernel_instructions(artifact, feeds) if layers else (None, {})
+    if not layers:
+        outputs, insns = count_instructions(artifact, feeds)
     comparisons = reference.compare(outputs, reference.reference_outputs(model, feeds),
                                     quantization_steps(artifact.program))
-    total_macs = sum(macs(artifact.program.graph, c.node) for c in artifact.program.calls)
-    return insns, total_macs, all(c.ok for c in comparisons)
+    graph = artifact.program.graph
+    kernel_macs = {c.kernel.name: macs(graph, c.node) for c in artifact.program.calls}
+    text = sum(size for _, size in functions(artifact.object.read_bytes()).values())
+    return {"insns": sum(per_kernel.values()) if layers else insns, "macs": sum(kernel_macs.values()),
+            "text": text, "ok": all(c.ok for c in comparisons),
+            "layers": [(k, n, kernel_macs.get(k, 0)) for k, n in per_kernel.items()]}
+
+
+def _print(title: str, rows: list[tuple[str, ...]], left: int) -> None:
+    """A table with the first `left` columns left-aligned, the rest right-aligned."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    print(f"\n{title}")
+    for r in rows:
+        print("  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip())
+
+
+def _layer_table(target: str, label: str, run: dict) -> None:
+    total = run["insns"]
+    rows = [("kernel", "MACs", "insns", "insns/MAC", "share")]
+    for name, n, n_macs in run["layers"]:
+        rows.append((name.split("_k", 1)[-1], f"{n_macs}", f"{n}", f"{n / n_macs:.2f}" if n_macs else "-",
+                     f"{100 * n / total:.1f}%"))
+    _print(f"{target} {label}: instructions per kernel", rows, 1)
 
 
 def insns_table(models: dict[str, onnx.ModelProto], knobs: dict | None = None,
-                targets: tuple[str, ...] = TARGETS) -> bool:
+                targets: tuple[str, ...] = TARGETS, scalar: bool = True, layers: bool = False) -> bool:
     """Print the table; True if every output matched."""
-    rows = [("target", "model", "MMACs", "M insns", "insns/MAC", "scalar M insns", "scalar/SIMD", "check")]
+    rows = [("target", "model", "MMACs", "M insns", "insns/MAC", "scalar M insns", "scalar/SIMD", "CMSIS-NN M",
+             "vs CMSIS-NN", "text B", "check")]
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
         for target in targets:
             for label, model in models.items():
                 try:
-                    insns, n_macs, simd_ok = _count(model, target, dict(knobs or {}), Path(tmp))
-                    scalar, _, scalar_ok = _count(model, target, {**(knobs or {}), "simd": False}, Path(tmp))
+                    run = _count(model, target, dict(knobs or {}), Path(tmp), layers)
+                    base = _count(model, target, {**(knobs or {}), "simd": False}, Path(tmp)) if scalar else None
                 except aot.PlanError as err:        # does not fit the board
-                    rows.append((target, label, "-", "-", "-", "-", "-", str(err)[:50]))
+                    rows.append((target, label, *["-"] * 8, str(err)[:50]))
                     continue
-                ok &= simd_ok and scalar_ok
-                rows.append((target, label, f"{n_macs / 1e6:.2f}", f"{insns / 1e6:.2f}", f"{insns / n_macs:.2f}",
-                             f"{scalar / 1e6:.2f}", f"{scalar / insns:.2f}x",
-                             "ok" if simd_ok and scalar_ok else "MISMATCH"))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    print("\ninstructions executed in the kernels under qemu (exact; not cycles):")
-    for r in rows:
-        print("  ".join(c.rjust(w) if 2 <= i <= 6 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip())
+                both_ok = run["ok"] and (base is None or base["ok"])
+                ok &= both_ok
+                insns, ref = run["insns"], REFERENCE.get((target, label))
+                rows.append((target, label, f"{run['macs'] / 1e6:.2f}", f"{insns / 1e6:.2f}",
+                             f"{insns / run['macs']:.2f}", f"{base['insns'] / 1e6:.2f}" if base else "-",
+                             f"{base['insns'] / insns:.2f}x" if base else "-", f"{ref / 1e6:.2f}" if ref else "-",
+                             f"{insns / ref:.3f}" if ref else "-", f"{run['text']}",
+                             "ok" if both_ok else "MISMATCH"))
+                if layers:
+                    _layer_table(target, label, run)
+    _print("instructions executed in the kernels under qemu (exact; not cycles); "
+           f"CMSIS-NN: {REFERENCE_VERSION}; text: kernel code bytes", rows, 2)
     return ok
-
-
-def per_layer_table(label: str, model: onnx.ModelProto, target: str, knobs: dict | None = None) -> None:
-    """Print instructions per kernel of one build (the SIMD one), in call order."""
-    with tempfile.TemporaryDirectory() as tmp:
-        artifact = aot.build(model, target=target, out_dir=Path(tmp) / "build", knobs=dict(knobs or {}))
-        _, counts = count_instructions_per_kernel(artifact, reference.random_inputs(model, 0))
-    graph, total = artifact.program.graph, sum(counts.values())
-    rows = [("kernel", "shape out", "kMACs", "k insns", "insns/MAC", "share")]
-    for call in artifact.program.calls:
-        n_macs, insns = macs(graph, call.node), counts[call.kernel.name]
-        shape = "x".join(map(str, graph.shape(call.node.outputs[0])))
-        rows.append((call.kernel.name.removeprefix(f"{artifact.name}_"), shape, f"{n_macs / 1e3:.1f}",
-                     f"{insns / 1e3:.1f}", f"{insns / n_macs:.2f}" if n_macs else "-", f"{insns / total:.1%}"))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    print(f"\n{label} on {target}: {total:,} instructions in {len(counts)} kernels")
-    for r in rows:
-        print("  ".join(c.rjust(w) if i >= 2 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip())
 
 
 def quantized(name: str) -> onnx.ModelProto:
@@ -100,7 +123,8 @@ def main() -> int:
     parser.add_argument("--target", action="append", help=f"emulated target (repeatable; default {', '.join(TARGETS)})")
     parser.add_argument("--precision", action="append", choices=["fp32", "int8"], help="default both")
     parser.add_argument("--knobs", type=Path, help="TOML knob overrides for every build")
-    parser.add_argument("--per-layer", action="store_true", help="also profile each SIMD build per kernel")
+    parser.add_argument("--no-scalar", action="store_true", help="skip the scalar (simd = false) builds")
+    parser.add_argument("--layers", action="store_true", help="also print the instructions of each kernel")
     args = parser.parse_args()
     unknown = [m for m in args.models if m not in zoo.ZOO]
     if unknown:
@@ -108,12 +132,7 @@ def main() -> int:
     models = {f"{name} {precision}": zoo.ZOO[name]() if precision == "fp32" else quantized(name)
               for precision in args.precision or ["fp32", "int8"] for name in args.models}
     knobs = aot.load_knobs(args.knobs) if args.knobs else None
-    targets = tuple(args.target or TARGETS)
-    if args.per_layer:
-        for target in targets:
-            for label, model in models.items():
-                per_layer_table(label, model, target, knobs)
-    return 0 if insns_table(models, knobs, targets) else 1
+    return 0 if insns_table(models, knobs, tuple(args.target or TARGETS), not args.no_scalar, args.layers) else 1
 
 
 if __name__ == "__main__":

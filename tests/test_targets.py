@@ -14,9 +14,10 @@ from oracle import make_model
 import aot
 from aot.codegen.elf import undefined_symbols
 from aot.codegen.llvm import ModuleBuilder
+from aot.isa import INT_SIMD
 from aot.program import build_program
 from aot.run import local
-from aot.target import all_targets, get_target
+from aot.target import all_targets, get_target, target_text
 
 TARGETS = [t.name for t in all_targets()]
 CROSS = [t for t in TARGETS if not t.startswith("x86-64")]
@@ -118,3 +119,35 @@ def test_faults_and_error_exits_are_reported(target, tmp_path):
     local.link(tgt, [spin], [], tmp_path, exe, "spin.c")
     with pytest.raises(aot.RunError, match="did not finish within 2 s"):
         local.execute(tgt, exe, tmp_path, 2, "spin")
+
+
+def _edited_target(tmp_path, name: str, old: str, new: str) -> str:
+    text = target_text(name)
+    assert old in text
+    path = tmp_path / f"{name}-edited.toml"
+    path.write_text(text.replace(old, new))
+    return str(path)
+
+
+def test_an_unknown_int_simd_is_refused_with_the_valid_forms(tmp_path):
+    path = _edited_target(tmp_path, "cortex-m4", 'int_simd = "dsp"', 'int_simd = "dps"')
+    with pytest.raises(aot.TargetError, match="unknown int_simd 'dps'") as err:
+        get_target(path)
+    assert path in str(err.value)
+    for form in INT_SIMD:
+        assert form in str(err.value)
+
+
+def test_each_target_names_a_registered_int_simd_form_and_its_fpu():
+    for tgt in all_targets():
+        assert INT_SIMD[tgt.int_simd.name] is tgt.int_simd
+        assert "fpu = " in target_text(tgt.name)
+        assert tgt.fpu == (tgt.float_abi == "hard")
+
+
+def test_an_fpu_flag_that_contradicts_the_float_abi_is_refused(tmp_path):
+    path = _edited_target(tmp_path, "cortex-m0plus", "fpu = false", "fpu = true")
+    with pytest.raises(aot.TargetError, match="soft float means no FPU"):
+        get_target(path)
+    with pytest.raises(aot.TargetError, match="float_abi 'softfp' is not one of hard, soft"):
+        get_target(_edited_target(tmp_path, "cortex-m4", 'float_abi = "hard"', 'float_abi = "softfp"'))

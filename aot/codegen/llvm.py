@@ -8,6 +8,7 @@ import llvmlite.binding as llvm
 import numpy as np
 from llvmlite import ir
 
+from aot.isa import INT_SIMD
 from aot.kernel import ir as k
 from aot.kernel.verify import verify_kernel
 from aot.target import Target
@@ -222,6 +223,8 @@ class _FunctionEmitter:
                                     ir.Constant(ir.VectorType(_I32, e.lanes), [0] * e.lanes))
         if isinstance(e, k.Sqrt):
             return self.sqrt(e)
+        if isinstance(e, k.RoundInt):
+            return self.round_int(e)
         if isinstance(e, k.Bin):
             return self.binary(e.op, e.a.dtype, self.expr(e.a), self.expr(e.b))
         if isinstance(e, k.Fma):
@@ -249,39 +252,35 @@ class _FunctionEmitter:
             for i, value in enumerate(e.values):
                 vec = b.insert_element(vec, self.expr(value), ir.Constant(_I32, i))
             return vec
+        if isinstance(e, k.BytePairs):
+            return self.byte_pairs(e)
         raise TypeError(e)
 
     def sqrt(self, e: k.Sqrt) -> ir.Value:
         """The FPU's square root; with soft float llvm.sqrt would become a call to libm's sqrtf, so there
         the portable expansion is emitted instead."""
-        if self.mb.target.float_abi == "soft":
+        if not self.mb.target.fpu:
             return self.expr(e.portable)
         fn = self.mb.intrinsic("llvm.sqrt", self.mb.type_of(e.dtype, e.lanes), 1)
         return self.b.call(fn, [self.expr(e.value)])
 
+    def round_int(self, e: k.RoundInt) -> ir.Value:
+        """32-bit Arm VFP converts a scalar with the FPSCR rounding mode, round to nearest even unless the
+        program changes it (vcvtr: one instruction, saturating); everywhere else the portable form."""
+        if not (e.lanes == 1 and self.mb.target.fpu and self.mb.tm.triple.startswith(("arm", "thumb"))):
+            return self.expr(e.portable)
+        fn = self.mb.declare("llvm.arm.vcvtr.f32", ir.FunctionType(_F32, [_F32]))
+        return self.b.bitcast(self.b.call(fn, [self.expr(e.value)]), _I32)
+
     def dot(self, e: k.Dot) -> ir.Value:
-        """Group-of-G 8-bit dot products into i32 lanes: one instruction where the target has it."""
+        """Group-of-G 8-bit dot products into i32 lanes: one instruction where the target's integer-SIMD
+        form has it (the emitters registered for it in _DOT_EMITTERS), else widening multiplies and adds."""
         acc, a, w = self.expr(e.acc), self.expr(e.a), self.expr(e.b)
         lanes, group = e.acc.lanes, e.a.lanes // e.acc.lanes
-        style = self.mb.target.int_simd
-        if style == "avx512-vnni" and e.a_unsigned and group == 4 and lanes in (8, 16):
-            vt = ir.VectorType(_I32, lanes)
-            name = f"llvm.x86.avx512.vpdpbusd.{lanes * 32}"
-            fn = self.mb.declare(name, ir.FunctionType(vt, [vt] * 3))
-            return self.b.call(fn, [acc, self.b.bitcast(a, vt), self.b.bitcast(w, vt)])
-        if style == "dsp" and group == 2 and lanes == 1 and e.a.dtype == "i16":
-            fn = self.mb.declare("llvm.arm.smlad", ir.FunctionType(_I32, [_I32] * 3))
-            return self.b.call(fn, [self.b.bitcast(a, _I32), self.b.bitcast(w, _I32), acc])
-        x86_pairs = style in ("avx2", "avx512bw", "avx512-vnni") and (lanes == 8 or style != "avx2")
-        if x86_pairs and group == 2 and lanes in (8, 16) and e.a.dtype == "i16":
-            vt, ht = ir.VectorType(_I32, lanes), ir.VectorType(ir.IntType(16), lanes * 2)
-            name = "llvm.x86.avx2.pmadd.wd" if lanes == 8 else "llvm.x86.avx512.pmaddw.d.512"
-            return self.b.add(acc, self.b.call(self.mb.declare(name, ir.FunctionType(vt, [ht, ht])), [a, w]))
-        if style == "neon-dotprod" and not e.a_unsigned and group == 4 and lanes == 4:
-            vt, bt = ir.VectorType(_I32, 4), ir.VectorType(ir.IntType(8), 16)
-            name = "llvm.aarch64.neon.sdot.v4i32.v16i8"
-            fn = self.mb.declare(name, ir.FunctionType(vt, [vt, bt, bt]))
-            return self.b.call(fn, [acc, a, w])
+        for emit in _DOT_EMITTERS.get(self.mb.target.int_simd, ()):
+            value = emit(self, e, acc, a, w, lanes, group)
+            if value is not None:
+                return value
         wide = ir.VectorType(_I32, lanes * group)
         products = self.b.mul(self.b.zext(a, wide) if e.a_unsigned else self.b.sext(a, wide), self.b.sext(w, wide))
         total = acc
@@ -302,7 +301,7 @@ class _FunctionEmitter:
             wide = ir.VectorType(_I32, n)
             fn = self.mb.declare(f"llvm.vector.reduce.add.v{n}i32", ir.FunctionType(_I32, [wide]))
             return self.b.add(acc, self.b.call(fn, [self.b.mul(self.b.sext(a, wide), self.b.sext(w, wide))]))
-        if lanes * 4 == n and n % 16 == 0 and self.mb.target.int_simd == "neon" and self.mb.target.pointer_bits == 32:
+        if lanes * 4 == n and n % 16 == 0 and self.mb.target.int_simd.row_lanes == 4:   # 32-bit NEON (acc_lanes)
             # VMULL.S8 of each half (VMLAL.S8 for the second when pairs fit in 16 bits), VPADAL.S16.
             half, i16 = ir.VectorType(ir.IntType(16), 8), ir.VectorType(ir.IntType(16), 8)
             vt = ir.VectorType(_I32, 4)
@@ -336,7 +335,7 @@ class _FunctionEmitter:
         ty = self.mb.type_of(e.buf.dtype, e.lanes)
         fill = ir.Constant(ty, [ir.Constant(elem, e.fill)] * e.lanes)
         count = e.hi.value if isinstance(e.hi, k.Const) and e.lo is None else 0
-        if self.mb.target.int_simd != "mve" and 1 < count < e.lanes and count & (count - 1) == 0:
+        if not self.mb.target.int_simd.predicated and 1 < count < e.lanes and count & (count - 1) == 0:
             # A fixed first `count` lanes without predication (NEON, x86 before AVX-512): one narrower load.
             part = self.b.load(ptr, typ=self.mb.type_of(e.buf.dtype, count), align=self.align(e.buf))
             wide = self.b.shuffle_vector(part, ir.Constant(part.type, ir.Undefined),
@@ -356,7 +355,7 @@ class _FunctionEmitter:
         """<lanes x i1>: lane l is on if lo <= l < hi. A mask from 0 on a 128-bit MVE vector is one VCTP
         (which also lets LLVM turn a loop into a tail-predicated one); else lanes are compared with the
         bounds clamped to [0, lanes], in elements as narrow as the vector's (one compare instruction)."""
-        if lo is None and self.mb.target.int_simd == "mve" and lanes in (4, 8, 16):
+        if lo is None and self.mb.target.int_simd.predicated and lanes in (4, 8, 16):
             fn = self.mb.declare(f"llvm.arm.mve.vctp{128 // lanes}",
                                  ir.FunctionType(ir.VectorType(ir.IntType(1), lanes), [_I32]))
             # VCTP reads its count as unsigned: a negative one must be 0.
@@ -379,6 +378,56 @@ class _FunctionEmitter:
         if lo is not None:
             mask = self.b.and_(mask, self.b.icmp_signed(">=", iota, splat(lo)))
         return mask
+    def byte_pairs(self, e: k.BytePairs) -> ir.Value:
+        """sxtb16/sxtab16 (uxt for unsigned), the odd bytes rotated into place (ARM folds the rotate
+        into the instruction); elsewhere a shuffle, a widening and a 16-bit add."""
+        word = self.expr(e.word)
+        addend = self.expr(e.addend) if e.addend is not None else None
+        if self.mb.target.int_simd.byte_pairs:
+            if e.odd:
+                rotate = self.mb.declare("llvm.fshr.i32", ir.FunctionType(_I32, [_I32] * 3))
+                word = self.b.call(rotate, [word, word, ir.Constant(_I32, 8)])
+            kind = "u" if e.unsigned else "s"
+            if addend is None:
+                return self.b.call(self.mb.declare(f"llvm.arm.{kind}xtb16", ir.FunctionType(_I32, [_I32])), [word])
+            fn = self.mb.declare(f"llvm.arm.{kind}xtab16", ir.FunctionType(_I32, [_I32, _I32]))
+            return self.b.call(fn, [addend, word])
+        pairs = ir.VectorType(ir.IntType(16), 2)
+        picked = self.b.shuffle_vector(self.b.bitcast(word, ir.VectorType(ir.IntType(8), 4)),
+                                       ir.Constant(ir.VectorType(ir.IntType(8), 4), ir.Undefined),
+                                       ir.Constant(ir.VectorType(_I32, 2), [1, 3] if e.odd else [0, 2]))
+        wide = self.b.zext(picked, pairs) if e.unsigned else self.b.sext(picked, pairs)
+        if addend is not None:
+            wide = self.b.add(wide, self.b.bitcast(addend, pairs))
+        return self.b.bitcast(wide, _I32)
+
+    # One instruction per dot form; each returns None when the operands are not its shape.
+    def _vpdpbusd(self, e: k.Dot, acc, a, w, lanes: int, group: int) -> ir.Value | None:
+        if not (e.a_unsigned and group == 4 and lanes in (8, 16)):
+            return None
+        vt = ir.VectorType(_I32, lanes)
+        fn = self.mb.declare(f"llvm.x86.avx512.vpdpbusd.{lanes * 32}", ir.FunctionType(vt, [vt] * 3))
+        return self.b.call(fn, [acc, self.b.bitcast(a, vt), self.b.bitcast(w, vt)])
+
+    def _pmaddwd(self, e: k.Dot, acc, a, w, lanes: int, group: int, widths=(8, 16)) -> ir.Value | None:
+        if not (group == 2 and lanes in widths and e.a.dtype == "i16"):
+            return None
+        vt, ht = ir.VectorType(_I32, lanes), ir.VectorType(ir.IntType(16), lanes * 2)
+        name = "llvm.x86.avx2.pmadd.wd" if lanes == 8 else "llvm.x86.avx512.pmaddw.d.512"
+        return self.b.add(acc, self.b.call(self.mb.declare(name, ir.FunctionType(vt, [ht, ht])), [a, w]))
+
+    def _smlad(self, e: k.Dot, acc, a, w, lanes: int, group: int) -> ir.Value | None:
+        if not (group == 2 and lanes == 1 and e.a.dtype == "i16"):
+            return None
+        fn = self.mb.declare("llvm.arm.smlad", ir.FunctionType(_I32, [_I32] * 3))
+        return self.b.call(fn, [self.b.bitcast(a, _I32), self.b.bitcast(w, _I32), acc])
+
+    def _sdot(self, e: k.Dot, acc, a, w, lanes: int, group: int) -> ir.Value | None:
+        if not (not e.a_unsigned and group == 4 and lanes == 4):
+            return None
+        vt, bt = ir.VectorType(_I32, 4), ir.VectorType(ir.IntType(8), 16)
+        fn = self.mb.declare("llvm.aarch64.neon.sdot.v4i32.v16i8", ir.FunctionType(vt, [vt, bt, bt]))
+        return self.b.call(fn, [acc, a, w])
 
     def binary(self, op: str, dtype: str, a: ir.Value, b: ir.Value) -> ir.Value:
         bld = self.b
@@ -462,3 +511,13 @@ class _FunctionEmitter:
             value = self.binary(e.op, e.dtype, lo, hi)
             lanes = half
         return self.b.extract_element(value, ir.Constant(_I32, 0)) if e.value.lanes > 1 else value
+
+
+# How each registered integer-SIMD form (aot/isa.py) emits its dot products, tried in order.
+_DOT_EMITTERS = {
+    INT_SIMD["avx512-vnni"]: (_FunctionEmitter._vpdpbusd, _FunctionEmitter._pmaddwd),
+    INT_SIMD["avx512bw"]: (_FunctionEmitter._pmaddwd,),
+    INT_SIMD["avx2"]: (functools.partial(_FunctionEmitter._pmaddwd, widths=(8,)),),
+    INT_SIMD["dsp"]: (_FunctionEmitter._smlad,),
+    INT_SIMD["neon-dotprod"]: (_FunctionEmitter._sdot,),
+}

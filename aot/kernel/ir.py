@@ -157,6 +157,27 @@ class Dot(Expr):
 
 
 @dataclass(frozen=True, eq=False)
+class BytePairs(Expr):
+    """Bytes 0 and 2 of a 32-bit word (bytes 1 and 3 if `odd`), sign-extended (zero-extended if
+    `unsigned`) into the low and high 16-bit halves of an i32, plus `addend`'s halves if given (each
+    half wraps on its own): the Arm DSP's sxtb16/sxtab16 (uxtb16/uxtab16, the odd bytes through a
+    rotate). Activations and weights widened the same way line up pair for pair, so a Dot of the
+    halves (SMLAD) multiplies matching bytes."""
+    word: Expr
+    odd: bool
+    addend: Expr | None = None
+    unsigned: bool = False
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return "i32"
+
+    @property
+    def lanes(self) -> int:  # type: ignore[override]
+        return 1
+
+
+@dataclass(frozen=True, eq=False)
 class Sqrt(Expr):
     """Square root: the FPU's instruction where the target has one (correctly rounded); soft-float
     targets, where LLVM would call libm's sqrtf, compute `portable` instead (plain arithmetic)."""
@@ -166,6 +187,23 @@ class Sqrt(Expr):
     @property
     def dtype(self) -> str:  # type: ignore[override]
         return self.value.dtype
+
+    @property
+    def lanes(self) -> int:  # type: ignore[override]
+        return self.value.lanes
+
+
+@dataclass(frozen=True, eq=False)
+class RoundInt(Expr):
+    """A float rounded to the nearest integer, ties to even, as i32 (saturated): one conversion on
+    FPUs that round in their default mode (Arm VFP's vcvtr); elsewhere `portable` (an i32 expression
+    that gives the same value wherever the result is later clamped to a narrower range)."""
+    value: Expr
+    portable: Expr
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return "i32"
 
     @property
     def lanes(self) -> int:  # type: ignore[override]
@@ -491,6 +529,8 @@ def dump(kernel: Kernel) -> str:
             return f"reduce_{e.op}({ex(e.value)})"
         if isinstance(e, Sqrt):
             return f"sqrt({ex(e.value)})"
+        if isinstance(e, RoundInt):
+            return f"round_int({ex(e.value)})"
         if isinstance(e, Reinterpret):
             return f"reinterpret<{e.dtype}x{e.lanes}>({ex(e.value)})"
         if isinstance(e, Dot):
@@ -502,6 +542,10 @@ def dump(kernel: Kernel) -> str:
             return f"rowdot({ex(e.acc)}, {ex(e.a)}, {ex(e.b)})"
         if isinstance(e, Lanes):
             return f"lanes({', '.join(ex(v) for v in e.values)})"
+        if isinstance(e, BytePairs):
+            name = f"{'u' if e.unsigned else 's'}xt{'a' if e.addend is not None else ''}b16"
+            args = ([ex(e.addend)] if e.addend is not None else []) + [ex(e.word)]
+            return f"{name}{'_odd' if e.odd else ''}({', '.join(args)})"
         raise TypeError(e)
 
     def st(s: Stmt, depth: int) -> None:

@@ -136,6 +136,12 @@ class _Verifier:
         elif isinstance(e, k.Lanes):
             if any((v.dtype, v.lanes) != (e.dtype, 1) for v in e.values):
                 raise self.fail("lanes of a vector differ in type or are not scalars")
+        elif isinstance(e, k.RoundInt):
+            if e.value.dtype != "f32" or (e.portable.dtype, e.portable.lanes) != ("i32", e.value.lanes):
+                raise self.fail("round_int of a non-float, or its portable form is not i32 of as many lanes")
+        elif isinstance(e, k.BytePairs):
+            if any(x is not None and (x.dtype, x.lanes) != ("i32", 1) for x in (e.word, e.addend)):
+                raise self.fail("byte pairs of something other than a 32-bit word")
         elif isinstance(e, k.Dot):
             if e.acc.dtype != "i32" or e.a.lanes != e.b.lanes or e.a.lanes % e.acc.lanes:
                 raise self.fail("dot operands do not group into the accumulator's lanes")

@@ -20,10 +20,12 @@ import numpy as np
 from aot.errors import ModelError
 from aot.graph.ir import Graph, Node, Rewriter
 from aot.graph.quant import Quant, fixed_point, node_quant
+from aot.isa import DotStyle
 from aot.kernel.ir import (
     Broadcast,
     Buffer,
     Builder,
+    BytePairs,
     Cast,
     Dot,
     Expr,
@@ -263,7 +265,7 @@ class IntArith:
 
     def __init__(self, ctx: LowerContext, quant: Quant, bias: np.ndarray | None):
         self.q = quant
-        self.fixed = ctx.target.float_abi == "soft"
+        self.fixed = not ctx.target.fpu
         self.float_bias = None
         if bias is not None and bias.dtype == np.float32:
             if self.fixed:      # no FPU: fold the float bias into the integer accumulator
@@ -357,6 +359,49 @@ class DotArith(IntArith):
 
     def mac(self, acc: Expr, a: Expr, w: Expr) -> Expr:
         return Dot(acc, a, w, self.style.a_unsigned)
+
+
+class BytePairArith(IntArith):
+    """int8 on the Arm DSP (see DotStyle.byte_pairs): one 32-bit load brings 4 input channels of a pixel,
+    and one 4 weights of an output channel; each word widens into two 16-bit pairs, bytes (0, 2) and
+    (1, 3) (sxtb16, and through a folded rotate), so activation and weight pairs match and two SMLADs
+    take the 4 products. LLVM shares each pixel's and each channel's widening across the register tile.
+
+    The activation zero point comes off in the widening (sxtab16 with the pair (-x_zp, -x_zp)) where the
+    window may be clipped by padding; without padding it comes off once, through the bias:
+    sum (x - z) w = sum x w - z sum w, and the widening is a plain sxtb16."""
+
+    def __init__(self, ctx: LowerContext, style: DotStyle, quant: Quant, bias: np.ndarray | None,
+                 weight: np.ndarray, x_dtype: str, padded: bool):
+        self.group, self.scalar = style.group, True
+        self.unsigned = x_dtype == "u8"
+        self.zero_pair = None
+        if padded or not quant.x_zp:
+            super().__init__(ctx, quant, bias)
+            if quant.x_zp:
+                half = -quant.x_zp & 0xFFFF
+                self.zero_pair = const(np.int32(np.uint32(half * 0x10001)).item(), "i32")
+            return
+        sums = _minus_zero_point(weight, quant, axis=0).reshape(weight.shape[0], -1).astype(np.int64).sum(axis=1)
+        int_bias = (bias.astype(np.int64) if bias is not None and bias.dtype == np.int32 else 0) - quant.x_zp * sums
+        super().__init__(ctx, quant, np.clip(int_bias, -(2**31), 2**31 - 1).astype(np.int32))
+        if bias is not None and bias.dtype == np.float32:
+            self.float_bias = ctx.const((bias / np.float32(quant.y_scale)).astype(np.float32), "fb")
+
+    def weights(self, packed: np.ndarray) -> np.ndarray:
+        return packed.astype(np.int8)      # dot_style checked that they fit
+
+    def operand(self, x: Buffer, index: Expr, lanes: int) -> Expr:
+        return Reinterpret(x.vec(index, self.group), "i32", 1)
+
+    def load_w(self, value: Expr) -> Expr:
+        return Reinterpret(value, "i32", 1)
+
+    def mac(self, acc: Expr, a: Expr, w: Expr) -> Expr:
+        for odd in (False, True):
+            xa = BytePairs(a, odd, self.zero_pair, self.unsigned)
+            acc = Dot(acc, Reinterpret(xa, "i16", 2), Reinterpret(BytePairs(w, odd), "i16", 2), False)
+        return acc
 
 
 Arith = FloatArith | IntArith
@@ -456,26 +501,7 @@ def _weights_outer(g: Geometry, weight_bytes: int, x_bytes: int, panels: int, ca
 
 # --- int8 dot products ------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class DotStyle:
-    """How a target's integer dot-product instruction wants its operands.
-
-    bytes: raw 8-bit values, `group` of them per 32-bit lane (AVX-512 VNNI vpdpbusd takes the
-    activations unsigned, NEON sdot signed); the zero point comes off through the bias, so every tap
-    of the window must be present (no padding). pairs: x - x_zp and w - w_zp as 16-bit pairs in one
-    32-bit lane (x86 vpmaddwd, the Cortex-M DSP's SMLAD: two multiplies and two adds at once); any padding."""
-
-    group: int
-    raw_bytes: bool
-    a_unsigned: bool = False
-    scalar: bool = False        # one output channel per accumulator, the group summed across a vector
-
-
-_PAIRS = DotStyle(2, False)
-# Per integer-SIMD style of a target, the dot-product forms it has, best first.
-DOT_STYLES = {"avx512-vnni": [DotStyle(4, True, a_unsigned=True), _PAIRS], "neon-dotprod": [DotStyle(4, True)],
-              "dsp": [_PAIRS], "avx2": [_PAIRS], "avx512bw": [_PAIRS],
-              "mve": [DotStyle(8, False, scalar=True)]}     # Helium VMLAV: 8 products summed into a scalar
+_BYTES = ("int8", "uint8")     # activations a 32-bit load takes 4 of
 
 
 def dot_style(ctx: LowerContext, node: Node, groups: int, cg: int) -> DotStyle | None:
@@ -484,10 +510,13 @@ def dot_style(ctx: LowerContext, node: Node, groups: int, cg: int) -> DotStyle |
     if quant is None or groups != 1:
         return None
     weight = ctx.graph.constants[node.inputs[1]]
-    for style in DOT_STYLES.get(ctx.target.int_simd, []):
+    for style in ctx.target.int_simd.dots:
         if cg % style.group:
             continue
         if style.raw_bytes and (weight.dtype != np.int8 or np.any(quant.w_zp) or any(node.attrs.get("pads", (0,)))):
+            continue
+        if style.byte_pairs and (ctx.graph.values[node.inputs[0]].dtype not in _BYTES or not _fits_int8(
+                _minus_zero_point(weight, quant, axis=0 if weight.ndim == 4 else 1))):
             continue
         return style
     return None
@@ -538,6 +567,60 @@ def lower_depthwise(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarra
     return Kernel(name, params, b.block(), _streams(g, x, out, arith, backward=backward))
 
 
+def depthwise_pairs_style(ctx: LowerContext, node: Node, g: Geometry) -> DotStyle | None:
+    """The byte-pair form for a quantized depthwise convolution on 4-channel words, if the target has it."""
+    quant = node_quant(ctx.graph.values, node)
+    if quant is None or g.c % 4 or ctx.graph.values[node.inputs[0]].dtype not in _BYTES:
+        return None
+    return next((style for style in ctx.target.int_simd.dots if style.byte_pairs), None)
+
+
+def lower_depthwise_pairs(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, arith: BytePairArith,
+                          x: Buffer, out: Buffer, params: tuple[Buffer, ...], backward: bool = False) -> Kernel:
+    """Depthwise int8 on the Arm DSP, 4 channels per 32-bit load. A pixel's word widens into the pairs
+    (c0, c2) and (c1, c3) (sxtab16, zero point included); the weights are stored already widened in that
+    order, int16 (w_c0, w_c2, w_c1, w_c3) per tap; SMLABB and SMLATT multiply the low and high halves
+    into the 4 channels' accumulators. A tile is `dw_mr` output pixels sharing each tap's weights; border
+    pixels clip their window with loop bounds, so no tap tests anything."""
+    quads = g.c // 4
+    order = np.array([0, 2, 1, 3])
+    taps = weight[:, 0].transpose(1, 2, 0).reshape(g.kh, g.kw, quads, 4)[..., order]   # [kh][kw][c/4][4]
+    wbuf = ctx.const(np.ascontiguousarray(taps).astype(np.int16), "w")
+    b = Builder()
+    dy, dx = g.dilation
+
+    def low(v: Expr) -> Expr:
+        return Cast(Cast(v, "i16"), "i32")
+
+    def high(v: Expr) -> Expr:
+        return binop("shr", v, 16)
+
+    def tile(rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) -> None:
+        with b.loop("q", 0, quads) as q:
+            ch0 = b.let("ch0", q * 4)
+            accs = [[b.local("acc", arith.init(ch0 + c, 1)) for c in range(4)] for _ in range(rows)]
+            with b.loop("kh", kh_lo, kh_hi) as kh:
+                ih = g.in_row(oh, 0) + kh * dy
+                with b.loop("kw", kw_lo, kw_hi) as kw:
+                    pixel0 = b.let("px", ((n * g.h + ih) * g.w + g.in_row(ow0, 1) + kw * dx) * g.c + ch0)
+                    wrow = b.let("wr", ((kh * g.kw + kw) * quads + q) * 4)
+                    wv = [b.let("wv", Reinterpret(wbuf.vec(wrow + 2 * odd, 2), "i32", 1)) for odd in (0, 1)]
+                    for i in range(rows):
+                        word = b.let("xw", arith.operand(x, pixel0 + i * g.stride[1] * g.c, 1))
+                        for odd in (0, 1):
+                            pair = b.let("xp", BytePairs(word, bool(odd), arith.zero_pair, arith.unsigned))
+                            lo, hi = accs[i][odd], accs[i][odd + 2]      # (c0, c2) or (c1, c3)
+                            b.assign(lo, lo + low(pair) * low(wv[odd]))
+                            b.assign(hi, hi + high(pair) * high(wv[odd]))
+            for i in range(rows):
+                base = ((n * g.oh + oh) * g.ow + ow0 + i) * g.c + ch0
+                for c in range(4):
+                    b.store(out, base + c, arith.result(accs[i][c], ch0 + c, base + c, 1))
+
+    spatial_loops(b, g, ctx.knobs.dw_mr, tile, backward=backward)
+    return Kernel(name, params, b.block(), _streams(g, x, out, arith, backward=backward))
+
+
 # --- graph ops ---------------------------------------------------------------------------------------
 
 def _conv_macs(graph: Graph, node: Node) -> int:
@@ -560,12 +643,18 @@ def conv(ctx: LowerContext, node: Node, name: str) -> Kernel:
     if not depthwise and conv_rows.applies(ctx, quant, groups, weight, ins[0].dtype, g):
         bias = ctx.graph.constants[operand(node, "bias")] if operand(node, "bias") else None
         return conv_rows.lower_rows(ctx, name, g, weight, IntArith(ctx, quant, bias), quant, ins[0], outs[0], params)
-    if depthwise and ctx.target.int_simd == "mve" and conv_rows.applies(ctx, quant, 1, weight, ins[0].dtype):
+    if depthwise and ctx.target.int_simd.predicated and conv_rows.applies(ctx, quant, 1, weight, ins[0].dtype):
         bias = ctx.graph.constants[operand(node, "bias")] if operand(node, "bias") else None
         return conv_rows.lower_depthwise(ctx, name, g, weight, IntArith(ctx, quant, bias), quant, ins[0], outs[0],
                                          params)
     backward = node.name in ctx.backward
     if depthwise:
+        pairs = depthwise_pairs_style(ctx, node, g)
+        if pairs is not None:
+            bias = ctx.graph.constants[operand(node, "bias")] if operand(node, "bias") else None
+            arith = BytePairArith(ctx, pairs, quant, bias, ctx.graph.constants[node.inputs[1]], ins[0].dtype,
+                                  any(node.attrs.get("pads", (0,))))
+            return lower_depthwise_pairs(ctx, name, g, weight, arith, ins[0], outs[0], params, backward)
         return lower_depthwise(ctx, name, g, weight, arith, ins[0], outs[0], params, backward)
     return lower_dense(ctx, name, g, groups, weight, arith, ins[0], outs[0], params, backward)
 
@@ -574,12 +663,18 @@ def _arith(ctx: LowerContext, node: Node, ins, style: DotStyle | None, weight: n
     """weight: OIHW (output channel first)."""
     bias = ctx.graph.constants[operand(node, "bias")] if operand(node, "bias") else None
     quant = node_quant(ctx.graph.values, node)
+    if style is not None and style.byte_pairs:
+        return BytePairArith(ctx, style, quant, bias, weight, ins[0].dtype, any(node.attrs.get("pads", (0,))))
     if style is not None:
         return DotArith(ctx, style, quant, bias, weight, ins[0].dtype)
     if quant is not None:
         return IntArith(ctx, quant, bias)
     residual = op_def(node.op).index("residual")
     return FloatArith(ctx, bias, node.attrs.get("acts", ()), ins[residual] if len(ins) > residual else None)
+
+
+def _fits_int8(values: np.ndarray) -> bool:
+    return values.size == 0 or (values.min() >= -128 and values.max() <= 127)
 
 
 def _minus_zero_point(weight: np.ndarray, quant: Quant, axis: int) -> np.ndarray:

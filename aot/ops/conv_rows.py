@@ -55,10 +55,9 @@ def acc_lanes(ctx: LowerContext) -> int | None:
     """int32 lanes per output's sum: 1 on Helium (VMLADAVA into a core register), 4 on 32-bit NEON
     (VPADAL into a vector, summed across at the end); None where this lowering does not apply (AArch64's
     SDOT/SMLAL forms are the generic kernel's)."""
-    if ctx.target.int_simd == "mve":
-        return 1
-    if ctx.target.int_simd == "neon" and ctx.target.pointer_bits == 32:
-        return 4
+    lanes = ctx.target.int_simd.row_lanes
+    if lanes == 1 or (lanes == 4 and ctx.target.pointer_bits == 32):
+        return lanes
     return None
 
 

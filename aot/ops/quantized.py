@@ -7,7 +7,7 @@ ties up, which differs only on exact ties.
 
 from __future__ import annotations
 
-from aot.kernel.ir import Cast, Expr, binop, const, maximum, minimum
+from aot.kernel.ir import Cast, Expr, RoundInt, binop, const, maximum, minimum
 
 _MAGIC = 12582912.0      # 1.5 * 2**23: x + magic - magic rounds |x| < 2**22 to an integer, ties to even
 _INT = {"int8": "i8", "uint8": "u8", "int32": "i32"}
@@ -26,7 +26,7 @@ def widen(x: Expr) -> Expr:
 
 def quantize(real_over_scale: Expr, zero_point: int, qmin: int, qmax: int, dtype: str) -> Expr:
     """saturate(round(v) + zero_point) as `dtype` ("int8"/"uint8"), v already divided by the scale."""
-    q = Cast(round_even(real_over_scale), "i32") + zero_point
+    q = RoundInt(real_over_scale, Cast(round_even(real_over_scale), "i32")) + zero_point
     return Cast(minimum(maximum(q, qmin), qmax), _INT[dtype])
 
 

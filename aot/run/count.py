@@ -23,10 +23,16 @@ from aot.errors import RunError
 from aot.run import local
 
 
+def kernel_spans(exe: Path, name: str) -> dict[str, tuple[int, int]]:
+    """Each of the model's kernels (NAME_k<i>_<op>) in a linked program: its (address, size)."""
+    funcs = functions(exe.read_bytes())
+    return {f: span for f, span in funcs.items() if re.fullmatch(rf"{re.escape(name)}_k\d+_\w+", f)}
+
+
 def kernel_range(exe: Path, name: str) -> tuple[int, int]:
     """[lo, hi) of the model's kernels (NAME_k<i>_<op>) in a linked program; nothing else may lie inside."""
     funcs = functions(exe.read_bytes())
-    kernels = {f: span for f, span in funcs.items() if re.fullmatch(rf"{re.escape(name)}_k\d+_\w+", f)}
+    kernels = kernel_spans(exe, name)
     if not kernels:
         raise RunError(f"{exe.name}: no kernels of {name} in its symbol table")
     lo = min(addr for addr, _ in kernels.values())
@@ -38,12 +44,11 @@ def kernel_range(exe: Path, name: str) -> tuple[int, int]:
     return lo, hi
 
 
-def _build_plugin(workdir: Path, plugin_name: str = "insncount") -> Path:
-    """Build aot/data/runtime_c/qemu/<plugin_name>.c into a shared object in `workdir`."""
+def _build_plugin(workdir: Path) -> Path:
     if shutil.which("gcc") is None:
         raise RunError("counting instructions needs the host's gcc to build the QEMU plugin")
-    plugin = workdir / f"{plugin_name}.so"
-    with runtime_files(f"qemu/{plugin_name}.c") as (source,):
+    plugin = workdir / "insncount.so"
+    with runtime_files("qemu/insncount.c") as (source,):
         proc = subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-o", str(plugin),
                                str(source)], capture_output=True, text=True)
     if proc.returncode != 0:
@@ -55,56 +60,42 @@ def count_instructions(artifact: Artifact, inputs: dict[str, np.ndarray], timeou
                        ) -> tuple[dict[str, np.ndarray], int]:
     """Run the model once under the target's emulator; return its outputs and the number of
     instructions its kernels executed."""
+    outputs, total, _ = _count(artifact, inputs, timeout, per_kernel=False)
+    return outputs, total
+
+
+def count_kernel_instructions(artifact: Artifact, inputs: dict[str, np.ndarray], timeout: float = 600.0
+                              ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """Like count_instructions, with the instructions of each kernel function by name (in call order
+    of their addresses); they add up to the total."""
+    outputs, _, per_kernel = _count(artifact, inputs, timeout, per_kernel=True)
+    return outputs, per_kernel
+
+
+def _count(artifact: Artifact, inputs: dict[str, np.ndarray], timeout: float, per_kernel: bool
+           ) -> tuple[dict[str, np.ndarray], int, dict[str, int]]:
     tgt = artifact.target
     if not tgt.run_command:
         raise RunError(f"target {tgt.name} runs natively; instructions are counted under an emulator "
                        "(use an emulated target such as aarch64 or cortex-m4)")
+    spans: list[tuple[str, int, int]] = []
 
     def instrument(exe: Path, workdir: Path) -> tuple[str, ...]:
         lo, hi = kernel_range(exe, artifact.name)
-        return ("-plugin", f"{_build_plugin(workdir)},lo={lo:#x},hi={hi:#x}", "-d", "plugin")
+        options = f"{_build_plugin(workdir)},lo={lo:#x},hi={hi:#x}"
+        if per_kernel:
+            spans.extend(sorted(((f, addr, addr + size) for f, (addr, size) in
+                                 kernel_spans(exe, artifact.name).items() if size), key=lambda s: s[1]))
+            options += "".join(f",range={a:#x}-{b:#x}" for _, a, b in spans)
+        return ("-plugin", options, "-d", "plugin")
 
     outputs, proc = local.run_program(artifact, inputs, timeout, static=True, instrument=instrument)
     found = re.findall(r"^insns: (\d+)$", proc.stderr, re.M)
     if len(found) != 1:
         raise RunError(f"{artifact.name} on {tgt.name}: the emulator printed no instruction count "
                        f"(does {tgt.run_command[0]} support -plugin?): {proc.stderr.strip()[-200:]}")
-    return outputs, int(found[0])
-
-
-def kernel_ranges(exe: Path, name: str) -> dict[str, tuple[int, int]]:
-    """Each of the model's kernels (NAME_k<i>_<op>) in a linked program: [lo, hi), by symbol."""
-    funcs = functions(exe.read_bytes())
-    spans = {f: (addr, addr + size) for f, (addr, size) in funcs.items()
-             if size and re.fullmatch(rf"{re.escape(name)}_k\d+_\w+", f)}
-    if not spans:
-        raise RunError(f"{exe.name}: no kernels of {name} in its symbol table")
-    return spans
-
-
-def count_instructions_per_kernel(artifact: Artifact, inputs: dict[str, np.ndarray], timeout: float = 600.0
-                                  ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
-    """Run the model once under the target's emulator; return its outputs and the instructions each
-    kernel executed, by kernel symbol in call order (a profile: where count_instructions gives the sum)."""
-    tgt = artifact.target
-    if not tgt.run_command:
-        raise RunError(f"target {tgt.name} runs natively; instructions are counted under an emulator "
-                       "(use an emulated target such as aarch64 or cortex-m4)")
-    order: list[str] = []
-
-    def instrument(exe: Path, workdir: Path) -> tuple[str, ...]:
-        spans = sorted(kernel_ranges(exe, artifact.name).items(), key=lambda kv: kv[1])
-        order.extend(f for f, _ in spans)
-        table = workdir / "ranges.txt"
-        table.write_text("".join(f"{lo:#x} {hi:#x}\n" for _, (lo, hi) in spans))
-        plugin = _build_plugin(workdir, "insnprofile")
-        return ("-plugin", f"{plugin},ranges={table}", "-d", "plugin")
-
-    outputs, proc = local.run_program(artifact, inputs, timeout, static=True, instrument=instrument)
-    found = {int(i): int(n) for i, n in re.findall(r"^range (\d+): (\d+)$", proc.stderr, re.M)}
-    if len(found) != len(order):
-        raise RunError(f"{artifact.name} on {tgt.name}: the emulator printed {len(found)} kernel counts for "
-                       f"{len(order)} kernels: {proc.stderr.strip()[-200:]}")
-    calls = [c.kernel.name for c in artifact.program.calls]
-    by_name = {f: found[i] for i, f in enumerate(order)}
-    return outputs, {f: by_name.get(f, 0) for f in calls}
+    counts = {int(i): int(n) for i, n in re.findall(r"^range (\d+): (\d+)$", proc.stderr, re.M)}
+    if per_kernel and len(counts) != len(spans):
+        raise RunError(f"{artifact.name} on {tgt.name}: the emulator printed {len(counts)} of {len(spans)} "
+                       "per-kernel counts")
+    return outputs, int(found[0]), {name: counts[i] for i, (name, _, _) in enumerate(spans)}

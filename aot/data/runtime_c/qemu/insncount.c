@@ -1,9 +1,12 @@
 /* A QEMU TCG plugin (host side, not part of any firmware) that counts the guest instructions
    executed at addresses in [lo, hi), or all of them without bounds, and prints "insns: N" at exit
-   (visible with `-d plugin`). Works with qemu-user and qemu-system alike.
+   (visible with `-d plugin`). Works with qemu-user and qemu-system alike. Each `range=LO-HI`
+   argument (sorted, disjoint, at most MAX_RANGES) also gets its own count, printed as
+   "range I: N" in argument order: one run gives the instructions of every function.
 
    Build: gcc -shared -fPIC -O2 -o insncount.so insncount.c
    Use:   qemu-aarch64 -plugin ./insncount.so,lo=0x400000,hi=0x401000 -d plugin ./prog
+          qemu-aarch64 -plugin ./insncount.so,lo=0x400000,hi=0x401000,range=0x400000-0x400800,... ./prog
 
    Debian ships the plugin-enabled emulators but not qemu-plugin.h, so the few entry points used
    here (plugin API version 1, QEMU 7.x) are declared by hand. */
@@ -33,8 +36,40 @@ void qemu_plugin_outs(const char *string);
 
 __attribute__((visibility("default"))) int qemu_plugin_version = 1;
 
+#define MAX_RANGES 4096
+
 static uint64_t executed;
 static uint64_t lo, hi = UINT64_MAX;
+static uint64_t range_lo[MAX_RANGES], range_hi[MAX_RANGES], range_count[MAX_RANGES];
+static int ranges;
+
+/* Index of the range holding pc (binary search over the sorted ranges), or -1. */
+static int range_of(uint64_t pc)
+{
+    int first = 0, last = ranges - 1;
+    while (first <= last) {
+        int mid = (first + last) / 2;
+        if (pc < range_lo[mid])
+            last = mid - 1;
+        else if (pc >= range_hi[mid])
+            first = mid + 1;
+        else
+            return mid;
+    }
+    return -1;
+}
+
+/* Per-range counters: one inline increment per instruction inside a range. */
+static void count_ranges(struct qemu_plugin_tb *tb, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++) {
+        struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
+        int r = range_of(qemu_plugin_insn_vaddr(insn));
+        if (r >= 0)
+            qemu_plugin_register_vcpu_insn_exec_inline(insn, QEMU_PLUGIN_INLINE_ADD_U64, &range_count[r], 1);
+    }
+}
 
 /* Called once per translated block: add an inline counter increment for the instructions in range
    (one per block when the whole block counts), so counting costs no callback per instruction. */
@@ -42,6 +77,8 @@ static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 {
     size_t n = qemu_plugin_tb_n_insns(tb), i, inside = 0;
     (void)id;
+    if (ranges > 0)
+        count_ranges(tb, n);
     for (i = 0; i < n; i++) {
         uint64_t pc = qemu_plugin_insn_vaddr(qemu_plugin_tb_get_insn(tb, i));
         inside += pc >= lo && pc < hi;
@@ -61,10 +98,15 @@ static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 static void print_count(qemu_plugin_id_t id, void *userdata)
 {
     char line[64];
+    int r;
     (void)id;
     (void)userdata;
     snprintf(line, sizeof line, "insns: %" PRIu64 "\n", executed);
     qemu_plugin_outs(line);
+    for (r = 0; r < ranges; r++) {
+        snprintf(line, sizeof line, "range %d: %" PRIu64 "\n", r, range_count[r]);
+        qemu_plugin_outs(line);
+    }
 }
 
 __attribute__((visibility("default"))) int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info,
@@ -77,8 +119,18 @@ __attribute__((visibility("default"))) int qemu_plugin_install(qemu_plugin_id_t 
             lo = strtoull(argv[i] + 3, NULL, 0);
         else if (strncmp(argv[i], "hi=", 3) == 0)
             hi = strtoull(argv[i] + 3, NULL, 0);
-        else {
-            fprintf(stderr, "insncount: unknown argument '%s' (expected lo=ADDR, hi=ADDR)\n", argv[i]);
+        else if (strncmp(argv[i], "range=", 6) == 0 && ranges < MAX_RANGES) {
+            char *end;
+            range_lo[ranges] = strtoull(argv[i] + 6, &end, 0);
+            range_hi[ranges] = *end == '-' ? strtoull(end + 1, NULL, 0) : 0;
+            if (range_hi[ranges] <= range_lo[ranges] || (ranges > 0 && range_lo[ranges] < range_hi[ranges - 1])) {
+                fprintf(stderr, "insncount: range '%s' is empty or not after the one before\n", argv[i] + 6);
+                return -1;
+            }
+            ranges++;
+        } else {
+            fprintf(stderr, "insncount: unknown argument '%s' (expected lo=ADDR, hi=ADDR, range=LO-HI)\n",
+                    argv[i]);
             return -1;
         }
     }

@@ -1,0 +1,106 @@
+"""The Cortex-M DSP int8 kernels (byte pairs: sxtb16/sxtab16 + SMLAD; depthwise SMLABB/SMLATT; vcvtr
+requantization): the instructions appear, and single layers at edge sizes (channels a multiple of 4,
+tiles of 1, mr-1, mr, mr+1 columns, borders, zero points, int8 and uint8 activations) match onnxruntime
+within one step and the scalar int8 build exactly (the same integer sums and the same float
+requantization)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+import zoo
+from onnx import TensorProto, helper
+from test_quantized import quantized
+
+import aot
+from aot.codegen.llvm import ModuleBuilder
+from aot.target import get_target
+
+_ONNX = {"int8": TensorProto.INT8, "uint8": TensorProto.UINT8}
+
+
+def qdq_conv(c: int, m: int, kernel: int, stride: int, pad: int, hw: tuple[int, int], group: int = 1,
+             dtype: str = "int8", x_zp: int = 3, seed: int = 0) -> tuple[onnx.ModelProto, np.ndarray]:
+    """int8 (or uint8) x -> DequantizeLinear -> Conv (per-channel int8 weights, int32 bias) -> QuantizeLinear,
+    and an input for it. With uint8 activations the weights are 7-bit: onnxruntime's own u8 x s8 kernels on
+    x86 without VNNI saturate 16-bit pair sums of full-range weights (see test_quantized.quantized)."""
+    rng = np.random.default_rng(seed)
+    h, w = hw
+    x_scale, y_scale = 0.05, 0.08
+    limit = 127 if dtype == "int8" else 63
+    w_q = rng.integers(-limit, limit + 1, (m, c // group, kernel, kernel)).astype(np.int8)
+    w_scale = rng.uniform(0.002, 0.01, m).astype(np.float32)
+    bias = rng.integers(-2000, 2000, m).astype(np.int32)
+    zp_y = 5 if dtype == "int8" else 128
+    nodes = [helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"]),
+             helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"], axis=0),
+             helper.make_node("DequantizeLinear", ["b", "bs", "bz"], ["bf"], axis=0),
+             helper.make_node("Conv", ["xf", "wf", "bf"], ["yf"], kernel_shape=[kernel, kernel], group=group,
+                              strides=[stride, stride], pads=[pad] * 4),
+             helper.make_node("QuantizeLinear", ["yf", "ys", "yz"], ["y"])]
+    inits = [helper.make_tensor("xs", TensorProto.FLOAT, [], [x_scale]),
+             helper.make_tensor("xz", _ONNX[dtype], [], [x_zp]),
+             onnx.numpy_helper.from_array(w_q, "w"), onnx.numpy_helper.from_array(w_scale, "ws"),
+             onnx.numpy_helper.from_array(np.zeros(m, np.int8), "wz"),
+             onnx.numpy_helper.from_array(bias, "b"),
+             onnx.numpy_helper.from_array((np.float32(x_scale) * w_scale).astype(np.float32), "bs"),
+             onnx.numpy_helper.from_array(np.zeros(m, np.int32), "bz"),
+             helper.make_tensor("ys", TensorProto.FLOAT, [], [y_scale]),
+             helper.make_tensor("yz", _ONNX[dtype], [], [zp_y])]
+    oh, ow = (h + 2 * pad - kernel) // stride + 1, (w + 2 * pad - kernel) // stride + 1
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", _ONNX[dtype], [1, c, h, w])],
+                              [helper.make_tensor_value_info("y", _ONNX[dtype], [1, m, oh, ow])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    info = np.iinfo(dtype)
+    return model, rng.integers(info.min, info.max + 1, (1, c, h, w)).astype(dtype)
+
+
+def assembly(model, target: str, tmp_path) -> str:
+    artifact = aot.build(model, target=target, out_dir=tmp_path / target)
+    mb = ModuleBuilder("m", get_target(target))
+    for call in artifact.program.calls:
+        mb.add_kernel(call.kernel)
+    return mb.emit_assembly()
+
+
+@pytest.mark.parametrize("target", ["cortex-m4", "cortex-m7"])
+def test_int8_models_use_byte_pairs_smlad_and_rounding_conversions(target, tmp_path):
+    asm = assembly(quantized(zoo.ds_cnn(), tmp_path, "QDQ", True), target, tmp_path)
+    for instruction in ("sxtb16", "sxtab16", "smlad", "smlabb", "smlatt", "vcvtr.s32.f32"):
+        assert f"\t{instruction}\t" in asm, instruction
+    assert "ror #8" in asm          # the odd bytes' rotate folds into the widening
+
+
+def test_a_layer_without_padding_takes_the_zero_point_through_the_bias(tmp_path):
+    pointwise, _ = qdq_conv(8, 8, 1, 1, 0, (3, 5))
+    asm = assembly(pointwise, "cortex-m4", tmp_path)
+    assert "\tsxtb16\t" in asm and "\tsxtab16\t" not in asm and "\tsmlad\t" in asm
+    padded, _ = qdq_conv(8, 8, 3, 1, 1, (3, 5))
+    assert "\tsxtab16\t" in assembly(padded, "cortex-m4", tmp_path / "p")
+
+
+CASES = {   # c, m, kernel, stride, pad, (h, w), group, dtype, x_zp
+    "pointwise_w1": (4, 3, 1, 1, 0, (2, 1), 1, "int8", 3),
+    "pointwise_w2": (8, 4, 1, 1, 0, (1, 2), 1, "int8", -7),
+    "pointwise_w4": (12, 7, 1, 1, 0, (2, 4), 1, "int8", 0),
+    "pointwise_u8": (8, 5, 1, 1, 0, (3, 5), 1, "uint8", 131),
+    "conv3x3_pad": (4, 6, 3, 1, 1, (4, 5), 1, "int8", 11),
+    "conv3x3_stride2_u8": (8, 4, 3, 2, 1, (5, 7), 1, "uint8", 120),
+    "conv3x3_valid": (8, 3, 3, 1, 0, (4, 6), 1, "int8", -20),
+    "depthwise_w1": (4, 4, 3, 1, 1, (3, 1), 4, "int8", 9),
+    "depthwise_w5": (12, 12, 3, 1, 1, (4, 5), 12, "int8", -3),
+    "depthwise_stride2": (8, 8, 3, 2, 1, (5, 6), 8, "int8", 17),
+    "depthwise_valid_u8": (8, 8, 3, 1, 0, (4, 6), 8, "uint8", 140),
+}
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_dsp_layers_match_onnxruntime_and_the_scalar_build(case):
+    c, m, kernel, stride, pad, hw, group, dtype, x_zp = CASES[case]
+    model, x = qdq_conv(c, m, kernel, stride, pad, hw, group, dtype, x_zp)
+    dsp = aot.check(model, inputs={"x": x}, target="cortex-m4")
+    assert dsp.comparisons[0].max_abs <= 1, dsp.comparisons[0]
+    scalar = aot.check(model, inputs={"x": x}, target="cortex-m4", knobs={"simd": False})
+    np.testing.assert_array_equal(dsp.outputs["y"], scalar.outputs["y"])
