@@ -1,4 +1,5 @@
-"""int8 convolution as dot products along the rows of the window, for Helium (Armv8.1-M MVE).
+"""int8 convolution as dot products along the rows of the window, for Helium (Armv8.1-M MVE) and
+32-bit NEON.
 
 In NHWC one row of a convolution window, kw pixels of c channels, is kw*c consecutive bytes of the
 input (one tap's c bytes when the window is dilated along the row). With the weights packed so that
@@ -7,12 +8,15 @@ and the reduction is a horizontal dot product over 16-byte vectors: VMLADAVA.S8 
 pairs and adds the sum to a core register. A tile of MR output pixels x NR output channels keeps
 MR*NR such sums in core registers; each step loads MR input vectors and NR weight vectors for
 MR*NR*16 multiply-accumulates. A run that is not a multiple of 16 ends with one predicated load
-(VCTP); its weights are zero-padded in flash.
+(VCTP); its weights are zero-padded in flash. On NEON each output's sum is a vector of 4 int32 lanes
+(VMULL.S8, VPADAL.S16), added across once at the end.
 
 The activations' zero point never comes off the bytes: sum (x - zx) w = sum x w - zx sum w, the last
-term folded into the bias. A border window reads its taps over the padding as zx (the real 0) through
-predicated loads whose inactive lanes are filled with zx, so the same folded bias holds everywhere
-and no padding is copied.
+term folded into the bias. No padding is copied. Where each tap is whole vectors (c a multiple of 16),
+a border window skips its taps over the padding: its rows and taps are loop bounds, as in the generic
+kernel, and its bias holds zx * w of the taps it keeps only (from a table of prefix sums). Elsewhere
+(Helium only) a border window reads its taps over the padding as zx (the real 0) through predicated
+loads whose inactive lanes are filled with zx, so the same folded bias holds everywhere.
 
 The tile's sums are gathered into one vector per output pixel and requantized together (IntArith,
 so the results are exactly those of the generic integer kernel).
@@ -30,6 +34,7 @@ from aot.kernel.ir import (
     Buffer,
     Builder,
     Cast,
+    Const,
     Expr,
     Kernel,
     Lanes,
@@ -43,7 +48,7 @@ from aot.kernel.ir import (
     select,
 )
 from aot.ops import LowerContext
-from aot.ops.conv import ChannelBlock, Geometry, IntArith, channel_blocks
+from aot.ops.conv import ChannelBlock, Geometry, IntArith, channel_blocks, spatial_loops
 
 VECTOR = 16             # int8 lanes per 128-bit vector
 
@@ -69,9 +74,11 @@ def applies(ctx: LowerContext, quant: Quant | None, groups: int, weight: np.ndar
     return (acc_lanes(ctx) is not None and ctx.knobs.simd and quant is not None and groups == 1
             and x_dtype == "i8" and weight.min() >= -128 and weight.max() <= 127
             and (g is None or Rows.of(g).seg_len >= MIN_RUN)
-            # NEON has no predicated loads (LLVM splits a masked one into lanes): windows without padding,
-            # and rows of whole vectors (a short one's sums cost more to requantize than they save).
-            and (acc_lanes(ctx) == 1 or (g is not None and not any(g.pads) and Rows.of(g).seg_len >= VECTOR)))
+            # NEON has no predicated loads (LLVM splits a masked one into lanes): a border window clips to
+            # whole vectors instead, so padding needs taps of whole vectors; and rows of at least a vector
+            # (a short one's sums cost more to requantize than they save).
+            and (acc_lanes(ctx) == 1 or (g is not None and Rows.of(g).seg_len >= VECTOR
+                                         and (Rows.of(g).tap_chunks > 0 or not any(g.pads)))))
 
 
 @dataclass(frozen=True)
@@ -80,13 +87,16 @@ class Rows:
     segments: int       # runs per window: kh (whole rows) or kh * kw (one tap each, dilated rows)
     seg_len: int        # bytes per run
     chunks: int         # 16-byte vectors per run, the last one partial if seg_len % 16
+    tap_chunks: int     # vectors per tap where runs are whole rows and each tap is whole vectors (a window
+                        # clipped to taps [lo, hi) is then chunks [lo, hi) * tap_chunks); else 0
 
     @staticmethod
     def of(g: Geometry) -> Rows:
         whole_rows = g.dilation[1] == 1
         segments = g.kh if whole_rows else g.kh * g.kw
         seg_len = g.kw * g.c if whole_rows else g.c
-        return Rows(segments, seg_len, -(-seg_len // VECTOR))
+        tap_chunks = g.c // VECTOR if whole_rows and g.c % VECTOR == 0 else 0
+        return Rows(segments, seg_len, -(-seg_len // VECTOR), tap_chunks)
 
 
 def pack(weight: np.ndarray, rows: Rows, blocks: list[ChannelBlock]) -> tuple[np.ndarray, list[int]]:
@@ -108,6 +118,15 @@ def pack(weight: np.ndarray, rows: Rows, blocks: list[ChannelBlock]) -> tuple[np
     return np.concatenate(panels), offsets
 
 
+def zero_point_prefix(quant: Quant, weight: np.ndarray) -> np.ndarray:
+    """[kh + 1][kw + 1][m] int32: -zx times the weights of each output channel summed over the taps of
+    window rows < r and columns < t (wrapping like the int32 sums it corrects)."""
+    taps = weight.astype(np.int64).sum(axis=1).transpose(1, 2, 0)            # [kh][kw][m]
+    prefix = np.zeros((taps.shape[0] + 1, taps.shape[1] + 1, taps.shape[2]), np.int64)
+    prefix[1:, 1:] = taps.cumsum(axis=0).cumsum(axis=1)
+    return (-quant.x_zp * prefix).astype(np.int32)
+
+
 def folded_bias(arith: IntArith, quant: Quant, weight: np.ndarray) -> np.ndarray:
     """The integer bias with -zx * sum(w) of each output channel folded in."""
     sums = weight.reshape(weight.shape[0], -1).astype(np.int64).sum(axis=1)
@@ -116,6 +135,7 @@ def folded_bias(arith: IntArith, quant: Quant, weight: np.ndarray) -> np.ndarray
 
 
 Tile = Callable[[int, Expr, Expr, Expr, bool], None]
+Window = tuple[Expr, ...] | None     # rows [hl, hh) and taps [wl, wh) a clipped window keeps; None: all
 
 
 def spatial(b: Builder, g: Geometry, mr: int, tile: Tile) -> None:
@@ -163,6 +183,9 @@ def lower_rows(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, ar
     wbuf = ctx.const(packed, "w")
     bias = ctx.const(folded_bias(arith, quant, weight), "b")
     zx = quant.x_zp
+    # Border windows skip their taps over the padding where taps are whole vectors (fewer products than
+    # masked loads, and the only way without predication: see applies).
+    clips = rows.tap_chunks > 0 and any(g.pads)
     b = Builder()
     dy, dx = g.dilation
 
@@ -191,14 +214,35 @@ def lower_rows(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, ar
             ok = binop("and", ok, col_ok)
         return select(ok, lo, 0), select(ok, hi, 0)
 
+    full, tail = divmod(rows.seg_len, VECTOR)
+    prefix = ctx.const(zero_point_prefix(quant, weight), "z") if clips else None
+
+    def window_bias(ch: Expr, window: Window) -> Expr:
+        """The int32 bias of channel ch for a window clipped to rows [hl, hh) and taps [wl, wh): the raw
+        bias less zx times the weights of the taps inside, their sum a rectangle of the prefix sums
+        (corners on an empty prefix are zero and left out)."""
+        if window is None:
+            return bias[ch]
+        hl, hh, wl, wh = window
+        total = arith.bias[ch] if arith.bias is not None else const(0, "i32")
+        for r, t, sign in ((hh, wh, 1), (hl, wh, -1), (hh, wl, -1), (hl, wl, 1)):
+            if not any(isinstance(v, Const) and v.value == 0 for v in (r, t)):
+                corner = prefix[(r * (g.kw + 1) + t) * g.m + ch]
+                total = total + corner if sign > 0 else total - corner
+        return total
+
     def tile(width: int, blk: ChannelBlock, n: Expr, oh: Expr, ow0: Expr, ch0: Expr, panel: Expr,
-             masked: bool) -> None:
-        init = bias[ch0] if sums == 1 else const(0, "i32", sums)
-        accs = [[b.local("acc", bias[ch0 + j] if sums == 1 else init) for j in range(blk.nr)] for _ in range(width)]
+             masked: bool, window: Window) -> None:
+        """`window`: the rows and taps a clipped window keeps (whole segments, whole chunks); None: all."""
+        biases = [window_bias(ch0 + j, window) for j in range(blk.nr)]
+        accs = [[b.local("acc", biases[j] if sums == 1 else const(0, "i32", sums)) for j in range(blk.nr)]
+                for _ in range(width)]
         origin = [b.let("px", ((n * g.h + g.in_row(oh, 0)) * g.w + g.in_row(ow0 + i, 1)) * g.c)
                   for i in range(width)]
         step = blk.nr * VECTOR
-        with b.loop("s", 0, rows.segments) as s:
+        segs, chunks = ((0, rows.segments), (0, full)) if window is None else \
+            (window[:2], (window[2] * rows.tap_chunks, window[3] * rows.tap_chunks))
+        with b.loop("s", *segs) as s:
             offset = b.let("so", segment_offset(s))
             wrow = b.let("wr", panel + s * (rows.chunks * step))
             bounds = [tuple(b.let(h, v) for h, v in zip(("lo", "hi"), valid_lanes(oh, ow0 + i, s)))
@@ -219,33 +263,41 @@ def lower_rows(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, ar
                     for j in range(blk.nr):
                         b.assign(accs[i][j], RowDot(accs[i][j], a, wv[j], pairs_fit))
 
-            full, tail = divmod(rows.seg_len, VECTOR)
             if masked:
                 with b.loop("q", 0, rows.chunks) as q:
                     chunk(q, None)
             else:
                 if full:
-                    with b.loop("q", 0, full) as q:
+                    with b.loop("q", *chunks) as q:
                         chunk(q, None)
                 if tail:
                     chunk(const(full), tail)
         for i in range(width):
             idx = b.let("o", ((n * g.oh + oh) * g.ow + ow0 + i) * g.m + ch0)
-            totals = accs[i] if sums == 1 else [Reduce("add", acc) + bias[ch0 + j] for j, acc in enumerate(accs[i])]
+            totals = accs[i] if sums == 1 else [Reduce("add", acc) + biases[j] for j, acc in enumerate(accs[i])]
             if blk.nr in vector_widths:
                 b.store(out, idx, arith.result(Lanes(tuple(totals)), ch0, idx, blk.nr))
             else:
                 for j in range(blk.nr):
                     b.store(out, idx + j, arith.result(totals[j], ch0 + j, idx + j, 1))
 
-    def all_blocks(width: int, n: Expr, oh: Expr, ow0: Expr, masked: bool) -> None:
+    def all_blocks(width: int, n: Expr, oh: Expr, ow0: Expr, masked: bool, window: Window) -> None:
         for bi, blk in enumerate(blocks):
             with b.loop("cb", 0, blk.count) as cb:
                 ch0 = b.let("ch0", blk.start + cb * blk.width)
                 panel = b.let("panel", offsets[bi] + cb * (rows.segments * rows.chunks * blk.width * VECTOR))
-                tile(width, blk, n, oh, ow0, ch0, panel, masked)
+                tile(width, blk, n, oh, ow0, ch0, panel, masked, window)
 
-    spatial(b, g, mr, all_blocks)
+    def clipped(width: int, n: Expr, oh: Expr, ow0: Expr, *window: Expr) -> None:
+        """A tile of conv.spatial_loops, its window clipped to rows [kh_lo, kh_hi) and taps [kw_lo, kw_hi)."""
+        whole = all(isinstance(v, Const) and v.value == full_value
+                    for v, full_value in zip(window, (0, g.kh, 0, g.kw)))
+        all_blocks(width, n, oh, ow0, False, None if whole else window)
+
+    if clips:
+        spatial_loops(b, g, mr, clipped)
+    else:
+        spatial(b, g, mr, lambda width, n, oh, ow0, masked: all_blocks(width, n, oh, ow0, masked, None))
     return Kernel(name, params, b.block())
 
 
