@@ -65,6 +65,7 @@ CASES = {
     "1x3 c48 column pad": (48, 3, (4, 7), (1, 3), {"pads": [0, 1, 0, 1]}),
     "3x1 c16 row pad stride2": (16, 4, (7, 3), (3, 1), {"pads": [1, 0, 1, 0], "strides": [2, 1]}),
     "3x3 c16 pad no bias": (16, 2, (5, 6), (3, 3), {"pads": [1, 1, 1, 1], "bias": False}),
+    "3x3 c16 row-dilated pad": (16, 5, (7, 6), (3, 3), {"pads": [2, 1, 2, 1], "dilations": [2, 1]}),
     "depthwise 3x3 c12 pad": (12, 12, (6, 7), (3, 3), {"pads": [1, 1, 1, 1], "group": 12}),
     "depthwise 3x3 c6 stride2": (6, 6, (7, 7), (3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2], "group": 6}),
 }
