@@ -43,7 +43,7 @@ from aot.kernel.ir import (
     select,
 )
 from aot.ops import LowerContext
-from aot.ops.conv import ChannelBlock, Geometry, IntArith, channel_blocks
+from aot.ops.conv import ChannelBlock, Geometry, IntArith, channel_blocks, conv_reuse
 
 VECTOR = 16             # int8 lanes per 128-bit vector
 
@@ -246,7 +246,7 @@ def lower_rows(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, ar
                 tile(width, blk, n, oh, ow0, ch0, panel, masked)
 
     spatial(b, g, mr, all_blocks)
-    return Kernel(name, params, b.block())
+    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, rows_in_order=False))
 
 
 # --- depthwise ----------------------------------------------------------------------------------------
@@ -305,4 +305,4 @@ def lower_depthwise(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarra
                 b.store(out, idx, arith.result(accs[i][j], ch0 + j * blk.lanes, idx, blk.lanes))
 
     spatial(b, g, ctx.knobs.dw_mr, tile)
-    return Kernel(name, params, b.block())
+    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, rows_in_order=False))
