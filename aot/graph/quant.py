@@ -3,6 +3,7 @@ view an integer op's kernel takes of its operands' parameters (`Quant`), and the
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -40,12 +41,27 @@ class QuantParams:
 
 
 @dataclass(frozen=True, eq=False)
+class ResidualSum:
+    """An integer residual Add fused into a convolution: the convolution's own int8 result (the Quant's
+    y) plus the residual operand, requantized to the sum's encoding as the Add alone would have done."""
+
+    r_scale: float
+    r_zp: int
+    y_scale: float
+    y_zp: int
+    y_dtype: str
+    qmin: int
+    qmax: int
+
+
+@dataclass(frozen=True, eq=False)
 class Quant:
     """How an integer op reads its inputs and writes its output, gathered from its operands' QuantParams.
 
     x_scale/x_zp: the (first) activation input; w_scale/w_zp: weights, per output channel (arrays);
     b_scale/b_zp: a second activation input (Add, Mul); y_scale/y_zp/y_dtype: the output;
-    qmin/qmax: the output clamp, narrowed by fused Relu/Clip.
+    qmin/qmax: the output clamp, narrowed by fused Relu/Clip; residual: a fused integer residual Add,
+    applied to y (then y is the convolution's own result, not the node's output).
     """
 
     x_scale: float
@@ -59,6 +75,7 @@ class Quant:
     w_zp: np.ndarray | None = None
     b_scale: float = 0.0
     b_zp: int = 0
+    residual: ResidualSum | None = None
 
     def __repr__(self) -> str:
         w = f", w_scale[{self.w_scale.size}]" if self.w_scale is not None else ""
@@ -70,7 +87,8 @@ def node_quant(values: Mapping[str, Value], node: Node) -> Quant | None:
     """The integer view of `node`, or None when it computes in float: its first input and its output carry
     per-tensor quantization. A constant second input with per-channel parameters is the weight (Conv,
     Gemm); a computed one the second operand (Add, Mul). The output range is narrowed by the activations
-    fused into the node (attrs["acts"])."""
+    fused into the node (attrs["acts"]). A node with a fused integer residual Add (attrs["own_result"]:
+    the encoding of its result before the Add, see fuse_epilogues) reads the residual as input 3."""
     if not (node.inputs and node.inputs[0] and node.outputs and node.outputs[0]):
         return None
     x, y = values[node.inputs[0]], values[node.outputs[0]]
@@ -78,11 +96,18 @@ def node_quant(values: Mapping[str, Value], node: Node) -> Quant | None:
         return None
     qmin, qmax = clamp_for(node.attrs.get("acts", ()), y.quant.scale, y.quant.zero_point, y.dtype)
     extra: dict = {}
+    if "own_result" in node.attrs:
+        r = values[node.inputs[3]]
+        extra["residual"] = ResidualSum(r.quant.scale, r.quant.zero_point, y.quant.scale, y.quant.zero_point,
+                                        y.dtype, qmin, qmax)
+        own_scale, own_zp, own_dtype = node.attrs["own_result"]
+        y = dataclasses.replace(y, dtype=own_dtype, quant=QuantParams.per_tensor(own_scale, own_zp))
+        qmin, qmax = RANGES[own_dtype]
     second = values[node.inputs[1]].quant if len(node.inputs) > 1 and node.inputs[1] else None
     if second is not None and second.axis is not None:
-        extra = {"w_scale": np.asarray(second.scale, np.float64), "w_zp": np.asarray(second.zero_point, np.int64)}
+        extra.update(w_scale=np.asarray(second.scale, np.float64), w_zp=np.asarray(second.zero_point, np.int64))
     elif second is not None:
-        extra = {"b_scale": second.scale, "b_zp": second.zero_point}
+        extra.update(b_scale=second.scale, b_zp=second.zero_point)
     return Quant(x.quant.scale, x.quant.zero_point, y.quant.scale, y.quant.zero_point, y.dtype, qmin, qmax, **extra)
 
 

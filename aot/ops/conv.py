@@ -42,7 +42,7 @@ from aot.kernel.ir import (
 )
 from aot.ops import LowerContext
 from aot.ops.epilogue import apply
-from aot.ops.quantized import quantize, requantize_fixed, widen
+from aot.ops.quantized import add_quantized, quantize, requantize_fixed, widen
 from aot.ops.registry import MATRIX_OPERANDS, Fusion, Layout, QuantForm, define, op_def, operand
 from aot.ops.rewrite import fused_acts, lift_1d, refuse, spatial_attrs, view
 
@@ -263,8 +263,9 @@ class IntArith:
     group = 1
     scalar = False
 
-    def __init__(self, ctx: LowerContext, quant: Quant, bias: np.ndarray | None):
+    def __init__(self, ctx: LowerContext, quant: Quant, bias: np.ndarray | None, residual: Buffer | None = None):
         self.q = quant
+        self.residual = residual if quant.residual is not None else None
         self.fixed = not ctx.target.fpu
         self.float_bias = None
         if bias is not None and bias.dtype == np.float32:
@@ -303,12 +304,18 @@ class IntArith:
     def result(self, acc: Expr, ch: Expr, idx: Expr, lanes: int) -> Expr:
         q = self.q
         if self.fixed:
-            return requantize_fixed(acc, self.m0.vec(ch, lanes), self.shift.vec(ch, lanes), q.y_zp, q.qmin, q.qmax,
-                                    q.y_dtype)
-        value = Cast(acc, "f32") * self.scale.vec(ch, lanes)
-        if self.float_bias is not None:
-            value = value + self.float_bias.vec(ch, lanes)
-        return quantize(value, q.y_zp, q.qmin, q.qmax, q.y_dtype)
+            y = requantize_fixed(acc, self.m0.vec(ch, lanes), self.shift.vec(ch, lanes), q.y_zp, q.qmin, q.qmax,
+                                 q.y_dtype)
+        else:
+            value = Cast(acc, "f32") * self.scale.vec(ch, lanes)
+            if self.float_bias is not None:
+                value = value + self.float_bias.vec(ch, lanes)
+            y = quantize(value, q.y_zp, q.qmin, q.qmax, q.y_dtype)
+        if self.residual is None:
+            return y
+        s = q.residual      # the fused Add, on this result as the Add kernel would have read it
+        return add_quantized(y, q.y_scale, q.y_zp, self.residual.vec(idx, lanes), s.r_scale, s.r_zp,
+                             s.y_scale, s.y_zp, s.qmin, s.qmax, s.y_dtype)
 
 
 class DotArith(IntArith):
@@ -322,7 +329,7 @@ class DotArith(IntArith):
     """
 
     def __init__(self, ctx: LowerContext, style: DotStyle, quant: Quant, bias: np.ndarray | None,
-                 weight: np.ndarray, x_dtype: str):
+                 weight: np.ndarray, x_dtype: str, residual: Buffer | None = None):
         self.style, self.group, self.scalar = style, style.group, style.scalar
         x_int8 = x_dtype == "i8"
         self.flip = style.raw_bytes and (x_int8 == style.a_unsigned)      # flip x's top bit
@@ -330,11 +337,11 @@ class DotArith(IntArith):
             z = quant.x_zp + ((128 if x_int8 else -128) if self.flip else 0)
             sums = weight.reshape(weight.shape[0], -1).astype(np.int64).sum(axis=1)
             int_bias = (bias.astype(np.int64) if bias is not None and bias.dtype == np.int32 else 0) - z * sums
-            super().__init__(ctx, quant, np.clip(int_bias, -(2**31), 2**31 - 1).astype(np.int32))
+            super().__init__(ctx, quant, np.clip(int_bias, -(2**31), 2**31 - 1).astype(np.int32), residual)
             if bias is not None and bias.dtype == np.float32:
                 self.float_bias = ctx.const((bias / np.float32(quant.y_scale)).astype(np.float32), "fb")
         else:
-            super().__init__(ctx, quant, bias)
+            super().__init__(ctx, quant, bias, residual)
 
     def weights(self, packed: np.ndarray) -> np.ndarray:
         """int8 in flash whenever the values fit (16-bit pairs are widened as they are loaded)."""
@@ -372,19 +379,19 @@ class BytePairArith(IntArith):
     sum (x - z) w = sum x w - z sum w, and the widening is a plain sxtb16."""
 
     def __init__(self, ctx: LowerContext, style: DotStyle, quant: Quant, bias: np.ndarray | None,
-                 weight: np.ndarray, x_dtype: str, padded: bool):
+                 weight: np.ndarray, x_dtype: str, padded: bool, residual: Buffer | None = None):
         self.group, self.scalar = style.group, True
         self.unsigned = x_dtype == "u8"
         self.zero_pair = None
         if padded or not quant.x_zp:
-            super().__init__(ctx, quant, bias)
+            super().__init__(ctx, quant, bias, residual)
             if quant.x_zp:
                 half = -quant.x_zp & 0xFFFF
                 self.zero_pair = const(np.int32(np.uint32(half * 0x10001)).item(), "i32")
             return
         sums = _minus_zero_point(weight, quant, axis=0).reshape(weight.shape[0], -1).astype(np.int64).sum(axis=1)
         int_bias = (bias.astype(np.int64) if bias is not None and bias.dtype == np.int32 else 0) - quant.x_zp * sums
-        super().__init__(ctx, quant, np.clip(int_bias, -(2**31), 2**31 - 1).astype(np.int32))
+        super().__init__(ctx, quant, np.clip(int_bias, -(2**31), 2**31 - 1).astype(np.int32), residual)
         if bias is not None and bias.dtype == np.float32:
             self.float_bias = ctx.const((bias / np.float32(quant.y_scale)).astype(np.float32), "fb")
 
@@ -464,7 +471,7 @@ def lower_dense(ctx: LowerContext, name: str, g: Geometry, groups: int, weight: 
                     panel = b.let("panel", group * group_stride + offsets[bi] + cb * (panel_size * blk.width))
                     spatial_loops(b, g, mr, lambda rows, *at, blk=blk, ch0=ch0, panel=panel:
                                   block_body(blk, group, rows, *at, ch0, panel))
-        return Kernel(name, params, b.block(), _streams(g, x, out, arith, rows_in_order=False))
+        return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, rows_in_order=False))
 
     def per_group(columns) -> None:
         # Each row of input pixels stays in cache while every panel passes over it.
@@ -473,10 +480,10 @@ def lower_dense(ctx: LowerContext, name: str, g: Geometry, groups: int, weight: 
                 columns(block_tile(group, blk, group * group_stride + offsets[bi]))
 
     spatial_loops(b, g, mr, None, inner=per_group, backward=backward)   # type: ignore[arg-type]
-    return Kernel(name, params, b.block(), _streams(g, x, out, arith, backward=backward))
+    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, backward=backward))
 
 
-def _streams(g: Geometry, x: Buffer, out: Buffer, arith: Arith, rows_in_order: bool = True,
+def conv_reuse(g: Geometry, x: Buffer, out: Buffer, arith: Arith, rows_in_order: bool = True,
              backward: bool = False) -> tuple[Reuse, ...]:
     """What a convolution lets the memory planner overlap: its output with its input behind the rows
     still to be read when it runs row by row, and a fused residual exactly (read at an index, then
@@ -564,7 +571,7 @@ def lower_depthwise(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarra
             columns(block_tile(blk))
 
     spatial_loops(b, g, mr, None, inner=all_blocks, backward=backward)   # type: ignore[arg-type]
-    return Kernel(name, params, b.block(), _streams(g, x, out, arith, backward=backward))
+    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, backward=backward))
 
 
 def depthwise_pairs_style(ctx: LowerContext, node: Node, g: Geometry) -> DotStyle | None:
@@ -618,7 +625,7 @@ def lower_depthwise_pairs(ctx: LowerContext, name: str, g: Geometry, weight: np.
                     b.store(out, base + c, arith.result(accs[i][c], ch0 + c, base + c, 1))
 
     spatial_loops(b, g, ctx.knobs.dw_mr, tile, backward=backward)
-    return Kernel(name, params, b.block(), _streams(g, x, out, arith, backward=backward))
+    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, backward=backward))
 
 
 # --- graph ops ---------------------------------------------------------------------------------------
@@ -642,18 +649,19 @@ def conv(ctx: LowerContext, node: Node, name: str) -> Kernel:
     depthwise = groups == g.c and weight.shape[1] == 1 and g.m == g.c
     if not depthwise and conv_rows.applies(ctx, quant, groups, weight, ins[0].dtype, g):
         bias = ctx.graph.constants[operand(node, "bias")] if operand(node, "bias") else None
-        return conv_rows.lower_rows(ctx, name, g, weight, IntArith(ctx, quant, bias), quant, ins[0], outs[0], params)
+        return conv_rows.lower_rows(ctx, name, g, weight, IntArith(ctx, quant, bias, _residual(node, ins)), quant,
+                                    ins[0], outs[0], params)
     if depthwise and ctx.target.int_simd.predicated and conv_rows.applies(ctx, quant, 1, weight, ins[0].dtype):
         bias = ctx.graph.constants[operand(node, "bias")] if operand(node, "bias") else None
-        return conv_rows.lower_depthwise(ctx, name, g, weight, IntArith(ctx, quant, bias), quant, ins[0], outs[0],
-                                         params)
+        return conv_rows.lower_depthwise(ctx, name, g, weight, IntArith(ctx, quant, bias, _residual(node, ins)),
+                                         quant, ins[0], outs[0], params)
     backward = node.name in ctx.backward
     if depthwise:
         pairs = depthwise_pairs_style(ctx, node, g)
         if pairs is not None:
             bias = ctx.graph.constants[operand(node, "bias")] if operand(node, "bias") else None
             arith = BytePairArith(ctx, pairs, quant, bias, ctx.graph.constants[node.inputs[1]], ins[0].dtype,
-                                  any(node.attrs.get("pads", (0,))))
+                                  any(node.attrs.get("pads", (0,))), _residual(node, ins))
             return lower_depthwise_pairs(ctx, name, g, weight, arith, ins[0], outs[0], params, backward)
         return lower_depthwise(ctx, name, g, weight, arith, ins[0], outs[0], params, backward)
     return lower_dense(ctx, name, g, groups, weight, arith, ins[0], outs[0], params, backward)
@@ -663,14 +671,21 @@ def _arith(ctx: LowerContext, node: Node, ins, style: DotStyle | None, weight: n
     """weight: OIHW (output channel first)."""
     bias = ctx.graph.constants[operand(node, "bias")] if operand(node, "bias") else None
     quant = node_quant(ctx.graph.values, node)
+    residual = _residual(node, ins)
     if style is not None and style.byte_pairs:
-        return BytePairArith(ctx, style, quant, bias, weight, ins[0].dtype, any(node.attrs.get("pads", (0,))))
+        return BytePairArith(ctx, style, quant, bias, weight, ins[0].dtype, any(node.attrs.get("pads", (0,))),
+                             residual)
     if style is not None:
-        return DotArith(ctx, style, quant, bias, weight, ins[0].dtype)
+        return DotArith(ctx, style, quant, bias, weight, ins[0].dtype, residual)
     if quant is not None:
-        return IntArith(ctx, quant, bias)
-    residual = op_def(node.op).index("residual")
-    return FloatArith(ctx, bias, node.attrs.get("acts", ()), ins[residual] if len(ins) > residual else None)
+        return IntArith(ctx, quant, bias, residual)
+    return FloatArith(ctx, bias, node.attrs.get("acts", ()), residual)
+
+
+def _residual(node: Node, ins: list[Buffer]) -> Buffer | None:
+    """The buffer of a fused residual Add's other operand, if the node has one."""
+    index = op_def(node.op).index("residual")
+    return ins[index] if len(ins) > index else None
 
 
 def _fits_int8(values: np.ndarray) -> bool:

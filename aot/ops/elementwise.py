@@ -17,7 +17,7 @@ from aot.kernel import math as kmath
 from aot.kernel.ir import Broadcast, Buffer, Builder, Cast, Expr, Kernel, binop, maximum, minimum, select
 from aot.ops import LowerContext
 from aot.ops.epilogue import apply
-from aot.ops.quantized import dequantize, quantize
+from aot.ops.quantized import add_quantized, dequantize, quantize
 from aot.ops.registry import FLOAT, Fusion, Layout, QuantForm, broadcast_shape, define, same_shape
 from aot.ops.rewrite import const_input, fused_acts, refuse, unary_rule, view
 
@@ -111,13 +111,11 @@ def binary(ctx: LowerContext, node: Node, name: str) -> Kernel:
         if quant is None:
             return apply(acts, binop(op, v[0], v[1]))
         # Quantized Add/Mul in float with onnxruntime's scale ratios (QLinearAdd/QLinearMul), then rounded.
-        y_scale = np.float32(quant.y_scale)
         if op == "add":
-            value = (dequantize(v[0], quant.x_zp, float(np.float32(quant.x_scale) / y_scale))
-                     + dequantize(v[1], quant.b_zp, float(np.float32(quant.b_scale) / y_scale)))
-        else:
-            ratio = float(np.float32(quant.x_scale) * np.float32(quant.b_scale) / y_scale)
-            value = dequantize(v[0], quant.x_zp, 1.0) * dequantize(v[1], quant.b_zp, ratio)
+            return add_quantized(v[0], quant.x_scale, quant.x_zp, v[1], quant.b_scale, quant.b_zp,
+                                 quant.y_scale, quant.y_zp, quant.qmin, quant.qmax, quant.y_dtype)
+        ratio = float(np.float32(quant.x_scale) * np.float32(quant.b_scale) / np.float32(quant.y_scale))
+        value = dequantize(v[0], quant.x_zp, 1.0) * dequantize(v[1], quant.b_zp, ratio)
         return quantize(value, quant.y_zp, quant.qmin, quant.qmax, quant.y_dtype)
 
     b = Builder()

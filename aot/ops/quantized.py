@@ -7,6 +7,8 @@ ties up, which differs only on exact ties.
 
 from __future__ import annotations
 
+import numpy as np
+
 from aot.kernel.ir import Cast, Expr, RoundInt, binop, const, maximum, minimum
 
 _MAGIC = 12582912.0      # 1.5 * 2**23: x + magic - magic rounds |x| < 2**22 to an integer, ties to even
@@ -32,6 +34,17 @@ def quantize(real_over_scale: Expr, zero_point: int, qmin: int, qmax: int, dtype
 
 def dequantize(q: Expr, zero_point: int, scale: float) -> Expr:
     return Cast(widen(q) - zero_point, "f32") * scale
+
+
+def add_quantized(a: Expr, a_scale: float, a_zp: int, b: Expr, b_scale: float, b_zp: int,
+                  y_scale: float, y_zp: int, qmin: int, qmax: int, y_dtype: str) -> Expr:
+    """An integer Add as onnxruntime's QLinearAdd computes it: each operand rescaled in float32 by its
+    scale over the output's, summed, rounded. Shared by the Add kernel and the residual Add fused into
+    a convolution, so both give the same bits."""
+    y = np.float32(y_scale)
+    value = (dequantize(a, a_zp, float(np.float32(a_scale) / y))
+             + dequantize(b, b_zp, float(np.float32(b_scale) / y)))
+    return quantize(value, y_zp, qmin, qmax, y_dtype)
 
 
 def requantize_fixed(acc: Expr, m0: Expr, shift: Expr, zero_point: int, qmin: int, qmax: int, dtype: str) -> Expr:

@@ -7,6 +7,8 @@ and into matrix anchors, before any activation:
   a per-channel constant Add        -> the anchor's bias
   a per-channel constant Mul        -> scaled weights and bias
   an Add of a same-shaped tensor    -> a residual input, added before the activations
+and into integer matrix anchors (quantized Conv/Gemm) without activations:
+  an integer Add of a same-shaped integer tensor -> a residual input (see _integer_residual)
 The fused node takes the position of the node it absorbed, where all of its inputs exist.
 """
 
@@ -50,8 +52,7 @@ def fuse_epilogues(graph: Graph) -> Graph:
 
 def _only_user(graph: Graph, users: dict[str, list[Node]], anchor: Node) -> Node | None:
     """The node `anchor` may fuse into: the one user of its one output, if the anchor takes epilogues."""
-    if (op_def(anchor.op).fusion not in _ANCHORS or anchor.outputs[0] in graph.outputs
-            or node_quant(graph.values, anchor) or len(anchor.outputs) > 1):
+    if op_def(anchor.op).fusion not in _ANCHORS or anchor.outputs[0] in graph.outputs or len(anchor.outputs) > 1:
         return None
     next_users = users.get(anchor.outputs[0], [])
     return next_users[0] if len(next_users) == 1 else None
@@ -61,6 +62,8 @@ def _merge(rw: Rewriter, anchor: Node, follower: Node) -> Node | None:
     graph = rw.graph
     constants = rw.constants        # with the weights and biases of merges made earlier in the walk
     out = follower.outputs[0]
+    if node_quant(graph.values, anchor) is not None:
+        return _integer_residual(graph, anchor, follower)
     acts = anchor.attrs.get("acts", ())
     anchor_def, follower_def = op_def(anchor.op), op_def(follower.op)
     if follower_def.fusion is Fusion.ACTIVATION:
@@ -94,6 +97,25 @@ def _merge(rw: Rewriter, anchor: Node, follower: Node) -> Node | None:
     if other in constants or operand(anchor, "residual") or graph.shape(other) != shape:
         return None
     return with_operands(anchor, residual=other).with_(outputs=(out,))
+
+
+def _integer_residual(graph: Graph, anchor: Node, follower: Node) -> Node | None:
+    """An integer Add of an integer matrix op's result (without activations) and another integer tensor
+    of its shape: the Add becomes the op's residual, its clamps the op's activations. The op keeps the
+    encoding of its own result in attrs["own_result"]: the kernel rounds to it, then adds as the Add did
+    (bit for bit), so the result never takes bytes of its own."""
+    if (op_def(anchor.op).fusion is not Fusion.MATRIX or op_def(follower.op).matrix_epilogue != "add"
+            or anchor.attrs.get("acts") or operand(anchor, "residual") or node_quant(graph.values, follower) is None):
+        return None
+    mine = anchor.outputs[0]
+    other = follower.inputs[1] if follower.inputs[0] == mine else follower.inputs[0]
+    if other == mine or other in graph.constants or {graph.shape(other), graph.shape(follower.outputs[0])} != {
+            graph.shape(mine)}:
+        return None
+    own = graph.values[mine]
+    attrs = {**anchor.attrs, "acts": follower.attrs.get("acts", ()),
+             "own_result": (own.quant.scale, own.quant.zero_point, own.dtype)}
+    return with_operands(anchor, residual=other).with_(outputs=follower.outputs, attrs=attrs)
 
 
 def _per_channel(array: np.ndarray | None, channels: int) -> np.ndarray | None:
