@@ -83,8 +83,8 @@ class _Flow:
         self.buffers = [[(mask, size) for mask, size in costly if mask >> i & 1] for i in range(self.count)]
 
     def segments(self) -> list[list[int]]:
-        """The steps in the given order, cut before and after each step that all others precede or
-        follow (those with as many ancestors as steps before them and none unrelated)."""
+        """The steps in the given order, cut before and after each step that every other step precedes
+        or follows: in any order, what comes before such a step in the given order runs before it."""
         ancestors = [0] * self.count
         for i in range(self.count):
             for p in _bits(self.preds[i]):
@@ -127,15 +127,15 @@ class _Flow:
         """The order of `segment` (its steps in the given order, all earlier steps run before it) with
         the lowest peak: layer by layer over the sets run so far, each reached by its cheapest path
         (ties: the first found, the search trying steps in the given order); each layer cut to the
-        `width` sets of lowest (peak, live bytes)."""
-        start = 0
-        for i in range(segment[0]):
-            start |= 1 << i
+        `width` sets of lowest (peak, live bytes), and the set the given order has run, so that the
+        result is never worse than the given order."""
+        start = (1 << segment[0]) - 1
+        given = start
         inside = set(segment)
         ready = tuple(s for s in segment if not self.preds[s] & ~start)
         layer = [(start, 0, self.live(start), ready)]
         came_from: list[dict[int, tuple[int, int]]] = []
-        for _ in segment:
+        for next_given in segment:
             reached: dict[int, tuple[int, int, int, tuple[int, ...], int]] = {}
             for done, top, live, ready in layer:
                 for step in ready:
@@ -145,6 +145,9 @@ class _Flow:
                         reached[after] = (cost, live + born - died, done, ready, step)
             came_from.append({after: (done, step) for after, (_, _, done, _, step) in reached.items()})
             kept = sorted(reached.items(), key=lambda item: item[1][:2])[:width]
+            given |= 1 << next_given
+            if all(after != given for after, _ in kept):
+                kept.append((given, reached[given]))
             layer = [(after, cost, live, self._ready(ready, step, after, inside))
                      for after, (cost, live, _, ready, step) in kept]
         order = []
