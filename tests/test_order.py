@@ -184,9 +184,10 @@ def test_searched_order_needs_a_smaller_workspace(model, share_memory, tmp_path)
     assert [c.node.name for c in given.program.calls] != [c.node.name for c in searched.program.calls]
 
 
+@pytest.mark.parametrize("target", ["host", pytest.param("cortex-m4", marks=pytest.mark.qemu)])
 @pytest.mark.parametrize("model", MODELS)
-def test_searched_order_matches_onnxruntime(model):
-    result = aot.check(MODELS[model]())
+def test_searched_order_matches_onnxruntime(model, target):
+    result = aot.check(MODELS[model](), target=target)
     assert result.comparisons and result.ok, result.comparisons
 
 
