@@ -147,6 +147,9 @@ def plan_json(program: Program) -> dict:
                 for v, loc in program.locations.items() if loc.kind in ("input", "output") and program.roots[v] == v]
     return {"workspace_size": program.plan.size, "lower_bound": program.plan.lower_bound,
             "alignment": program.plan.alignment, "strategy": program.plan.strategy,
+            # the steps run in the graph's order or, when its plan needs less, in one searched for fewer live bytes
+            "order": {"searched": program.order.changed, "graph_order_workspace": program.order.graph_order,
+                      "searched_order_workspace": program.order.searched},
             "steps": [{"step": i, "kernel": c.kernel.name, "node": c.node.name, "op": c.node.op,
                        "reads": [v for v in c.args[:len(c.args) - len(c.node.outputs)]],
                        "writes": list(c.node.outputs)} for i, c in enumerate(program.calls)],

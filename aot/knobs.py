@@ -34,6 +34,7 @@ class Knobs:
     cache_kib: int    # data cache a kernel may count on keeping its working set in (picks loop orders)
     simd: bool        # false: a scalar build (one lane, LLVM's vectorizers off), to measure SIMD against
     share_memory: bool = True   # outputs may overlap dying inputs where kernels allow it (false: the plain plan)
+    reorder: bool = True        # run the kernels in the order searched for the smallest workspace (false: graph order)
 
     def describe(self) -> dict:
         return dataclasses.asdict(self)

@@ -7,6 +7,8 @@ Views (Reshape) share their source's storage and have no kernel.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aot.errors import UnsupportedOpError
@@ -16,6 +18,7 @@ from aot.knobs import Knobs, resolve
 from aot.ops import LowerContext, lower
 from aot.ops.registry import op_def
 from aot.plan import memory
+from aot.plan.order import search as search_order
 from aot.target import Target
 
 
@@ -33,6 +36,21 @@ class Call:
 
 
 @dataclass(frozen=True)
+class OrderChoice:
+    """How the call order was chosen: the workspace the graph's own order needs, and the one the
+    searched order needs (None when the search kept the graph's order or did not run). The searched
+    order runs only when it needs less."""
+
+    graph_order: int
+    searched: int | None = None
+    search_ran: bool = True
+
+    @property
+    def changed(self) -> bool:
+        return self.searched is not None and self.searched < self.graph_order
+
+
+@dataclass(frozen=True)
 class Program:
     name: str
     graph: Graph
@@ -41,6 +59,7 @@ class Program:
     plan: memory.Plan
     buffers: tuple[memory.Buffer, ...]
     roots: dict[str, str]      # value -> the value whose storage it shares (itself if none)
+    order: OrderChoice
     shared: tuple[tuple[int, str, str, Reuse], ...] = ()   # (step, source, result, reuse) the plan may use
 
 
@@ -87,7 +106,7 @@ def build_program(graph: Graph, target: Target, name: str, knobs: Knobs | None =
             src = node.inputs[0]
             roots[node.outputs[0]] = roots.get(src, src)
             continue
-        kernel = lower(ctx, node, f"{name}_k{len(calls)}_{node.op.lower()}")
+        kernel = lower(ctx, node, _kernel_name(name, len(calls), node))
         args = tuple(n for n in node.inputs if n and n not in graph.constants) + node.outputs
         calls.append(Call(kernel, node, args))
 
@@ -99,33 +118,82 @@ def build_program(graph: Graph, target: Target, name: str, knobs: Knobs | None =
         locations[v] = Location("input", i)
     for i, v in enumerate(graph.outputs):
         locations[root(v)] = Location("output", i)
-    first: dict[str, int] = {}
-    last: dict[str, int] = {}
-    for step, call in enumerate(calls):
-        for v in call.args:
-            r = root(v)
-            if r in locations or r in graph.constants:
-                continue
-            first.setdefault(r, step)
-            last[r] = step
     align = max(target.align, 16)
-    buffers = tuple(memory.Buffer(r, memory.align_up(graph.values[r].nbytes, align), first[r], last[r])
-                    for r in first)
-    shared = _shared(calls, root, first, last) if knobs.share_memory else []
-    plan = memory.plan(buffers, align, [memory.Overlap(source, result, step, reuse.shift, reuse.exact, reuse.backward)
-                                        for step, source, result, reuse in shared])
-    for b in buffers:
-        locations[b.name] = Location("workspace", plan.offsets[b.name])
+    layout, choice = _choose_order(calls, graph, root, locations, align, name, knobs)
+    for b in layout.buffers:
+        locations[b.name] = Location("workspace", layout.plan.offsets[b.name])
     for v in graph.values:
         if v in graph.constants:
             locations[v] = Location("constant", 0)
         elif v not in locations and root(v) in locations:
             locations[v] = locations[root(v)]
-    steps = [([root(v) for v in call.args[:len(call.args) - len(call.node.outputs)]],
-              [root(v) for v in call.node.outputs]) for call in calls]
-    memory.verify(steps, plan.offsets, {b.name: b.size for b in buffers}, plan.size, align, shared)
-    return Program(name, graph, tuple(calls), locations, plan, buffers, {v: root(v) for v in graph.values},
-                   tuple(shared))
+    memory.verify(_steps(layout.calls, root), layout.plan.offsets, {b.name: b.size for b in layout.buffers},
+                  layout.plan.size, align, layout.shared)
+    return Program(name, graph, layout.calls, locations, layout.plan, layout.buffers,
+                   {v: root(v) for v in graph.values}, choice, layout.shared)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """The calls in one order and the memory plan made for it."""
+
+    calls: tuple[Call, ...]
+    buffers: tuple[memory.Buffer, ...]
+    plan: memory.Plan
+    shared: tuple[tuple[int, str, str, Reuse], ...]
+
+
+def _choose_order(calls: list[Call], graph: Graph, root, external: dict[str, Location], align: int, name: str,
+                  knobs: Knobs) -> tuple[_Layout, OrderChoice]:
+    """The calls in the graph's order, or in the order searched for the fewest live bytes when its plan
+    needs a smaller workspace: live bytes only estimate what placement and sharing achieve, so both
+    orders are planned (ties keep the graph's order)."""
+    given = _layout(calls, graph, root, external, align, knobs.share_memory)
+    if not knobs.reorder:
+        return given, OrderChoice(given.plan.size, search_ran=False)
+    order = search_order(_steps(calls, root), {b.name: b.size for b in given.buffers})
+    if order == tuple(range(len(calls))):
+        return given, OrderChoice(given.plan.size)
+    moved = [_renumbered(calls[i], name, step) for step, i in enumerate(order)]
+    searched = _layout(moved, graph, root, external, align, knobs.share_memory)
+    choice = OrderChoice(given.plan.size, searched.plan.size)
+    return (searched if choice.changed else given), choice
+
+
+def _layout(calls: list[Call], graph: Graph, root, external: dict[str, Location], align: int,
+            share_memory: bool) -> _Layout:
+    """The workspace buffers of `calls` run in the order given (each live from its first to its last
+    use; inputs, outputs and constants are elsewhere) and their plan."""
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for step, call in enumerate(calls):
+        for v in call.args:
+            r = root(v)
+            if r in external or r in graph.constants:
+                continue
+            first.setdefault(r, step)
+            last[r] = step
+    buffers = tuple(memory.Buffer(r, memory.align_up(graph.values[r].nbytes, align), first[r], last[r])
+                    for r in first)
+    shared = _shared(calls, root, first, last) if share_memory else []
+    plan = memory.plan(buffers, align, [memory.Overlap(source, result, step, reuse.shift, reuse.exact, reuse.backward)
+                                        for step, source, result, reuse in shared])
+    return _Layout(tuple(calls), buffers, plan, tuple(shared))
+
+
+def _steps(calls: Sequence[Call], root) -> list[tuple[list[str], list[str]]]:
+    """What each call reads and writes, views resolved to the storage they share."""
+    return [([root(v) for v in call.args[:len(call.args) - len(call.node.outputs)]],
+             [root(v) for v in call.node.outputs]) for call in calls]
+
+
+def _kernel_name(model: str, step: int, node: Node) -> str:
+    return f"{model}_k{step}_{node.op.lower()}"
+
+
+def _renumbered(call: Call, model: str, step: int) -> Call:
+    """The call at another step: its kernel's symbol names the step."""
+    return dataclasses.replace(call, kernel=dataclasses.replace(call.kernel, name=_kernel_name(model, step, call.node)))
 
 
 def _alternate_rows(graph: Graph) -> frozenset[str]:

@@ -93,6 +93,7 @@ def render(program: Program, obj: bytes, weights_prefix: str, header: str, limit
               f"  code (text)       {code:,} bytes",
               f"  workspace         {plan.size:,} bytes ({plan.strategy}); lower bound without sharing "
               f"{plan.lower_bound:,} bytes; {ratio:.3f}x the bound{_sharing(program)}",
+              f"  order             {_order(program)}",
               f"  inputs/outputs    {sum(graph.values[v].nbytes for v in graph.inputs):,} / "
               f"{sum(graph.values[v].nbytes for v in graph.outputs):,} bytes (caller's buffers)",
               f"  flash             {fp.flash:,} bytes (code + weights){_limit(limits, 'flash')}",
@@ -120,6 +121,22 @@ def _sharing(program: Program) -> str:
         return ""
     exact = sum(reuse.exact for _, _, reuse in used)
     return f"; {exact} tensors in place, {len(used) - exact} overlapping the input they replace"
+
+
+def _order(program: Program) -> str:
+    """Whether the kernels run in the graph's order or in one searched for a smaller workspace."""
+    choice = program.order
+    if choice.changed:
+        graph_order = [n.name for n in program.graph.nodes if not op_def(n.op).view]
+        moved = sum(call.node.name != name for call, name in zip(program.calls, graph_order))
+        return (f"searched, {moved} of {len(program.calls)} kernels moved: workspace {choice.searched:,} bytes, "
+                f"{choice.graph_order:,} in the graph's order")
+    if choice.searched is not None:
+        return (f"the graph's: the order searched for fewer live bytes needs {choice.searched:,} bytes "
+                f"of workspace, this one {choice.graph_order:,}")
+    if not choice.search_ran:
+        return "the graph's (knob reorder = false)"
+    return "the graph's: no order found with fewer live bytes"
 
 
 def plan_picture(program: Program, columns: int = 64) -> list[str]:

@@ -1,5 +1,6 @@
 """Workspace per zoo model: the plain plan (every tensor in bytes of its own), the plan with sharing
-(results in place of, or overlapping, the inputs they replace where the kernels allow it), the lower
+(results in place of, or overlapping, the inputs they replace where the kernels allow it) in the graph's
+order and in the build's (the order searched for fewer live bytes, where that plans smaller), the lower
 bound of the plain plan, and the targets of the memory work. Both builds are checked against
 onnxruntime once on the host; the sizes are those of the target's build.
 
@@ -33,7 +34,8 @@ def main() -> int:
     parser.add_argument("--no-check", action="store_true", help="skip the host check against onnxruntime")
     args = parser.parse_args()
     logging.getLogger().setLevel(logging.ERROR)      # onnxruntime's quantizer is chatty
-    rows = [("model", "precision", "plain B", "shared B", "shared/plain", "bound B", "target B", "met", "check")]
+    rows = [("model", "precision", "plain B", "graph order B", "shared B", "shared/plain", "bound B", "target B",
+             "met", "check")]
     ok = True
     for name in args.models:
         for precision in args.precision or ["fp32", "int8"]:
@@ -41,13 +43,15 @@ def main() -> int:
             if precision == "int8":
                 model = quantize_model(model, "QDQ", True, "QInt8")
             plain = aot.build(model, target=args.target, out_dir=None, knobs={"share_memory": False}).program.plan
-            shared = aot.build(model, target=args.target, out_dir=None).program.plan
+            program = aot.build(model, target=args.target, out_dir=None).program
+            shared = program.plan
             check = "-"
             if not args.no_check:
                 passed = aot.check(model).ok and aot.check(model, knobs={"share_memory": False}).ok
                 check, ok = ("ok" if passed else "MISMATCH"), ok and passed
             target = TARGETS.get((name, precision))
-            rows.append((name, precision, f"{plain.size:,}", f"{shared.size:,}", f"{shared.size / plain.size:.2f}",
+            rows.append((name, precision, f"{plain.size:,}", f"{program.order.graph_order:,}", f"{shared.size:,}",
+                         f"{shared.size / plain.size:.2f}",
                          f"{plain.lower_bound:,}", f"{target:,}" if target else "-",
                          ("yes" if shared.size <= target else "no") if target else "-", check))
             print(f"  {name} {precision}", file=sys.stderr, flush=True)
