@@ -26,7 +26,7 @@ from aot.frontend.onnx import FreezeValue, LoadedModel, load, to_graph
 from aot.graph.ir import Graph
 from aot.graph.passes import optimize
 from aot.knobs import Knobs, resolve, scalar_variant
-from aot.program import Program, build_program
+from aot.program import Program, build_program, sharing_used
 from aot.target import Target, get_target
 from aot.version import __version__
 
@@ -145,6 +145,7 @@ def plan_json(program: Program) -> dict:
                for b in sorted(program.buffers, key=lambda b: (b.first, b.name))]
     external = [{"tensor": v, "binding": f"{loc.kind}[{loc.index}]", "views": sorted(aliases.get(v, []))}
                 for v, loc in program.locations.items() if loc.kind in ("input", "output") and program.roots[v] == v]
+    used = {(step, source, result) for step, source, result, _ in sharing_used(program)}
     return {"workspace_size": program.plan.size, "lower_bound": program.plan.lower_bound,
             "alignment": program.plan.alignment, "strategy": program.plan.strategy,
             "steps": [{"step": i, "kernel": c.kernel.name, "node": c.node.name, "op": c.node.op,
@@ -155,14 +156,8 @@ def plan_json(program: Program) -> dict:
             # overlapping with the result starting `shift` bytes or more below (above if backward) it
             "shared": [{"step": step, "source": source, "result": result, "exact": reuse.exact,
                         "backward": reuse.backward, "shift": reuse.shift,
-                        "used": _overlap(program, source, result)}
+                        "used": (step, source, result) in used}
                        for step, source, result, reuse in program.shared]}
-
-
-def _overlap(program: Program, a: str, b: str) -> bool:
-    sizes = {buf.name: buf.size for buf in program.buffers}
-    lo, hi = sorted([(program.plan.offsets[a], a), (program.plan.offsets[b], b)])
-    return lo[0] + sizes[lo[1]] > hi[0]
 
 
 def _write_atomically(dest: Path, files: dict[str, bytes]) -> None:
