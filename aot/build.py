@@ -1,4 +1,4 @@
-"""The build: model → optimized graph → program → object + wrapper + plan + metadata + report.
+"""The build: model → optimized graph → program → object + wrapper + plan + metadata + report (text and SVG).
 
 Everything is written to a temporary directory beside the destination and moved into place only
 when complete, so a failed build never leaves something that looks like a result.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import onnx
 
-from aot import report
+from aot import report, report_svg
 from aot.codegen import wrapper
 from aot.codegen.elf import undefined_symbols
 from aot.codegen.llvm import ModuleBuilder, llvm_version
@@ -105,7 +105,8 @@ def _render(program: Program, tgt: Target, loaded: LoadedModel, limits: dict[str
     inputs, outputs = wrapper.io_tensors(program)
     files = {f"{name}.o": obj, f"{name}.h": header.encode(), f"{name}.c": source.encode(),
              "plan.json": _json(plan_json(program)),
-             "report.txt": report.render(program, obj, tgt.weights_section, banner, limits).encode()}
+             "report.txt": report.render(program, obj, tgt.weights_section, banner, limits).encode(),
+             "report.svg": report_svg.render(program, banner, tgt.name).encode()}
     metadata = {
         "generated_by": f"aot {__version__}", "llvm": llvm_version(), "name": name,
         "model": {"file": loaded.label, "sha256": loaded.sha256},

@@ -743,8 +743,8 @@ def problems(case: Case, outcome: Outcome) -> list[str]:
         if case.expect == "error":
             found.append(f"built an invalid model: {outcome.stdout.strip()}")
         name_files = [f for f in outcome.outputs or [] if f.endswith((".o", ".h", ".c"))]
-        if (outcome.outputs is None or len(outcome.outputs) != 6 or len(name_files) != 3
-                or not {"plan.json", "metadata.json", "report.txt"} <= set(outcome.outputs)):
+        if (outcome.outputs is None or len(outcome.outputs) != 7 or len(name_files) != 3
+                or not {"plan.json", "metadata.json", "report.txt", "report.svg"} <= set(outcome.outputs)):
             found.append(f"succeeded without a complete output directory: {outcome.outputs}")
         if outcome.stderr:
             found.append(f"succeeded but printed to stderr: {outcome.stderr!r}")
