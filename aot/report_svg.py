@@ -20,7 +20,7 @@ from aot.report import describe
 PLOT_WIDTH = 960        # px for all steps; a step is at most STEP_MAX wide
 PLOT_HEIGHT = 480       # px for the larger of the workspace and the lower bound
 STEP_MAX = 48
-LEFT, TOP, RIGHT, BOTTOM = 90, 64, 250, 84
+LEFT, TOP, RIGHT, BOTTOM = 90, 64, 200, 84
 MIN_WIDTH = 800         # px: room for the heading and the legend
 MIN_HEIGHT = 1.0        # px: a buffer too small to see at the scale still gets a line to hover over
 
@@ -134,7 +134,7 @@ def _bounds(plot: ET.Element, size: int, lower_bound: int, scale: float, plot_w:
     """The workspace size (solid) and the lower bound (dashed), labelled to the right; the upper of the
     two lines is labelled above it, the lower below, so the labels never collide."""
     lines = sorted([(size, "workspace-size", f"workspace {size:,}", "#000", {}),
-                    (lower_bound, "lower-bound", f"lower bound {lower_bound:,} (no sharing)", "#c00",
+                    (lower_bound, "lower-bound", f"lower bound {lower_bound:,}", "#c00",
                      {"stroke-dasharray": "6,4"})], key=lambda line: line[0])
     for (offset, kind, text, colour, style), dy in zip(lines, (-4, 12)):
         y = _num(offset * scale)
