@@ -1,4 +1,4 @@
-"""The build: model → optimized graph → program → object + wrapper + plan + metadata + report.
+"""The build: model → optimized graph → program → object + wrapper + plan + metadata + report (text and SVG).
 
 Everything is written to a temporary directory beside the destination and moved into place only
 when complete, so a failed build never leaves something that looks like a result.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import onnx
 
-from aot import report
+from aot import report, report_svg
 from aot.codegen import wrapper
 from aot.codegen.elf import undefined_symbols
 from aot.codegen.llvm import ModuleBuilder, llvm_version
@@ -26,7 +26,7 @@ from aot.frontend.onnx import FreezeValue, LoadedModel, load, to_graph
 from aot.graph.ir import Graph
 from aot.graph.passes import optimize
 from aot.knobs import Knobs, resolve, scalar_variant
-from aot.program import Program, build_program
+from aot.program import Program, build_program, sharing_used
 from aot.target import Target, get_target
 from aot.version import __version__
 
@@ -105,7 +105,8 @@ def _render(program: Program, tgt: Target, loaded: LoadedModel, limits: dict[str
     inputs, outputs = wrapper.io_tensors(program)
     files = {f"{name}.o": obj, f"{name}.h": header.encode(), f"{name}.c": source.encode(),
              "plan.json": _json(plan_json(program)),
-             "report.txt": report.render(program, obj, tgt.weights_section, banner, limits).encode()}
+             "report.txt": report.render(program, obj, tgt.weights_section, banner, limits).encode(),
+             "report.svg": report_svg.render(program, banner, tgt.name).encode()}
     metadata = {
         "generated_by": f"aot {__version__}", "llvm": llvm_version(), "name": name,
         "model": {"file": loaded.label, "sha256": loaded.sha256},
@@ -145,6 +146,7 @@ def plan_json(program: Program) -> dict:
                for b in sorted(program.buffers, key=lambda b: (b.first, b.name))]
     external = [{"tensor": v, "binding": f"{loc.kind}[{loc.index}]", "views": sorted(aliases.get(v, []))}
                 for v, loc in program.locations.items() if loc.kind in ("input", "output") and program.roots[v] == v]
+    used = {(step, source, result) for step, source, result, _ in sharing_used(program)}
     return {"workspace_size": program.plan.size, "lower_bound": program.plan.lower_bound,
             "alignment": program.plan.alignment, "strategy": program.plan.strategy,
             # the steps run in the graph's order or, when its plan needs less, in one searched for fewer live bytes
@@ -158,14 +160,8 @@ def plan_json(program: Program) -> dict:
             # overlapping with the result starting `shift` bytes or more below (above if backward) it
             "shared": [{"step": step, "source": source, "result": result, "exact": reuse.exact,
                         "backward": reuse.backward, "shift": reuse.shift,
-                        "used": _overlap(program, source, result)}
+                        "used": (step, source, result) in used}
                        for step, source, result, reuse in program.shared]}
-
-
-def _overlap(program: Program, a: str, b: str) -> bool:
-    sizes = {buf.name: buf.size for buf in program.buffers}
-    lo, hi = sorted([(program.plan.offsets[a], a), (program.plan.offsets[b], b)])
-    return lo[0] + sizes[lo[1]] > hi[0]
 
 
 def _write_atomically(dest: Path, files: dict[str, bytes]) -> None:

@@ -97,7 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("build", help="compile a model into DIR: NAME.o, NAME.h, NAME.c, plan.json, "
-                       "metadata.json, report.txt")
+                       "metadata.json, report.txt, report.svg")
     _common(p)
     p.add_argument("-o", "--output", help="output directory (default: build/NAME)")
     p.add_argument("--name", help="C name prefix (default: the model's file name)")

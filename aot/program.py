@@ -63,6 +63,14 @@ class Program:
     shared: tuple[tuple[int, str, str, Reuse], ...] = ()   # (step, source, result, reuse) the plan may use
 
 
+def sharing_used(program: Program) -> list[tuple[int, str, str, Reuse]]:
+    """The entries of `program.shared` the plan took up: the result sits over bytes of its source."""
+    sizes = {buf.name: buf.size for buf in program.buffers}
+    at = program.plan.offsets
+    return [(step, source, result, reuse) for step, source, result, reuse in program.shared
+            if at[source] < at[result] + sizes[result] and at[result] < at[source] + sizes[source]]
+
+
 def materialize_outputs(graph: Graph) -> Graph:
     """Give every graph output storage of its own: copy it if it is (a view of) an input, a constant,
     or storage that another output already uses. An output that is a constant itself (a model whose

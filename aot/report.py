@@ -12,7 +12,7 @@ from aot.errors import PlanError
 from aot.graph.ir import Graph, Node
 from aot.graph.quant import node_quant
 from aot.ops.registry import Fusion, op_def, operand
-from aot.program import Program
+from aot.program import Program, sharing_used
 
 
 def object_sections(obj: bytes, weights_prefix: str) -> tuple[int, int]:
@@ -113,13 +113,10 @@ def render(program: Program, obj: bytes, weights_prefix: str, header: str, limit
 
 def _sharing(program: Program) -> str:
     """How many results share bytes with the input they replace."""
-    sizes = {b.name: b.size for b in program.buffers}
-    offsets = program.plan.offsets
-    used = [(s, r, reuse) for _, s, r, reuse in program.shared
-            if offsets[s] < offsets[r] + sizes[r] and offsets[r] < offsets[s] + sizes[s]]
+    used = [reuse for _, _, _, reuse in sharing_used(program)]
     if not used:
         return ""
-    exact = sum(reuse.exact for _, _, reuse in used)
+    exact = sum(reuse.exact for reuse in used)
     return f"; {exact} tensors in place, {len(used) - exact} overlapping the input they replace"
 
 

@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 from oracle import make_model
 
-ARTIFACTS = ["tiny.o", "tiny.h", "tiny.c", "plan.json", "metadata.json", "report.txt"]
+ARTIFACTS = ["tiny.o", "tiny.h", "tiny.c", "plan.json", "metadata.json", "report.txt", "report.svg"]
 
 
 def aot(*args, cwd=None):

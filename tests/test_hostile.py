@@ -24,6 +24,7 @@ import traceback
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from xml.etree import ElementTree
 
 import numpy as np
 import onnx
@@ -743,8 +744,8 @@ def problems(case: Case, outcome: Outcome) -> list[str]:
         if case.expect == "error":
             found.append(f"built an invalid model: {outcome.stdout.strip()}")
         name_files = [f for f in outcome.outputs or [] if f.endswith((".o", ".h", ".c"))]
-        if (outcome.outputs is None or len(outcome.outputs) != 6 or len(name_files) != 3
-                or not {"plan.json", "metadata.json", "report.txt"} <= set(outcome.outputs)):
+        if (outcome.outputs is None or len(outcome.outputs) != 7 or len(name_files) != 3
+                or not {"plan.json", "metadata.json", "report.txt", "report.svg"} <= set(outcome.outputs)):
             found.append(f"succeeded without a complete output directory: {outcome.outputs}")
         if outcome.stderr:
             found.append(f"succeeded but printed to stderr: {outcome.stderr!r}")
@@ -779,6 +780,16 @@ def c_problems(case: Case, root: Path) -> list[str]:
     return [f"its C wrapper does not compile: {proc.stderr.strip()[:400]}"] if proc.returncode else []
 
 
+def svg_problems(case: Case, root: Path) -> list[str]:
+    """report.svg of a model with hostile names is still XML (names escaped, characters XML cannot hold
+    replaced)."""
+    try:
+        ElementTree.parse(root / case.name / "out" / "report.svg")
+    except ElementTree.ParseError as err:
+        return [f"its report.svg is not XML: {err}"]
+    return []
+
+
 STRICT_C = ["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
 
 
@@ -788,8 +799,8 @@ def test_hostile_corpus(chunk, tmp_path):
     for case in CHUNK_CASES[chunk]:
         outcome = run_case(case, tmp_path)
         found = problems(case, outcome)
-        if not found and outcome.code == 0 and case.name.startswith("name-") and shutil.which(STRICT_C[0]):
-            found = c_problems(case, tmp_path)
+        if not found and outcome.code == 0 and case.name.startswith("name-"):
+            found = svg_problems(case, tmp_path) + (c_problems(case, tmp_path) if shutil.which(STRICT_C[0]) else [])
         failures += [f"{case.name}: {p}" for p in found]
     assert not failures, "\n".join(failures)
 
