@@ -26,6 +26,7 @@ from aot.frontend.onnx import FreezeValue, LoadedModel, load, to_graph
 from aot.graph.ir import Graph
 from aot.graph.passes import optimize
 from aot.knobs import Knobs, resolve, scalar_variant
+from aot.plan import budget
 from aot.program import Program, build_program, sharing_used
 from aot.target import Target, get_target
 from aot.version import __version__
@@ -82,8 +83,12 @@ def build(model: str | os.PathLike | onnx.ModelProto, target: str | Target = "ho
         on_pass("import", graph)
     graph = optimize(graph, on_pass)
     lowering_target = tgt if schedule.simd else scalar_variant(tgt)
-    program = build_program(graph, lowering_target, name, schedule)
-    files = _render(program, tgt, loaded, {**tgt.memory, **(memory or {})}, schedule)
+    limits = {**tgt.memory, **(memory or {})}
+    if "ram" in limits:     # over budget, the leading layers run in row bands (aot/plan/budget.py)
+        program, _ = budget.fit(graph, lowering_target, name, schedule, limits["ram"])
+    else:
+        program = build_program(graph, lowering_target, name, schedule)
+    files = _render(program, tgt, loaded, limits, schedule)
     _write_atomically(dest, files)
     return Artifact(dest, name, tgt, program, loaded, json.loads(files["plan.json"]),
                     json.loads(files["metadata.json"]), files["report.txt"].decode())
@@ -152,6 +157,11 @@ def plan_json(program: Program) -> dict:
             # the steps run in the graph's order or, when its plan needs less, in one searched for fewer live bytes
             "order": {"searched": program.order.changed, "graph_order_workspace": program.order.graph_order,
                       "searched_order_workspace": program.order.searched},
+            # leading layers run band by band to fit the RAM budget (null: as the graph is)
+            "row_bands": None if program.bands is None else {
+                "first_node": program.bands.first_node, "last_node": program.bands.last_node,
+                "bands": program.bands.stage.bands, "ram_budget": program.bands.ram, "macs": program.bands.macs,
+                "macs_without": program.bands.plain_macs},
             "steps": [{"step": i, "kernel": c.kernel.name, "node": c.node.name, "op": c.node.op,
                        "reads": [v for v in c.args[:len(c.args) - len(c.node.outputs)]],
                        "writes": list(c.node.outputs)} for i, c in enumerate(program.calls)],

@@ -61,6 +61,12 @@ def _common(p: argparse.ArgumentParser) -> None:
     _knobs_option(p)
 
 
+def _memory_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--memory", type=_memory_option, default={}, metavar="flash=SIZE,ram=SIZE",
+                   help="the device's memory (e.g. flash=1M,ram=256K; overrides the target's): over the RAM, the "
+                   "leading layers run in row bands, at the cost of some MACs; the build fails if nothing fits")
+
+
 def _target_dir_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target-dir", action="append", default=[], metavar="DIR",
                    help="look for target files (NAME.toml) in DIR before $AOT_TARGET_PATH and the targets "
@@ -102,8 +108,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="output directory (default: build/NAME)")
     p.add_argument("--name", help="C name prefix (default: the model's file name)")
     p.add_argument("--dump-graph", action="store_true", help="print the graph after import and after each pass")
-    p.add_argument("--memory", type=_memory_option, default={}, metavar="flash=SIZE,ram=SIZE",
-                   help="fail the build if the model needs more (e.g. flash=1M,ram=256K); overrides the target's")
+    _memory_arg(p)
 
     p = sub.add_parser("run", help="build, run through the C entry point, compare with onnxruntime")
     _common(p)
@@ -114,6 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="keep the build in this directory")
     p.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
     p.add_argument("--timeout", type=float, default=600.0, help="stop the program after this many seconds")
+    _memory_arg(p)
 
     p = sub.add_parser("targets", help="list the target configs, or show one")
     p.add_argument("name", nargs="?", help="show this target's whole config")
@@ -133,6 +139,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--min-repeat-ms", type=float, default=0.0)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--json", help="write every measurement and the check to this file")
+    _memory_arg(p)
     p.add_argument("--build-dir", help="build here (and keep it) instead of a temporary directory")
     p.add_argument("--accept-new-host-key", action="store_true", help="trust and record an unknown host key")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds the remote program may take")
@@ -214,7 +221,7 @@ def _run(args) -> int:
     target = get_target(args.target, args.target_dir)
     result = api.check(args.model, inputs=inputs, target=target, input_shapes=_shapes(args),
                        out_dir=args.output, seed=args.seed, timeout=args.timeout, knobs=_knobs(args),
-                       freeze=_freeze(args))
+                       freeze=_freeze(args), memory=args.memory)
     if args.outputs:
         Path(args.outputs).parent.mkdir(parents=True, exist_ok=True)
         np.savez(args.outputs, **result.outputs)
@@ -245,7 +252,7 @@ def _bench(args) -> int:
                                  min_repeat_ms=args.min_repeat_ms, warmup=args.warmup, build_dir=args.build_dir,
                                  timeout=args.timeout, accept_new_host_key=args.accept_new_host_key,
                                  knobs=_knobs(args), profile=args.profile, input_shapes=_shapes(args),
-                                 freeze=_freeze(args)))
+                                 freeze=_freeze(args), memory=args.memory))
     rows = [("model", "board", "target", "number", "min ms", "median ms", "mean ms", "p90 ms", "stddev ms", "check")]
     for r in results:
         s = r.stats

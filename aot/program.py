@@ -11,8 +11,9 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from aot.errors import UnsupportedOpError
+from aot.errors import InternalError, UnsupportedOpError
 from aot.graph.ir import Graph, Node, Rewriter
+from aot.graph.passes.row_bands import BandChoice
 from aot.kernel.ir import Kernel, Reuse
 from aot.knobs import Knobs, resolve
 from aot.ops import LowerContext, lower
@@ -26,6 +27,7 @@ from aot.target import Target
 class Location:
     kind: str       # "input", "output", "workspace", "constant"
     index: int      # input/output position, or workspace offset
+    offset: int = 0     # bytes into that storage (a view of part of a tensor, a part assembled in place)
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class Program:
     roots: dict[str, str]      # value -> the value whose storage it shares (itself if none)
     order: OrderChoice
     shared: tuple[tuple[int, str, str, Reuse], ...] = ()   # (step, source, result, reuse) the plan may use
+    bands: BandChoice | None = None     # leading layers run in row bands to fit a RAM budget (aot/plan/budget.py)
 
 
 def sharing_used(program: Program) -> list[tuple[int, str, str, Reuse]]:
@@ -107,25 +110,10 @@ def build_program(graph: Graph, target: Target, name: str, knobs: Knobs | None =
     graph = materialize_outputs(graph)
     knobs = knobs or resolve(target)
     ctx = LowerContext(graph, target, name, knobs, _alternate_rows(graph) if knobs.share_memory else frozenset())
-    roots: dict[str, str] = {}
-    calls: list[Call] = []
-    for node in graph.nodes:
-        if op_def(node.op).view:
-            src = node.inputs[0]
-            roots[node.outputs[0]] = roots.get(src, src)
-            continue
-        kernel = lower(ctx, node, _kernel_name(name, len(calls), node))
-        args = tuple(n for n in node.inputs if n and n not in graph.constants) + node.outputs
-        calls.append(Call(kernel, node, args))
-
-    def root(v: str) -> str:
-        return roots.get(v, v)
-
-    locations: dict[str, Location] = {}
-    for i, v in enumerate(graph.inputs):
-        locations[v] = Location("input", i)
-    for i, v in enumerate(graph.outputs):
-        locations[root(v)] = Location("output", i)
+    root = _Storage(graph)
+    calls = [Call(lower(ctx, node, _kernel_name(name, step, node)), node, _args(graph, node))
+             for step, node in enumerate(_kernel_nodes(graph))]
+    locations = _external(graph, root)
     align = max(target.align, 16)
     layout, choice = _choose_order(calls, graph, root, locations, align, name, knobs)
     for b in layout.buffers:
@@ -134,11 +122,76 @@ def build_program(graph: Graph, target: Target, name: str, knobs: Knobs | None =
         if v in graph.constants:
             locations[v] = Location("constant", 0)
         elif v not in locations and root(v) in locations:
-            locations[v] = locations[root(v)]
+            base = locations[root(v)]
+            locations[v] = Location(base.kind, base.index, root.offset(v))
     memory.verify(_steps(layout.calls, root), layout.plan.offsets, {b.name: b.size for b in layout.buffers},
                   layout.plan.size, align, layout.shared)
     return Program(name, graph, layout.calls, locations, layout.plan, layout.buffers,
                    {v: root(v) for v in graph.values}, choice, layout.shared)
+
+
+def plain_workspace(graph: Graph, target: Target) -> int:
+    """The workspace the graph needs without sharing (an upper bound of build_program's, found without
+    lowering a kernel): each tensor in bytes of its own from its first to its last use."""
+    graph = materialize_outputs(graph)
+    root = _Storage(graph)
+    calls = [Call(None, node, _args(graph, node)) for node in _kernel_nodes(graph)]   # type: ignore[arg-type]
+    return _layout(calls, graph, root, _external(graph, root), max(target.align, 16), False).plan.size
+
+
+def _kernel_nodes(graph: Graph) -> list[Node]:
+    """The nodes that run a kernel: all but views and in-place assemblies, which move no data."""
+    return [n for n in graph.nodes if not (op_def(n.op).view or op_def(n.op).assembled)]
+
+
+def _args(graph: Graph, node: Node) -> tuple[str, ...]:
+    return tuple(n for n in node.inputs if n and n not in graph.constants) + node.outputs
+
+
+def _external(graph: Graph, root: _Storage) -> dict[str, Location]:
+    """Where the caller's buffers hold the graph's inputs and outputs."""
+    locations = {v: Location("input", i) for i, v in enumerate(graph.inputs)}
+    locations.update({root(v): Location("output", i) for i, v in enumerate(graph.outputs)})
+    return locations
+
+
+class _Storage:
+    """Which value owns a value's bytes, and where in them it lies: a view is part of its input (all of
+    it for Reshape), an input of an in-place assembly (RowConcat) part of its output. Calling it gives
+    the owner (the value itself if none)."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        links: dict[str, tuple[str, int]] = {}
+        for node in graph.nodes:
+            definition = op_def(node.op)
+            if definition.view:
+                offset = definition.view_offset(graph, node) if definition.view_offset else 0
+                links[node.outputs[0]] = (node.inputs[0], offset)
+            elif definition.assembled:
+                offset = 0
+                for v in node.inputs:
+                    if v in links:
+                        raise InternalError(f"'{v}' is part of two tensors' storage")
+                    links[v] = (node.outputs[0], offset)
+                    offset += graph.values[v].nbytes
+        self.places: dict[str, tuple[str, int]] = {}
+        for v in links:
+            owner, offset = v, 0
+            while owner in links:
+                owner, step = links[owner]
+                offset += step
+            self.places[v] = (owner, offset)
+
+    def __call__(self, v: str) -> str:
+        return self.places.get(v, (v, 0))[0]
+
+    def offset(self, v: str) -> int:
+        return self.places.get(v, (v, 0))[1]
+
+    def whole(self, v: str) -> bool:
+        """v is all of its owner's bytes (not a part of a tensor)."""
+        return self.offset(v) == 0 and self.graph.values[v].nbytes == self.graph.values[self(v)].nbytes
 
 
 @dataclass(frozen=True)
@@ -230,8 +283,9 @@ def _shared(calls: list[Call], root, first: dict[str, int], last: dict[str, int]
     for step, call in enumerate(calls):
         reads = [root(v) for v in call.node.inputs if v]
         for reuse in call.kernel.reuse:
-            source, result = root(call.node.inputs[reuse.input]), root(call.node.outputs[reuse.output])
+            value, made = call.node.inputs[reuse.input], call.node.outputs[reuse.output]
+            source, result = root(value), root(made)
             if (source in first and result in first and last[source] == step and first[result] == step
-                    and reads.count(source) == 1):
+                    and reads.count(source) == 1 and root.whole(value) and root.whole(made)):
                 shared.append((step, source, result, reuse))
     return shared

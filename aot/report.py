@@ -94,6 +94,7 @@ def render(program: Program, obj: bytes, weights_prefix: str, header: str, limit
               f"  workspace         {plan.size:,} bytes ({plan.strategy}); lower bound without sharing "
               f"{plan.lower_bound:,} bytes; {ratio:.3f}x the bound{_sharing(program)}",
               f"  order             {_order(program)}",
+              *([f"  row bands         {program.bands.describe()}"] if program.bands else []),
               f"  inputs/outputs    {sum(graph.values[v].nbytes for v in graph.inputs):,} / "
               f"{sum(graph.values[v].nbytes for v in graph.outputs):,} bytes (caller's buffers)",
               f"  flash             {fp.flash:,} bytes (code + weights){_limit(limits, 'flash')}",
@@ -124,7 +125,7 @@ def _order(program: Program) -> str:
     """Whether the kernels run in the graph's order or in one searched for a smaller workspace."""
     choice = program.order
     if choice.changed:
-        graph_order = [n.name for n in program.graph.nodes if not op_def(n.op).view]
+        graph_order = [n.name for n in program.graph.nodes if not (op_def(n.op).view or op_def(n.op).assembled)]
         moved = sum(call.node.name != name for call, name in zip(program.calls, graph_order))
         return (f"searched, {moved} of {len(program.calls)} kernels moved: workspace {choice.searched:,} bytes, "
                 f"{choice.graph_order:,} in the graph's order")

@@ -85,11 +85,13 @@ def _quantization(program: Program, value: str) -> tuple[float | None, int | Non
 def _arg(program: Program, value: str, writable: bool, inputs: list[Tensor], outputs: list[Tensor]) -> str:
     loc: Location = program.locations[value]
     ctype = _CTYPES[program.graph.values[value].dtype]
-    if loc.kind == "input":
-        return f"in->{inputs[loc.index].field}"
-    if loc.kind == "output":
-        return f"out->{outputs[loc.index].field}"
-    return f"({'' if writable else 'const '}{ctype} *)(ws + {loc.index})"
+    if loc.kind in ("input", "output"):
+        field = f"in->{inputs[loc.index].field}" if loc.kind == "input" else f"out->{outputs[loc.index].field}"
+        if not loc.offset:
+            return field
+        qualifier = "" if writable else "const "
+        return f"({qualifier}{ctype} *)(({qualifier}unsigned char *){field} + {loc.offset})"
+    return f"({'' if writable else 'const '}{ctype} *)(ws + {loc.index + loc.offset})"
 
 
 def render(program: Program, banner: str, requires: list[str]) -> tuple[str, str]:

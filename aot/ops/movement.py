@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from aot.errors import ModelError
-from aot.graph.ir import Node, Rewriter
+from aot.graph.ir import Graph, Node, Rewriter
 from aot.graph.quant import Quant, QuantParams, node_quant
 from aot.kernel.ir import Buffer, Builder, Expr, Kernel, binop, const, maximum, minimum, select
 from aot.ops import LowerContext
@@ -261,3 +261,15 @@ define("Slice", canonical=canonical_slice, lower=slice_, layout=Layout.FOLLOW, m
        axis_attrs={"starts": AxisAttr.PER_AXIS, "steps": AxisAttr.PER_AXIS})
 define("Split", canonical=canonical_split, dtypes=ALL_DTYPES)
 define("Copy", lower=copy, moves_values=True, dtypes=ALL_DTYPES, check=same_size)
+
+
+def _row_bytes(graph: Graph, value: str) -> int:
+    v = graph.values[value]
+    return v.nbytes // v.shape[1]
+
+
+# Row bands (aot/graph/passes/row_bands.py): rows [start, start + rows) of an NHWC batch-1 tensor are
+# contiguous bytes, so a band reads them through a view and writes its rows in place into the whole.
+define("RowSlice", view=True, view_offset=lambda graph, node: node.attrs["start"] * _row_bytes(graph, node.inputs[0]),
+       moves_values=True, dtypes=ALL_DTYPES)
+define("RowConcat", assembled=True, moves_values=True, dtypes=ALL_DTYPES)

@@ -85,6 +85,9 @@ class OpDef:
     matrix_epilogue: str = ""              # "add"/"mul": may fold into a MATRIX anchor as bias/residual/scale
     weight_channel_axis: int = 0           # MATRIX ops: the output-channel axis of the constant weight
     view: bool = False                     # moves no data: the output aliases its input's bytes
+    view_offset: Callable[[Graph, Node], int] | None = None   # a view of part of them: where it starts (bytes)
+    assembled: bool = False                # moves no data: its inputs are written in place, one after the
+                                           #   other, into its output's bytes
     moves_values: bool = False             # every output element is a copy of an input element
     rows_either_way: bool = False          # its kernel can run its output rows last to first (LowerContext.backward)
     writes_transposed: bool = False        # its kernel can write its result transposed (attrs["perm"])
