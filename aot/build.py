@@ -85,7 +85,7 @@ def build(model: str | os.PathLike | onnx.ModelProto, target: str | Target = "ho
     lowering_target = tgt if schedule.simd else scalar_variant(tgt)
     limits = {**tgt.memory, **(memory or {})}
     if "ram" in limits:     # over budget, the leading layers run in row bands (aot/plan/budget.py)
-        program, _ = budget.fit(graph, lowering_target, name, schedule, limits["ram"])
+        program, _ = budget.fit(graph, lowering_target, name, schedule, limits["ram"], loaded.label)
     else:
         program = build_program(graph, lowering_target, name, schedule)
     files = _render(program, tgt, loaded, limits, schedule)

@@ -49,9 +49,11 @@ def band_stages(graph: Graph) -> Iterator[Stage]:
         end += 1
 
 
-def fit(graph: Graph, target: Target, name: str, knobs: Knobs, ram: int) -> tuple[Program, BandChoice | None]:
+def fit(graph: Graph, target: Target, name: str, knobs: Knobs, ram: int,
+        label: str) -> tuple[Program, BandChoice | None]:
     """The program of the graph, or of its cheapest row-band schedule, that needs at most `ram` bytes
-    with its inputs and outputs; and the BandChoice (None: the graph as it is)."""
+    with its inputs and outputs; and the BandChoice (None: the graph as it is). `label` names the model
+    in errors."""
     io = io_bytes(graph)
     program = build_program(graph, target, name, knobs)
     if program.plan.size + io <= ram:
@@ -70,7 +72,7 @@ def fit(graph: Graph, target: Target, name: str, knobs: Knobs, ram: int) -> tupl
             choice = BandChoice(stage, first, last, cost, plain, ram)
             return dataclasses.replace(candidate, bands=choice), choice
     need = program.plan.size + io
-    raise PlanError(f"{name}: needs {need:,} bytes of RAM (workspace {program.plan.size:,} + inputs and outputs "
+    raise PlanError(f"{label}: needs {need:,} bytes of RAM (workspace {program.plan.size:,} + inputs and outputs "
                     f"{io:,}), {need - ram:,} over ram={ram:,}, and no row-band schedule of its leading layers "
                     f"fits; {peak(program)}")
 
