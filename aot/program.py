@@ -157,7 +157,7 @@ def _external(graph: Graph, root: _Storage) -> dict[str, Location]:
 
 class _Storage:
     """Which value owns a value's bytes, and where in them it lies: a view is part of its input (all of
-    it for Reshape), an input of an in-place assembly (RowConcat) part of its output. Calling it gives
+    it for Reshape), an input of an in-place assembly (ConcatInPlace) part of its output. Calling it gives
     the owner (the value itself if none)."""
 
     def __init__(self, graph: Graph):
@@ -171,9 +171,12 @@ class _Storage:
             elif definition.assembled:
                 offset = 0
                 for v in node.inputs:
-                    if v in links:
+                    owner = v
+                    while owner in links and links[owner][1] == 0 and self._same_size(owner, links[owner][0]):
+                        owner = links[owner][0]         # a Reshape: its source is the part
+                    if owner in links:
                         raise InternalError(f"'{v}' is part of two tensors' storage")
-                    links[v] = (node.outputs[0], offset)
+                    links[owner] = (node.outputs[0], offset)
                     offset += graph.values[v].nbytes
         self.places: dict[str, tuple[str, int]] = {}
         for v in links:
@@ -185,6 +188,9 @@ class _Storage:
 
     def __call__(self, v: str) -> str:
         return self.places.get(v, (v, 0))[0]
+
+    def _same_size(self, a: str, b: str) -> bool:
+        return self.graph.values[a].nbytes == self.graph.values[b].nbytes
 
     def offset(self, v: str) -> int:
         return self.places.get(v, (v, 0))[1]

@@ -75,7 +75,8 @@ def render(program: Program, obj: bytes, weights_prefix: str, header: str, limit
         ins = ", ".join("x".join(map(str, graph.shape(v))) for v in node.inputs if v and v not in graph.constants)
         out = node.outputs[0]
         loc = program.locations[out]
-        where = f"ws+{loc.index}" if loc.kind == "workspace" else f"{loc.kind}[{loc.index}]"
+        where = (f"ws+{loc.index + loc.offset}" if loc.kind == "workspace"
+                 else f"{loc.kind}[{loc.index}]" + (f"+{loc.offset}" if loc.offset else ""))
         rows.append((str(i), describe(graph, node), node.name, f"{ins} -> {'x'.join(map(str, graph.shape(out)))}",
                      f"{macs:,}", f"{graph.values[out].nbytes:,}", where))
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]

@@ -51,7 +51,7 @@ def test_a_budget_runs_the_leading_layers_in_bands_and_fits(budgeted):
     assert choice is not None and choice.stage.bands >= 2
     assert ram_of(banded) <= budget < ram_of(plain)
     assert choice.macs > choice.plain_macs          # the halo rows are computed twice
-    assert "RowConcat" in [n.op for n in banded.program.graph.nodes]
+    assert "ConcatInPlace" in [n.op for n in banded.program.graph.nodes]
     assert "row bands" in banded.report and f"ram={budget:,}" in banded.report
     assert banded.plan["row_bands"]["bands"] == choice.stage.bands and plain.plan["row_bands"] is None
 

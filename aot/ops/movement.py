@@ -272,4 +272,4 @@ def _row_bytes(graph: Graph, value: str) -> int:
 # contiguous bytes, so a band reads them through a view and writes its rows in place into the whole.
 define("RowSlice", view=True, view_offset=lambda graph, node: node.attrs["start"] * _row_bytes(graph, node.inputs[0]),
        moves_values=True, dtypes=ALL_DTYPES)
-define("RowConcat", assembled=True, moves_values=True, dtypes=ALL_DTYPES)
+define("ConcatInPlace", assembled=True, moves_values=True, dtypes=ALL_DTYPES)

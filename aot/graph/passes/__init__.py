@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from aot.graph.ir import Graph
 from aot.graph.passes.canonicalize import canonicalize
+from aot.graph.passes.concat_in_place import concat_in_place
 from aot.graph.passes.eliminate_dead_code import eliminate_dead_code
 from aot.graph.passes.fold_batchnorm import fold_batchnorm
 from aot.graph.passes.fold_constants import fold_constants
@@ -25,6 +26,7 @@ PIPELINE: list[Pass] = [
     to_nhwc,              # channels-last activations inside
     fuse_epilogues,       # bias, residual add and activations into their anchor
     fold_transposes,      # a layout change after a one-operand elementwise kernel: written by that kernel
+    concat_in_place,      # a Concat of contiguous blocks: each producer writes its block of the result
     eliminate_dead_code,  # drop constants and nodes the rewrites orphaned
 ]
 

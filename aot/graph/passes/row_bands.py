@@ -8,7 +8,7 @@ of rows. For each band, every tensor of the stage is computed over the rows that
 is more than its share where windows overlap: the halo rows, also computed by the neighbouring band
 (the price, in MACs, of the memory saved). Each node of a band is an ordinary copy of the original
 with fewer rows and its padding adjusted; an input read over part of its rows is a RowSlice (a view);
-the output's bands are written in place into the whole output by a RowConcat (no kernel).
+the output's bands are written in place into the whole output by a ConcatInPlace (no kernel).
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def split_into_bands(graph: Graph, stage: Stage) -> Graph:
     pieces = []
     for band in range(stage.bands):
         pieces.append(_emit_band(rw, nodes, (bounds[band], bounds[band + 1]), band))
-    rw.add("RowConcat", f"{nodes[-1].name}_bands", pieces, [result])
+    rw.add("ConcatInPlace", f"{nodes[-1].name}_bands", pieces, [result])
     for node in graph.nodes[stage.last + 1:]:
         rw.keep(node)
     return rw.finish()
