@@ -66,15 +66,38 @@ def reference_outputs(proto: onnx.ModelProto, inputs: dict[str, np.ndarray], lab
         import onnxruntime as ort
     except ImportError:
         raise RunError("onnxruntime is needed for the reference check: pip install onnxruntime") from None
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
     try:
-        session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        session = _session(ort, proto.SerializeToString())
         names = [o.name for o in session.get_outputs()]
         return dict(zip(names, session.run(names, inputs)))
     except Exception as err:      # noqa: BLE001 - onnxruntime's own failures, reported as one line
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise RunError(f"{label}: the reference, onnxruntime, cannot run it: {first}") from None
+
+
+def _session(ort, model: bytes):
+    """onnxruntime on the CPU as it computes integer models on the ARM cores we compile for, whose
+    kernels we mirror bit for bit. Two x86 defaults differ, and this host may be x86:
+    - int8 QDQ groups fuse into integer kernels (QLinearConv, QLinearAdd, ...) only on ARM; x86 first
+      converts int8 activations to uint8 and runs what that leaves mixed in float between Dequantize and
+      Quantize, a step off here and there that compounds over the layers (session.qdqisint8allowed);
+    - without VNNI, x86 multiplies uint8 activations by int8 weights adding pairs of products in 16 bits
+      (vpmaddubsw), which saturates where large activations meet full-range weights, tens of steps off
+      (session.x64quantprecision makes those weights uint8, exact). It converts every int8 weight, even
+      one meeting int8 activations, for which onnxruntime has no kernel: such a model runs without it
+      (its int8 x int8 products are exact anyway)."""
+    def session(precise_uint8: bool):
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.add_session_config_entry("session.qdqisint8allowed", "1")
+        options.add_session_config_entry("session.x64quantprecision", "1" if precise_uint8 else "0")
+        return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+    from onnxruntime.capi.onnxruntime_pybind11_state import NotImplemented as NoKernel
+    try:
+        return session(precise_uint8=True)
+    except NoKernel:
+        return session(precise_uint8=False)
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,8 @@ import onnx
 
 
 def quantize_model(model: onnx.ModelProto, fmt: str = "QDQ", per_channel: bool = True,
-                   activations: str = "QInt8", calibration_batches: int = 8,
-                   reduce_range: bool = False) -> onnx.ModelProto:
-    """onnxruntime's quantize_static on a fixed random calibration set. `reduce_range` keeps weights to 7
-    bits, which onnxruntime recommends on x86 without VNNI: there its u8 x s8 kernels add pairs of
-    products in 16 bits (vpmaddubsw), which saturate with full-range weights."""
+                   activations: str = "QInt8", calibration_batches: int = 8) -> onnx.ModelProto:
+    """onnxruntime's quantize_static on a fixed random calibration set."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
@@ -41,7 +38,7 @@ def quantize_model(model: onnx.ModelProto, fmt: str = "QDQ", per_channel: bool =
         quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
         quantize_static(str(pre), str(out), Calibration(), quant_format=getattr(QuantFormat, fmt),
                         per_channel=per_channel, activation_type=getattr(QuantType, activations),
-                        weight_type=QuantType.QInt8, reduce_range=reduce_range)
+                        weight_type=QuantType.QInt8)
         return onnx.load(out)
 
 
