@@ -9,14 +9,12 @@ from dataclasses import dataclass
 import jinja2
 
 from aot.program import Location, Program
+from aot.target import C_KEYWORDS
 
 _TEMPLATES = jinja2.Environment(
     loader=jinja2.PackageLoader("aot.codegen", "templates"),
     undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=False, autoescape=False)
 
-_C_KEYWORDS = set("""auto break case char const continue default do double else enum extern float for goto if
-inline int long register restrict return short signed sizeof static struct switch typedef union unsigned
-void volatile while _Bool _Complex _Imaginary""".split())
 _CTYPES = {"float32": "float", "int8": "int8_t", "uint8": "uint8_t", "int32": "int32_t", "int64": "int64_t",
            "bool": "uint8_t"}     # a bool is one byte, 0 or 1
 
@@ -25,7 +23,7 @@ def c_identifier(text: str) -> str:
     ident = re.sub(r"[^0-9A-Za-z_]", "_", text) or "_"
     if ident[0].isdigit():
         ident = "_" + ident
-    return ident + "_" if ident in _C_KEYWORDS else ident
+    return ident + "_" if ident in C_KEYWORDS else ident
 
 
 def unique_identifiers(names: list[str]) -> list[str]:
