@@ -91,7 +91,8 @@ def _render_timing(artifact: Artifact, path: Path, profile: bool) -> None:
     inputs, outputs = wrapper.io_tensors(artifact.program)
     path.write_text(env.get_template("timing.c.j2").render(
         banner=f"aot timing harness for {artifact.name}", name=artifact.name, NAME=artifact.name.upper(),
-        inputs=inputs, outputs=outputs, workspace_align=artifact.program.plan.alignment, profile=profile))
+        inputs=inputs, outputs=outputs, workspace_align=artifact.program.plan.alignment,
+        regions=wrapper.workspace_blocks(artifact.program), profile=profile))
 
 
 def _parse_times(stdout: str) -> tuple[list[float], int]:

@@ -93,7 +93,8 @@ def resized(regions: Sequence[Region], sizes: dict[str, int]) -> tuple[Region, .
     unknown = sorted(set(sizes) - {r.name for r in regions})
     if unknown:
         have = f"its regions are {', '.join(r.name for r in regions)}" if regions else "it declares none"
-        raise OptionError(f"--memory {unknown[0]}=SIZE: the target has no memory region '{unknown[0]}' ({have})")
+        raise OptionError(f"--memory {unknown[0]}=SIZE: the target has no memory region '{unknown[0]}' (--memory "
+                          f"takes flash=SIZE, ram=SIZE and REGION=SIZE for the target's regions; {have})")
     try:
         return tuple(Region(r.name, sizes.get(r.name, r.size), r.rank) for r in regions)
     except ValueError as err:

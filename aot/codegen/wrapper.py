@@ -74,6 +74,27 @@ def io_tensors(program: Program) -> tuple[list[Tensor], list[Tensor]]:
     return result[0], result[1]
 
 
+@dataclass(frozen=True)
+class WorkspaceBlock:
+    """A memory region's block of the workspace, as the header describes it."""
+
+    name: str           # the region's name: a field of NAME_workspaces
+    macro: str          # WORKSPACE_<NAME>
+    size: int           # bytes the plan uses
+    capacity: int       # bytes the target gives the region
+    rank: int           # 0 is the fastest
+    align: int
+    section: str        # where a linker script finds it
+    buffers: int
+
+
+def workspace_blocks(program: Program) -> list[WorkspaceBlock]:
+    """The workspace's blocks, one per memory region, fastest first; none when the target declares no regions."""
+    return [WorkspaceBlock(p.region.name, f"WORKSPACE_{p.region.name.upper()}", p.plan.size, p.region.size,
+                           p.region.rank, p.plan.alignment, p.region.section, len(p.plan.offsets))
+            for p in program.regions]
+
+
 def _quantization(program: Program, value: str) -> tuple[float | None, int | None]:
     """Scale and zero point of an integer graph input or output (None for a plain integer tensor)."""
     quant = program.graph.values[value].quant
@@ -89,7 +110,8 @@ def _arg(program: Program, value: str, writable: bool, inputs: list[Tensor], out
             return field
         qualifier = "" if writable else "const "
         return f"({qualifier}{ctype} *)(({qualifier}unsigned char *){field} + {loc.offset})"
-    return f"({'' if writable else 'const '}{ctype} *)(ws + {loc.index + loc.offset})"
+    base = f"ws_{loc.region}" if loc.region else "ws"
+    return f"({'' if writable else 'const '}{ctype} *)({base} + {loc.index + loc.offset})"
 
 
 def render(program: Program, banner: str, requires: list[str]) -> tuple[str, str]:
@@ -111,7 +133,7 @@ def render(program: Program, banner: str, requires: list[str]) -> tuple[str, str
     context = dict(banner=banner.replace("*/", "* /"), name=name, NAME=name.upper(), inputs=inputs,
                    outputs=outputs, calls=calls, workspace_size=program.plan.size,
                    workspace_align=program.plan.alignment, lower_bound=program.plan.lower_bound,
-                   requires=requires, steps=len(calls))
+                   requires=requires, steps=len(calls), regions=workspace_blocks(program))
     header = _TEMPLATES.get_template("model.h.j2").render(**context)
     source = _TEMPLATES.get_template("model.c.j2").render(**context)
     return header, source
