@@ -12,6 +12,7 @@ from aot.errors import PlanError
 from aot.graph.ir import Graph, Node
 from aot.graph.quant import node_quant
 from aot.ops.registry import Fusion, op_def, operand
+from aot.plan import memory
 from aot.program import Program, sharing_used
 
 
@@ -75,7 +76,7 @@ def render(program: Program, obj: bytes, weights_prefix: str, header: str, limit
         ins = ", ".join("x".join(map(str, graph.shape(v))) for v in node.inputs if v and v not in graph.constants)
         out = node.outputs[0]
         loc = program.locations[out]
-        where = f"ws+{loc.index}" if loc.kind == "workspace" else f"{loc.kind}[{loc.index}]"
+        where = f"{loc.region or 'ws'}+{loc.index}" if loc.kind == "workspace" else f"{loc.kind}[{loc.index}]"
         rows.append((str(i), describe(graph, node), node.name, f"{ins} -> {'x'.join(map(str, graph.shape(out)))}",
                      f"{macs:,}", f"{graph.values[out].nbytes:,}", where))
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
@@ -93,6 +94,8 @@ def render(program: Program, obj: bytes, weights_prefix: str, header: str, limit
               f"  code (text)       {code:,} bytes",
               f"  workspace         {plan.size:,} bytes ({plan.strategy}); lower bound without sharing "
               f"{plan.lower_bound:,} bytes; {ratio:.3f}x the bound{_sharing(program)}",
+              *(f"    region {p.region.name:<10} {p.plan.size:,} of {p.region.size:,} bytes (rank {p.region.rank}, "
+                f"{_count(len(p.plan.offsets), 'buffer')}, {p.plan.strategy})" for p in program.regions),
               f"  order             {_order(program)}",
               *([f"  row bands         {program.bands.describe()}"] if program.bands else []),
               f"  inputs/outputs    {sum(graph.values[v].nbytes for v in graph.inputs):,} / "
@@ -108,7 +111,11 @@ def render(program: Program, obj: bytes, weights_prefix: str, header: str, limit
         lines.append(f"  quantized         {len(quantized)} integer kernels; {len(in_float)} in float between "
                      "Dequantize and Quantize" + (": " + ", ".join(f"{n.op} {n.name}" for n in in_float)
                                                   if in_float else ""))
-    lines += ["", *plan_picture(program)]
+    if program.regions:
+        for p in program.regions:
+            lines += ["", *plan_picture(program, p.plan, f"region {p.region.name}")]
+    else:
+        lines += ["", *plan_picture(program, program.plan, "workspace")]
     return "\n".join(lines) + "\n"
 
 
@@ -137,20 +144,24 @@ def _order(program: Program) -> str:
     return "the graph's: no order found with fewer live bytes"
 
 
-def plan_picture(program: Program, columns: int = 64) -> list[str]:
-    """The memory plan as text: one row per step, the workspace left to right; each live buffer is
-    drawn with its own letter where it sits."""
-    plan = program.plan
-    if not program.buffers or plan.size == 0:
-        return ["Memory plan: no workspace buffers"]
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def plan_picture(program: Program, plan: memory.Plan, what: str, columns: int = 64) -> list[str]:
+    """A memory plan (the workspace's, or a region's) as text: one row per step, `what` left to right;
+    each live buffer is drawn with its own letter where it sits."""
+    buffers = [b for b in program.buffers if b.name in plan.offsets]
+    if not buffers or plan.size == 0:
+        return [f"Memory plan of the {what}: no buffers" if program.regions else "Memory plan: no workspace buffers"]
     scale = plan.size / columns
     letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
-    order = sorted(program.buffers, key=lambda b: (b.first, b.name))
+    order = sorted(buffers, key=lambda b: (b.first, b.name))
     symbol = {b.name: letters[i % len(letters)] for i, b in enumerate(order)}
-    out = [f"Memory plan: step x workspace offset (each column {scale:,.0f} bytes)",
+    out = [f"Memory plan: step x {what} offset (each column {scale:,.0f} bytes)",
            f"  {'step':>4} |{'0':<{columns // 2}}{plan.size:>{columns - columns // 2},}|"]
     picture = np.full((len(program.calls), columns), ord(" "), dtype=np.uint8)
-    for b in program.buffers:           # a buffer drawn later covers an earlier one where they share a column
+    for b in buffers:                   # a buffer drawn later covers an earlier one where they share a column
         lo = int(plan.offsets[b.name] / scale)
         hi = max(lo + 1, int((plan.offsets[b.name] + b.size) / scale + 0.5))
         picture[b.first:b.last + 1, lo:hi] = ord(symbol[b.name])

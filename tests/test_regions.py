@@ -10,6 +10,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 
 import numpy as np
 import onnx
@@ -216,6 +217,24 @@ def test_region_builds_are_byte_identical(split, tmp_path):
                       name="cnn")
     for name in sorted(p.name for p in built.dir.iterdir()):
         assert (built.dir / name).read_bytes() == (again.dir / name).read_bytes(), name
+
+
+def test_reports_give_each_buffers_region_and_each_regions_size(split):
+    _, built = split
+    dtcm, sdram = built.program.regions
+    report = built.report
+    assert f"region dtcm       {dtcm.plan.size:,} of {dtcm.region.size:,} bytes (rank 0" in report
+    assert "Memory plan: step x region dtcm offset" in report and "Memory plan: step x region sdram offset" in report
+    assert any(f"  sdram+{offset}\n" in report for offset in sdram.plan.offsets.values())     # the "where" column
+    assert built.metadata["workspace"]["regions"] == [
+        {"name": "dtcm", "rank": 0, "size": dtcm.plan.size, "capacity": dtcm.region.size, "section": ".bss.aot.dtcm"},
+        {"name": "sdram", "rank": 1, "size": sdram.plan.size, "capacity": sdram.region.size,
+         "section": ".bss.aot.sdram"}]
+    svg = ET.fromstring((built.dir / "report.svg").read_text())
+    lines = [e for e in svg.iter("{http://www.w3.org/2000/svg}line") if e.get("class") == "region"]
+    assert len(lines) == 2
+    texts = [e.text for e in svg.iter("{http://www.w3.org/2000/svg}text")]
+    assert f"sdram: {sdram.plan.size:,} of {sdram.region.size:,} bytes" in texts
 
 
 def test_regions_that_cannot_hold_the_workspace_fail_naming_their_sizes_and_the_need(tmp_path):
