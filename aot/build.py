@@ -109,14 +109,14 @@ def _render(program: Program, tgt: Target, loaded: LoadedModel, limits: dict[str
     for call in program.calls:
         mb.add_kernel(call.kernel)
     obj, _ = mb.emit_object()
-    fp = report.footprint(program, obj, tgt.weights_section)
+    fp = report.footprint(program, obj, tgt.weights_prefix)
     report.check_fits(fp, limits, loaded.label, tgt.name)
     requires = undefined_symbols(obj)
     header, source = wrapper.render(program, banner, requires)
     inputs, outputs = wrapper.io_tensors(program)
     files = {f"{name}.o": obj, f"{name}.h": header.encode(), f"{name}.c": source.encode(),
              "plan.json": _json(plan_json(program)),
-             "report.txt": report.render(program, obj, tgt.weights_section, banner, limits).encode(),
+             "report.txt": report.render(program, obj, tgt.weights_prefix, banner, limits).encode(),
              "report.svg": report_svg.render(program, banner, tgt.name).encode()}
     metadata = {
         "generated_by": f"aot {__version__}", "llvm": llvm_version(), "name": name,
@@ -125,8 +125,8 @@ def _render(program: Program, tgt: Target, loaded: LoadedModel, limits: dict[str
         "knobs": knobs.describe(),
         "workspace": {"size": program.plan.size, "align": program.plan.alignment,
                       **({"regions": [{"name": r.name, "rank": r.rank, "size": r.size, "capacity": r.capacity,
-                                       "section": r.section} for r in wrapper.workspace_blocks(program)]}
-                         if program.regions else {})},
+                                       "weights": r.weights, "section": r.section}
+                                      for r in wrapper.workspace_blocks(program)]} if program.regions else {})},
         "requires": requires,
         "memory": {"flash": fp.flash, "code": fp.code, "weights": fp.weights, "ram": fp.ram,
                    "limits": dict(sorted(limits.items()))},
@@ -167,8 +167,8 @@ def plan_json(program: Program) -> dict:
             "alignment": program.plan.alignment, "strategy": program.plan.strategy,
             # with memory regions, each planned on its own; a buffer's offset is in its region
             **({"regions": [{"name": p.region.name, "rank": p.region.rank, "capacity": p.region.size,
-                             "size": p.plan.size, "lower_bound": p.plan.lower_bound, "strategy": p.plan.strategy}
-                            for p in program.regions]} if program.regions else {}),
+                             "size": p.plan.size, "weights": p.weights, "lower_bound": p.plan.lower_bound,
+                             "strategy": p.plan.strategy} for p in program.regions]} if program.regions else {}),
             # the steps run in the graph's order or, when its plan needs less, in one searched for fewer live bytes
             "order": {"searched": program.order.changed, "graph_order_workspace": program.order.graph_order,
                       "searched_order_workspace": program.order.searched},

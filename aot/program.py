@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from aot.errors import InternalError, UnsupportedOpError
 from aot.graph.ir import Graph, Node, Rewriter
 from aot.graph.passes.row_bands import BandChoice
-from aot.kernel.ir import Kernel, Reuse
+from aot.kernel.ir import Kernel, Reuse, constants
 from aot.knobs import Knobs, resolve
 from aot.ops import LowerContext, lower, macs
 from aot.ops.registry import op_def
@@ -258,9 +258,14 @@ def _in_regions(layout: _Layout, graph: Graph, root, target: Target, align: int,
         -> tuple[_Layout, tuple[regions.Placement, ...]]:
     """The layout's buffers over the target's memory regions, each region planned on its own
     (aot/plan/regions.py): its plan becomes every buffer's offset in its region and the regions' total
-    size; sharing declared between buffers of different regions is dropped."""
+    size; sharing declared between buffers of different regions is dropped. A region that holds the
+    weights keeps room for every constant array the kernels read, aligned as the object aligns them (an
+    upper bound: LLVM may fold a small one into the code)."""
+    weights = sum(memory.align_up(b.data.nbytes, target.align)
+                  for b in {c.name: c for call in layout.calls for c in constants(call.kernel)}.values()) \
+        if any(r.weights for r in target.regions) else 0
     placements = regions.place(layout.buffers, _overlaps(layout.shared), _accesses(layout.calls, graph, root),
-                               target.regions, align, name)
+                               target.regions, align, name, weights)
     region_of = {b: p.region.name for p in placements for b in p.plan.offsets}
     plan = memory.Plan({b: offset for p in placements for b, offset in p.plan.offsets.items()},
                        sum(p.plan.size for p in placements), layout.plan.lower_bound, "split over memory regions",

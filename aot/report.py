@@ -31,12 +31,14 @@ def object_sections(obj: bytes, weights_prefix: str) -> tuple[int, int]:
 @dataclass(frozen=True)
 class Footprint:
     """What the model needs on the device: flash for code and weights, RAM for the workspace and the
-    caller's input and output buffers."""
+    caller's input and output buffers, and for the weights when a memory region holds them (their
+    initial values still come from flash)."""
 
     code: int
     weights: int
     workspace: int
     io: int
+    weights_in_ram: bool = False
 
     @property
     def flash(self) -> int:
@@ -44,14 +46,14 @@ class Footprint:
 
     @property
     def ram(self) -> int:
-        return self.workspace + self.io
+        return self.workspace + self.io + (self.weights if self.weights_in_ram else 0)
 
 
 def footprint(program: Program, obj: bytes, weights_prefix: str) -> Footprint:
     code, weights = object_sections(obj, weights_prefix)
     graph = program.graph
     io = sum(graph.values[v].nbytes for v in graph.inputs + graph.outputs)
-    return Footprint(code, weights, program.plan.size, io)
+    return Footprint(code, weights, program.plan.size, io, any(p.weights for p in program.regions))
 
 
 def check_fits(fp: Footprint, limits: dict, model: str, target_name: str) -> None:
@@ -60,7 +62,8 @@ def check_fits(fp: Footprint, limits: dict, model: str, target_name: str) -> Non
         limit = limits.get(kind)
         if limit is not None and need > limit:
             detail = (f"code {fp.code:,} + weights {fp.weights:,}" if kind == "flash"
-                      else f"workspace {fp.workspace:,} + inputs/outputs {fp.io:,}")
+                      else f"workspace {fp.workspace:,} + inputs/outputs {fp.io:,}"
+                      + (f" + weights {fp.weights:,}" if fp.weights_in_ram else ""))
             raise PlanError(f"{model} does not fit {target_name}: it needs {need:,} bytes of {kind.upper()} "
                             f"({detail}), the limit is {limit:,}; raise it with --memory {kind}=SIZE")
 
@@ -90,18 +93,18 @@ def render(program: Program, obj: bytes, weights_prefix: str, header: str, limit
     ratio = plan.size / plan.lower_bound if plan.lower_bound else 1.0
     lines += ["", "Totals",
               f"  MACs              {total_macs:,}",
-              f"  weights (rodata)  {weights:,} bytes",
+              f"  weights {_where_weights(program):<9} {weights:,} bytes",
               f"  code (text)       {code:,} bytes",
               f"  workspace         {plan.size:,} bytes ({plan.strategy}); lower bound without sharing "
               f"{plan.lower_bound:,} bytes; {ratio:.3f}x the bound{_sharing(program)}",
-              *(f"    region {p.region.name:<10} {p.plan.size:,} of {p.region.size:,} bytes (rank {p.region.rank}, "
-                f"{_count(len(p.plan.offsets), 'buffer')}, {p.plan.strategy})" for p in program.regions),
+              *_region_lines(program),
               f"  order             {_order(program)}",
               *([f"  row bands         {program.bands.describe()}"] if program.bands else []),
               f"  inputs/outputs    {sum(graph.values[v].nbytes for v in graph.inputs):,} / "
               f"{sum(graph.values[v].nbytes for v in graph.outputs):,} bytes (caller's buffers)",
               f"  flash             {fp.flash:,} bytes (code + weights){_limit(limits, 'flash')}",
-              f"  RAM               {fp.ram:,} bytes (workspace + inputs/outputs){_limit(limits, 'ram')}"]
+              f"  RAM               {fp.ram:,} bytes (workspace + inputs/outputs"
+              f"{' + weights' if fp.weights_in_ram else ''}){_limit(limits, 'ram')}"]
     quantized = [c.node for c in program.calls if node_quant(graph.values, c.node)
                  and not op_def(c.node.op).moves_values]
     if quantized or any(c.node.op in ("Quantize", "Dequantize") for c in program.calls):
@@ -117,6 +120,20 @@ def render(program: Program, obj: bytes, weights_prefix: str, header: str, limit
     else:
         lines += ["", *plan_picture(program, program.plan, "workspace")]
     return "\n".join(lines) + "\n"
+
+
+def _region_lines(program: Program) -> list[str]:
+    lines = []
+    for p in program.regions:
+        weights = f" + {p.weights:,} kept for weights" if p.weights else ""
+        lines.append(f"    region {p.region.name:<10} {p.plan.size:,}{weights} of {p.region.size:,} bytes (rank "
+                     f"{p.region.rank}, {_count(len(p.plan.offsets), 'buffer')}, {p.plan.strategy})")
+    return lines
+
+
+def _where_weights(program: Program) -> str:
+    held = [p.region.name for p in program.regions if p.weights]
+    return f"(in {held[0]})" if held else "(rodata)"
 
 
 def _sharing(program: Program) -> str:

@@ -152,7 +152,8 @@ def _regions(plot: ET.Element, program: Program, scale: float, plot_w: float) ->
         y = _num(start * scale)
         ET.SubElement(plot, "line", {"class": "region", "x1": "0", "y1": y, "x2": _num(plot_w), "y2": y,
                                      "stroke": "#06c", "stroke-width": "1", "stroke-dasharray": "2,2"})
-        _label(plot, 4, start * scale + 12, f"{p.region.name}: {p.plan.size:,} of {p.region.size:,} bytes",
+        weights = f" + {p.weights:,} kept for weights" if p.weights else ""
+        _label(plot, 4, start * scale + 12, f"{p.region.name}: {p.plan.size:,}{weights} of {p.region.size:,} bytes",
                fill="#06c")
         start += p.plan.size
 

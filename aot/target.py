@@ -4,6 +4,7 @@ $AOT_TARGET_PATH), or name a file with `--target path/to/file.toml`."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import sys
@@ -40,8 +41,9 @@ class Region:
     `[[memory.regions]]` of a target or board file; aot/plan/regions.py fills them."""
 
     name: str       # a C identifier: the field of NAME_workspaces, NAME_WORKSPACE_<NAME>_SIZE
-    size: int       # bytes the workspace may take in it
+    size: int       # bytes the workspace (and the weights, if it holds them) may take in it
     rank: int       # speed: 0 is the fastest
+    weights: bool = False   # the weights go in this RAM region (section .data.aot.<name>.<symbol>), not in flash
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.name) \
@@ -53,6 +55,8 @@ class Region:
             raise ValueError(f"size must be a positive number of bytes, not {self.size!r}")
         if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 0:
             raise ValueError(f"rank must be an integer from 0 (the fastest) up, not {self.rank!r}")
+        if not isinstance(self.weights, bool):
+            raise ValueError(f"weights must be true or false, not {self.weights!r}")
 
     @property
     def section(self) -> str:
@@ -68,13 +72,13 @@ def read_regions(entries: object) -> tuple[Region, ...]:
     regions = []
     for i, entry in enumerate(entries):
         where = f"memory.regions[{i}]" + (f" ('{entry['name']}')" if isinstance(entry.get("name"), str) else "")
-        unknown = sorted(set(entry) - {"name", "size", "rank"})
+        unknown = sorted(set(entry) - {"name", "size", "rank", "weights"})
         missing = [k for k in ("name", "size", "rank") if k not in entry]
         if unknown or missing:
             raise ValueError(f"{where}: {f'unknown key {unknown[0]!r}' if unknown else 'lacks ' + ', '.join(missing)} "
-                             "(a region has name, size and rank)")
+                             "(a region has name, size, rank and maybe weights)")
         try:
-            regions.append(Region(entry["name"], parse_size(entry["size"]), entry["rank"]))
+            regions.append(Region(entry["name"], parse_size(entry["size"]), entry["rank"], entry.get("weights", False)))
         except ValueError as err:
             raise ValueError(f"{where}: {err}") from None
     by_rank = tuple(sorted(regions, key=lambda r: r.rank))
@@ -85,6 +89,9 @@ def read_regions(entries: object) -> tuple[Region, ...]:
             if other.rank == region.rank:
                 raise ValueError(f"memory.regions: '{other.name}' and '{region.name}' both have rank {region.rank}; "
                                  "each region has its own (0 is the fastest)")
+            if other.weights and region.weights:
+                raise ValueError(f"memory.regions: '{other.name}' and '{region.name}' both hold the weights; "
+                                 "one region may")
     return by_rank
 
 
@@ -96,7 +103,7 @@ def resized(regions: Sequence[Region], sizes: dict[str, int]) -> tuple[Region, .
         raise OptionError(f"--memory {unknown[0]}=SIZE: the target has no memory region '{unknown[0]}' (--memory "
                           f"takes flash=SIZE, ram=SIZE and REGION=SIZE for the target's regions; {have})")
     try:
-        return tuple(Region(r.name, sizes.get(r.name, r.size), r.rank) for r in regions)
+        return tuple(dataclasses.replace(r, size=sizes.get(r.name, r.size)) for r in regions)
     except ValueError as err:
         raise OptionError(f"--memory: {err}") from None
 
@@ -142,6 +149,13 @@ class Target:
         if self.fpu != (self.float_abi == "hard"):
             raise TargetError(f"fpu = {str(self.fpu).lower()} contradicts float_abi = \"{self.float_abi}\": "
                               "soft float means no FPU (fpu = false), the hard-float ABI needs one (fpu = true)")
+
+    @property
+    def weights_prefix(self) -> str:
+        """The weights go to <prefix>.<symbol>: the target's read-only section, or the .data section of the
+        RAM region that holds them."""
+        held = [r.name for r in self.regions if r.weights]
+        return f".data.aot.{held[0]}" if held else self.weights_section
 
     @property
     def lanes(self) -> int:

@@ -40,11 +40,11 @@ rank = 0
 """
 
 
-def region_target(tmp_path, dtcm: str = "4KiB", base: str = "cortex-m7", extra: str = "") -> str:
+def region_target(tmp_path, dtcm: str = "4KiB", base: str = "cortex-m7") -> str:
     """A copy of a shipped target with two regions (declared slowest first), as a file in tmp_path."""
     path = tmp_path / f"{base}-regions.toml"
     text = target_text(base).replace(f'name = "{base}"', f'name = "{base}-regions"')
-    path.write_text(text + extra + TWO_REGIONS.format(dtcm=dtcm))
+    path.write_text(text + TWO_REGIONS.format(dtcm=dtcm))
     return str(path)
 
 
@@ -78,6 +78,9 @@ def test_regions_load_fastest_first(tmp_path):
     ('name = "dtcm"\nsize = "1K"\nrank = "fast"', "rank must be an integer from 0"),
     ('name = "dtcm"\nsize = "1K"', "lacks rank"),
     ('name = "dtcm"\nsize = "1K"\nrank = 0\nspeed = 3', "unknown key 'speed'"),
+    ('name = "dtcm"\nsize = "1K"\nrank = 0\nweights = "yes"', "weights must be true or false"),
+    ('name = "dtcm"\nsize = "1K"\nrank = 0\nweights = true\n[[memory.regions]]\nname = "sram"\nsize = "2K"\n'
+     'rank = 1\nweights = true', "'dtcm' and 'sram' both hold the weights"),
 ])
 def test_bad_region_declarations_name_the_file_and_field(tmp_path, entries, why):
     path = tmp_path / "bad.toml"
@@ -227,8 +230,9 @@ def test_reports_give_each_buffers_region_and_each_regions_size(split):
     assert "Memory plan: step x region dtcm offset" in report and "Memory plan: step x region sdram offset" in report
     assert any(f"  sdram+{offset}\n" in report for offset in sdram.plan.offsets.values())     # the "where" column
     assert built.metadata["workspace"]["regions"] == [
-        {"name": "dtcm", "rank": 0, "size": dtcm.plan.size, "capacity": dtcm.region.size, "section": ".bss.aot.dtcm"},
-        {"name": "sdram", "rank": 1, "size": sdram.plan.size, "capacity": sdram.region.size,
+        {"name": "dtcm", "rank": 0, "size": dtcm.plan.size, "capacity": dtcm.region.size, "weights": 0,
+         "section": ".bss.aot.dtcm"},
+        {"name": "sdram", "rank": 1, "size": sdram.plan.size, "capacity": sdram.region.size, "weights": 0,
          "section": ".bss.aot.sdram"}]
     svg = ET.fromstring((built.dir / "report.svg").read_text())
     lines = [e for e in svg.iter("{http://www.w3.org/2000/svg}line") if e.get("class") == "region"]
@@ -246,6 +250,33 @@ def test_regions_that_cannot_hold_the_workspace_fail_naming_their_sizes_and_the_
     whole = aot.build(small_cnn(), target="host", out_dir=tmp_path / "whole").program.plan.size
     assert f"the workspace in one piece needs {whole:,}" in message
     assert not (tmp_path / "b").exists()
+
+
+def test_a_region_that_holds_the_weights_keeps_room_for_them(tmp_path):
+    """The weights leave flash for the RAM region's .data sections, and its workspace takes only what they leave."""
+    whole = aot.build(small_cnn(), target="host", out_dir=tmp_path / "whole", name="cnn")
+    weights = whole.metadata["memory"]["weights"]
+    dtcm = weights + whole.program.plan.size // 2
+    target = dataclasses.replace(host_with_regions(dtcm), regions=(Region("dtcm", dtcm, 0, weights=True),
+                                                                    Region("sdram", 1 << 20, 1)))
+    built = aot.build(small_cnn(), target=target, out_dir=tmp_path / "held", name="cnn")
+    held = built.program.regions[0]
+    assert 0 < held.weights and 0 < held.plan.size <= dtcm - held.weights < whole.program.plan.size
+    def sections(artifact) -> list[str]:
+        listed = subprocess.run(["objdump", "-h", str(artifact.object)], capture_output=True, text=True).stdout
+        return [word for word in listed.split() if word.startswith(".")]
+
+    assert [n.replace(".data.aot.dtcm.", ".rodata.aot.") for n in sections(built) if ".aot." in n] == \
+        [n for n in sections(whole) if ".aot." in n]
+    listed = subprocess.run(["objdump", "-h", str(built.object)], capture_output=True, text=True).stdout.splitlines()
+    sizes = [int(line.split()[2], 16) for line in listed if ".data.aot.dtcm." in line]
+    assert 0 < sum(sizes) <= held.weights        # kept for them: the arrays the kernels read, before LLVM folds any
+    assert built.metadata["memory"]["ram"] == whole.metadata["memory"]["ram"] - whole.program.plan.size \
+        + built.program.plan.size + built.metadata["memory"]["weights"]
+    assert f"region dtcm       {held.plan.size:,} + {held.weights:,} kept for weights of {dtcm:,} bytes" in built.report
+    assert aot.check(built).ok
+    with pytest.raises(aot.PlanError, match=f"the weights \\({held.weights:,} bytes\\) do not fit memory region dtcm"):
+        aot.build(small_cnn(), target=target, out_dir=tmp_path / "none", name="cnn", memory={"dtcm": 1024})
 
 
 def test_the_command_line_resizes_regions_and_reports_what_does_not_fit(tmp_path):
@@ -343,32 +374,36 @@ def test_the_region_wrapper_compiles_warning_free_with_each_toolchain(target, tm
 # --------------------------------------------------------------------------- under qemu, two memories
 
 
-def two_region_board(tmp_path) -> str:
-    """cortex-m7 on mps2-an500 with DTCM (4 KiB for the workspace) at 0x20000000, in front of the
-    SSRAM2/3 bank that holds heap and stack, and SDRAM in the 16 MiB PSRAM at 0x60000000 where the shipped
-    script puts .bss (QEMU 7.2's memory map; see the shipped mps2-an500.ld)."""
+def two_region_board(tmp_path, dtcm: int) -> str:
+    """cortex-m7 on mps2-an500 with a DTCM of `dtcm` bytes (the weights and a workspace block) at 0x20000000,
+    in front of the SSRAM2/3 bank that holds heap and stack, and SDRAM in the 16 MiB PSRAM at 0x60000000
+    where the shipped script puts .bss (QEMU 7.2's memory map; see the shipped mps2-an500.ld)."""
     script = shipped("runtime_c", "baremetal", "mps2-an500.ld").read_text()
     memory_line = "    SSRAM23 (rwx) : ORIGIN = 0x20000000, LENGTH = 4M\n"
-    bss = "    /* Zeroed by rdimon's crt0"
-    assert memory_line in script and bss in script
+    rodata = "    /* Model weights: the generated object puts each in .rodata.<name>. */"
+    assert memory_line in script and rodata in script
     script = script.replace(memory_line, "    DTCM    (rw)  : ORIGIN = 0x20000000, LENGTH = 64K\n"
                                          "    SSRAM23 (rwx) : ORIGIN = 0x20010000, LENGTH = 4M - 64K\n")
-    script = script.replace(bss, "    .dtcm (NOLOAD) : ALIGN(16) { *(.bss.aot.dtcm) } > DTCM\n\n" + bss)
+    # before .data and .bss, whose patterns would take these sections otherwise
+    script = script.replace(rodata, "    .dtcm_weights : ALIGN(16) { *(.data.aot.dtcm.*) } > DTCM\n"
+                                    "    .dtcm (NOLOAD) : ALIGN(16) { *(.bss.aot.dtcm) } > DTCM\n\n" + rodata)
     (tmp_path / "two-regions.ld").write_text(script)
-    path = region_target(tmp_path)
+    path = region_target(tmp_path, dtcm=str(dtcm))
     text = open(path).read().replace('linker_script = "mps2-an500.ld"', 'linker_script = "two-regions.ld"')
-    open(path, "w").write(text)
+    open(path, "w").write(text.replace('name = "dtcm"', 'name = "dtcm"\nweights = true'))
     return path
 
 
 @pytest.mark.qemu
 def test_two_regions_on_a_cortex_m7_under_qemu(tmp_path):
-    target = two_region_board(tmp_path)
+    """The weights and the hottest tensors in DTCM, the rest in SDRAM: each where the linker script maps its
+    section, and the outputs onnxruntime's."""
     whole = aot.build(small_cnn(), target="cortex-m7", out_dir=tmp_path / "whole", name="cnn")
-    built = aot.build(small_cnn(), target=target, out_dir=tmp_path / "split", name="cnn")
-    dtcm, sdram = built.program.regions
-    assert dtcm.region.size < whole.program.plan.size          # it does not fit the fast region ...
-    assert dtcm.plan.size > 0 and sdram.plan.size > 0          # ... so both hold tensors
+    dtcm = whole.metadata["memory"]["weights"] + whole.program.plan.size // 2
+    built = aot.build(small_cnn(), target=two_region_board(tmp_path, dtcm), out_dir=tmp_path / "split", name="cnn")
+    fast, slow = built.program.regions
+    assert fast.room < whole.program.plan.size                 # the workspace does not fit beside the weights ...
+    assert fast.plan.size > 0 and slow.plan.size > 0 and fast.weights > 0     # ... so both regions hold tensors
     result = aot.check(built)
     assert result.ok, result.comparisons
     exe = local.compile_harness(built, tmp_path)
@@ -376,9 +411,13 @@ def test_two_regions_on_a_cortex_m7_under_qemu(tmp_path):
     symbols = {line.split()[-1]: (int(line.split()[0], 16), int(line.split()[1], 16))
                for line in table.splitlines() if len(line.split()) == 4}
     address, size = symbols["workspace_dtcm"]
-    assert 0x20000000 <= address and address + size <= 0x20010000 and size == dtcm.plan.size
+    assert 0x20000000 <= address and address + size <= 0x20010000 and size == fast.plan.size
     address, size = symbols["workspace_sdram"]
-    assert 0x60000000 <= address and address + size <= 0x61000000 and size == sdram.plan.size
+    assert 0x60000000 <= address and address + size <= 0x61000000 and size == slow.plan.size
+    weights = [name for name in symbols if name.startswith("cnn_w")]
+    assert weights and all(0x20000000 <= symbols[w][0] < 0x20010000 for w in weights)
+    in_dtcm = sum(size for name, (address, size) in symbols.items() if 0x20000000 <= address < 0x20010000)
+    assert in_dtcm <= dtcm
     assert json.loads((built.dir / "metadata.json").read_text())["target"]["name"] == "cortex-m7-regions"
 
 

@@ -86,12 +86,13 @@ class WorkspaceBlock:
     align: int
     section: str        # where a linker script finds it
     buffers: int
+    weights: int        # bytes of weights the region holds beside the block
 
 
 def workspace_blocks(program: Program) -> list[WorkspaceBlock]:
     """The workspace's blocks, one per memory region, fastest first; none when the target declares no regions."""
     return [WorkspaceBlock(p.region.name, f"WORKSPACE_{p.region.name.upper()}", p.plan.size, p.region.size,
-                           p.region.rank, p.plan.alignment, p.region.section, len(p.plan.offsets))
+                           p.region.rank, p.plan.alignment, p.region.section, len(p.plan.offsets), p.weights)
             for p in program.regions]
 
 
