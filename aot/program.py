@@ -258,12 +258,8 @@ def _in_regions(layout: _Layout, graph: Graph, root, target: Target, align: int,
         -> tuple[_Layout, tuple[regions.Placement, ...]]:
     """The layout's buffers over the target's memory regions, each region planned on its own
     (aot/plan/regions.py): its plan becomes every buffer's offset in its region and the regions' total
-    size; sharing declared between buffers of different regions is dropped. A region that holds the
-    weights keeps room for every constant array the kernels read, aligned as the object aligns them (an
-    upper bound: LLVM may fold a small one into the code)."""
-    weights = sum(memory.align_up(b.data.nbytes, target.align)
-                  for b in {c.name: c for call in layout.calls for c in constants(call.kernel)}.values()) \
-        if any(r.weights for r in target.regions) else 0
+    size; sharing declared between buffers of different regions is dropped."""
+    weights = _weight_bytes(layout.calls, target.align) if any(r.weights for r in target.regions) else 0
     placements = regions.place(layout.buffers, _overlaps(layout.shared), _accesses(layout.calls, graph, root),
                                target.regions, align, name, weights)
     region_of = {b: p.region.name for p in placements for b in p.plan.offsets}
@@ -272,6 +268,13 @@ def _in_regions(layout: _Layout, graph: Graph, root, target: Target, align: int,
                        align)
     shared = tuple(s for s in layout.shared if region_of[s[1]] == region_of[s[2]])
     return dataclasses.replace(layout, plan=plan, shared=shared), placements
+
+
+def _weight_bytes(calls: Sequence[Call], align: int) -> int:
+    """The room the weights take, for a region that holds them: every constant array the kernels read,
+    aligned as the object aligns it (an upper bound: LLVM may fold a small one into the code)."""
+    arrays = {array.name: array for call in calls for array in constants(call.kernel)}
+    return sum(memory.align_up(array.data.nbytes, align) for array in arrays.values())
 
 
 def _accesses(calls: Sequence[Call], graph: Graph, root) -> dict[str, int]:

@@ -24,7 +24,7 @@ from aot.data import shipped
 from aot.kernel.ir import Reuse
 from aot.plan import memory, regions
 from aot.run import local
-from aot.target import Region, get_target, target_text
+from aot.target import Region, all_targets, get_target, target_text
 
 STRICT = ["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O2"]
 TWO_REGIONS = """
@@ -355,8 +355,10 @@ def test_a_program_using_the_region_api(split, tmp_path):
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("target", ["cortex-m7", "cortex-m0plus", "aarch64"])
+@pytest.mark.parametrize("target", [t.name for t in all_targets()])
 def test_the_region_wrapper_compiles_warning_free_with_each_toolchain(target, tmp_path):
+    """The wrapper and the run harness with three regions, one of them unused, under every target's compiler
+    with -Wall -Wextra -Werror -pedantic."""
     tgt = get_target(target)
     built = aot.build(small_cnn(), target=dataclasses.replace(tgt, regions=(Region("fast", 4096, 0),
                       Region("slow", 1 << 20, 1), Region("unused", 64, 2))), out_dir=tmp_path / "b", name="cnn")
