@@ -8,6 +8,7 @@ fetched and compared with onnxruntime on the same inputs.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -91,7 +92,8 @@ def _render_timing(artifact: Artifact, path: Path, profile: bool) -> None:
     inputs, outputs = wrapper.io_tensors(artifact.program)
     path.write_text(env.get_template("timing.c.j2").render(
         banner=f"aot timing harness for {artifact.name}", name=artifact.name, NAME=artifact.name.upper(),
-        inputs=inputs, outputs=outputs, workspace_align=artifact.program.plan.alignment, profile=profile))
+        inputs=inputs, outputs=outputs, workspace_align=artifact.program.plan.alignment,
+        regions=wrapper.workspace_blocks(artifact.program), profile=profile))
 
 
 def _parse_times(stdout: str) -> tuple[list[float], int]:
@@ -119,12 +121,15 @@ def bench(model, board: str | Board | None = None, target: str | Target | None =
           board_dirs: Sequence[str | os.PathLike] = (), memory: dict[str, int] | None = None) -> BenchResult:
     """Build `model` for the board's target (or `target`), time it there and check its outputs.
     `input_shapes`, `freeze` and `memory` are as for aot.build. Board and target names are looked up in
-    `board_dirs` and `target_dirs` first (see aot.remote.board and aot.target).
+    `board_dirs` and `target_dirs` first (see aot.remote.board and aot.target); a board's memory regions,
+    if it declares any, replace its target's.
 
     With `profile`, the wrapper is compiled with its timing hooks and the result lists each kernel
     call's mean time (the hooks' clock reads add a little to the total)."""
     brd = load_board(board, board_dirs) if isinstance(board, str) else board
     tgt = get_target(brd.target if brd else (target or "host"), target_dirs)
+    if brd and brd.regions:
+        tgt = dataclasses.replace(tgt, regions=brd.regions)
     if tgt.os == "none":
         raise RunError(f"target {tgt.name}: timing needs a clock, which the bare-metal harness does not have yet")
     with tempfile.TemporaryDirectory(prefix="aot-bench-") as tmp:

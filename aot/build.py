@@ -6,6 +6,7 @@ when complete, so a failed build never leaves something that looks like a result
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -28,7 +29,7 @@ from aot.graph.passes import optimize
 from aot.knobs import Knobs, resolve, scalar_variant
 from aot.plan import budget
 from aot.program import Program, build_program, sharing_used
-from aot.target import Target, get_target
+from aot.target import Target, get_target, resized
 from aot.version import __version__
 
 
@@ -68,10 +69,15 @@ def build(model: str | os.PathLike | onnx.ModelProto, target: str | Target = "ho
     `input_shapes` fixes dynamic input dimensions; `freeze` ({"sr": 16000}) binds inputs to constants
     (a number, a comma list, a .npy path or an array), which are then no longer inputs of the build.
 
-    `memory` ({"flash": bytes, "ram": bytes}) overrides the target's limits; a model that needs more
-    fails the build with a PlanError. `knobs` overrides the target's schedule knobs (aot/knobs.py).
+    `memory` ({"flash": bytes, "ram": bytes}) overrides the target's limits, and the sizes of its memory
+    regions by name ({"dtcm": bytes}); a model that needs more fails the build with a PlanError. `knobs`
+    overrides the target's schedule knobs (aot/knobs.py).
     """
     tgt = get_target(target) if isinstance(target, str) else target
+    totals = {k: v for k, v in (memory or {}).items() if k in ("flash", "ram")}
+    region_sizes = {k: v for k, v in (memory or {}).items() if k not in totals}
+    if region_sizes:
+        tgt = dataclasses.replace(tgt, regions=resized(tgt.regions, region_sizes))
     schedule = resolve(tgt, knobs)
     loaded = load(model, input_shapes, freeze)
     graph = to_graph(loaded)
@@ -83,7 +89,7 @@ def build(model: str | os.PathLike | onnx.ModelProto, target: str | Target = "ho
         on_pass("import", graph)
     graph = optimize(graph, on_pass)
     lowering_target = tgt if schedule.simd else scalar_variant(tgt)
-    limits = {**tgt.memory, **(memory or {})}
+    limits = {**tgt.memory, **totals}
     if "ram" in limits:     # over budget, the leading layers run in row bands (aot/plan/budget.py)
         program, _ = budget.fit(graph, lowering_target, name, schedule, limits["ram"], loaded.label)
     else:
@@ -103,21 +109,24 @@ def _render(program: Program, tgt: Target, loaded: LoadedModel, limits: dict[str
     for call in program.calls:
         mb.add_kernel(call.kernel)
     obj, _ = mb.emit_object()
-    fp = report.footprint(program, obj, tgt.weights_section)
+    fp = report.footprint(program, obj, tgt.weights_prefix)
     report.check_fits(fp, limits, loaded.label, tgt.name)
     requires = undefined_symbols(obj)
     header, source = wrapper.render(program, banner, requires)
     inputs, outputs = wrapper.io_tensors(program)
     files = {f"{name}.o": obj, f"{name}.h": header.encode(), f"{name}.c": source.encode(),
              "plan.json": _json(plan_json(program)),
-             "report.txt": report.render(program, obj, tgt.weights_section, banner, limits).encode(),
+             "report.txt": report.render(program, obj, tgt.weights_prefix, banner, limits).encode(),
              "report.svg": report_svg.render(program, banner, tgt.name).encode()}
     metadata = {
         "generated_by": f"aot {__version__}", "llvm": llvm_version(), "name": name,
         "model": {"file": loaded.label, "sha256": loaded.sha256},
         "target": {"name": tgt.name, "triple": tgt.triple, "cpu": tgt.cpu, "features": tgt.features},
         "knobs": knobs.describe(),
-        "workspace": {"size": program.plan.size, "align": program.plan.alignment},
+        "workspace": {"size": program.plan.size, "align": program.plan.alignment,
+                      **({"regions": [{"name": r.name, "rank": r.rank, "size": r.size, "capacity": r.capacity,
+                                       "weights": r.weights, "section": r.section}
+                                      for r in wrapper.workspace_blocks(program)]} if program.regions else {})},
         "requires": requires,
         "memory": {"flash": fp.flash, "code": fp.code, "weights": fp.weights, "ram": fp.ram,
                    "limits": dict(sorted(limits.items()))},
@@ -146,14 +155,20 @@ def plan_json(program: Program) -> dict:
     for value, root in program.roots.items():
         if value != root and value not in graph.constants:
             aliases.setdefault(root, []).append(value)
+    region = {b: p.region.name for p in program.regions for b in p.plan.offsets}
     buffers = [{"tensor": b.name, "producer": producer.get(b.name), "first_use": b.first, "last_use": b.last,
-                "size": b.size, "offset": program.plan.offsets[b.name], "views": sorted(aliases.get(b.name, []))}
+                "size": b.size, "offset": program.plan.offsets[b.name], "views": sorted(aliases.get(b.name, [])),
+                **({"region": region[b.name]} if region else {})}
                for b in sorted(program.buffers, key=lambda b: (b.first, b.name))]
     external = [{"tensor": v, "binding": f"{loc.kind}[{loc.index}]", "views": sorted(aliases.get(v, []))}
                 for v, loc in program.locations.items() if loc.kind in ("input", "output") and program.roots[v] == v]
     used = {(step, source, result) for step, source, result, _ in sharing_used(program)}
     return {"workspace_size": program.plan.size, "lower_bound": program.plan.lower_bound,
             "alignment": program.plan.alignment, "strategy": program.plan.strategy,
+            # with memory regions, each planned on its own; a buffer's offset is in its region
+            **({"regions": [{"name": p.region.name, "rank": p.region.rank, "capacity": p.region.size,
+                             "size": p.plan.size, "weights": p.weights, "lower_bound": p.plan.lower_bound,
+                             "strategy": p.plan.strategy} for p in program.regions]} if program.regions else {}),
             # the steps run in the graph's order or, when its plan needs less, in one searched for fewer live bytes
             "order": {"searched": program.order.changed, "graph_order_workspace": program.order.graph_order,
                       "searched_order_workspace": program.order.searched},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -40,15 +41,20 @@ def _freeze_option(text: str) -> tuple[str, str]:
 
 
 def _memory_option(text: str) -> dict[str, int]:
+    """flash=SIZE,ram=SIZE and REGION=SIZE for the target's memory regions (checked by the build)."""
     limits = {}
     try:
         for item in text.split(","):
             kind, _, size = item.partition("=")
-            if kind.strip().lower() not in ("flash", "ram"):
+            kind = kind.strip()
+            if kind.lower() in ("flash", "ram"):
+                kind = kind.lower()
+            elif not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", kind):
                 raise ValueError
-            limits[kind.strip().lower()] = parse_size(size)
+            limits[kind] = parse_size(size)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not flash=SIZE,ram=SIZE (e.g. flash=1M,ram=256K)") from None
+        raise argparse.ArgumentTypeError(f"'{text}' is not flash=SIZE,ram=SIZE,REGION=SIZE (e.g. flash=1M,ram=256K "
+                                         "or dtcm=64K)") from None
     return limits
 
 
@@ -62,9 +68,10 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _memory_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--memory", type=_memory_option, default={}, metavar="flash=SIZE,ram=SIZE",
+    p.add_argument("--memory", type=_memory_option, default={}, metavar="flash=SIZE,ram=SIZE,REGION=SIZE",
                    help="the device's memory (e.g. flash=1M,ram=256K; overrides the target's): over the RAM, the "
-                   "leading layers run in row bands, at the cost of some MACs; the build fails if nothing fits")
+                   "leading layers run in row bands, at the cost of some MACs; the build fails if nothing fits. "
+                   "REGION=SIZE resizes one of the target's memory regions (e.g. dtcm=64K)")
 
 
 def _target_dir_option(p: argparse.ArgumentParser) -> None:
@@ -203,9 +210,11 @@ def _build(args) -> int:
                      input_shapes=_shapes(args), memory=args.memory, on_pass=dump if args.dump_graph else None,
                      knobs=_knobs(args), freeze=_freeze(args))
     plan = artifact.plan
+    split = " + ".join(f"{r['name']} {r['size']:,}" for r in plan.get("regions", ()))
     print(f"built {artifact.dir}/ for {artifact.target.name} in {time.perf_counter() - start:.2f} s: "
           f"{artifact.name}.o {artifact.object.stat().st_size:,} bytes, workspace {plan['workspace_size']:,} "
-          f"bytes (lower bound {plan['lower_bound']:,}); flash {artifact.metadata['memory']['flash']:,}, "
+          f"bytes{f' ({split})' if split else ''} (lower bound {plan['lower_bound']:,}); "
+          f"flash {artifact.metadata['memory']['flash']:,}, "
           f"RAM {artifact.metadata['memory']['ram']:,} bytes")
     return 0
 

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from aot.errors import InternalError, UnsupportedOpError
 from aot.graph.ir import Graph, Node, Rewriter
 from aot.graph.passes.row_bands import BandChoice
-from aot.kernel.ir import Kernel, Reuse
+from aot.kernel.ir import Kernel, Reuse, constants
 from aot.knobs import Knobs, resolve
-from aot.ops import LowerContext, lower
+from aot.ops import LowerContext, lower, macs
 from aot.ops.registry import op_def
-from aot.plan import memory
+from aot.plan import memory, regions
 from aot.plan.order import search as search_order
 from aot.target import Target
 
@@ -28,6 +28,7 @@ class Location:
     kind: str       # "input", "output", "workspace", "constant"
     index: int      # input/output position, or workspace offset
     offset: int = 0     # bytes into that storage (a view of part of a tensor, a part assembled in place)
+    region: str = ""    # the memory region of a workspace tensor ("": the target declares none)
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,9 @@ class Program:
     order: OrderChoice
     shared: tuple[tuple[int, str, str, Reuse], ...] = ()   # (step, source, result, reuse) the plan may use
     bands: BandChoice | None = None     # leading layers run in row bands to fit a RAM budget (aot/plan/budget.py)
+    # the workspace split over the target's memory regions, fastest first (plan then holds every buffer's
+    # offset in its region and the regions' total size); empty: one workspace
+    regions: tuple[regions.Placement, ...] = ()
 
 
 def sharing_used(program: Program) -> list[tuple[int, str, str, Reuse]]:
@@ -116,18 +120,22 @@ def build_program(graph: Graph, target: Target, name: str, knobs: Knobs | None =
     locations = _external(graph, root)
     align = max(target.align, 16)
     layout, choice = _choose_order(calls, graph, root, locations, align, name, knobs)
+    layout, placements = _in_regions(layout, graph, root, target, align, name) if target.regions else (layout, ())
+    region_of = {b: p.region.name for p in placements for b in p.plan.offsets}
     for b in layout.buffers:
-        locations[b.name] = Location("workspace", layout.plan.offsets[b.name])
+        locations[b.name] = Location("workspace", layout.plan.offsets[b.name], region=region_of.get(b.name, ""))
     for v in graph.values:
         if v in graph.constants:
             locations[v] = Location("constant", 0)
         elif v not in locations and root(v) in locations:
-            base = locations[root(v)]
-            locations[v] = Location(base.kind, base.index, root.offset(v))
-    memory.verify(_steps(layout.calls, root), layout.plan.offsets, {b.name: b.size for b in layout.buffers},
-                  layout.plan.size, align, layout.shared)
+            locations[v] = dataclasses.replace(locations[root(v)], offset=root.offset(v))
+    sizes = {b.name: b.size for b in layout.buffers}
+    if placements:
+        regions.verify(_steps(layout.calls, root), placements, sizes, align, layout.shared)
+    else:
+        memory.verify(_steps(layout.calls, root), layout.plan.offsets, sizes, layout.plan.size, align, layout.shared)
     return Program(name, graph, layout.calls, locations, layout.plan, layout.buffers,
-                   {v: root(v) for v in graph.values}, choice, layout.shared)
+                   {v: root(v) for v in graph.values}, choice, layout.shared, regions=placements)
 
 
 def plain_workspace(graph: Graph, target: Target) -> int:
@@ -243,9 +251,50 @@ def _layout(calls: list[Call], graph: Graph, root, external: dict[str, Location]
     buffers = tuple(memory.Buffer(r, memory.align_up(graph.values[r].nbytes, align), first[r], last[r])
                     for r in first)
     shared = _shared(calls, root, first, last) if share_memory else []
-    plan = memory.plan(buffers, align, [memory.Overlap(source, result, step, reuse.shift, reuse.exact, reuse.backward)
-                                        for step, source, result, reuse in shared])
+    plan = memory.plan(buffers, align, _overlaps(shared))
     return _Layout(tuple(calls), buffers, plan, tuple(shared))
+
+
+def _overlaps(shared: Sequence[tuple[int, str, str, Reuse]]) -> list[memory.Overlap]:
+    return [memory.Overlap(source, result, step, reuse.shift, reuse.exact, reuse.backward)
+            for step, source, result, reuse in shared]
+
+
+def _in_regions(layout: _Layout, graph: Graph, root, target: Target, align: int, name: str) \
+        -> tuple[_Layout, tuple[regions.Placement, ...]]:
+    """The layout's buffers over the target's memory regions, each region planned on its own
+    (aot/plan/regions.py): its plan becomes every buffer's offset in its region and the regions' total
+    size; sharing declared between buffers of different regions is dropped."""
+    weights = _weight_bytes(layout.calls, target.align) if any(r.weights for r in target.regions) else 0
+    placements = regions.place(layout.buffers, _overlaps(layout.shared), _accesses(layout.calls, graph, root),
+                               target.regions, align, name, weights)
+    region_of = {b: p.region.name for p in placements for b in p.plan.offsets}
+    plan = memory.Plan({b: offset for p in placements for b, offset in p.plan.offsets.items()},
+                       sum(p.plan.size for p in placements), layout.plan.lower_bound, "split over memory regions",
+                       align)
+    shared = tuple(s for s in layout.shared if region_of[s[1]] == region_of[s[2]])
+    return dataclasses.replace(layout, plan=plan, shared=shared), placements
+
+
+def _weight_bytes(calls: Sequence[Call], align: int) -> int:
+    """The room the weights take, for a region that holds them: every constant array the kernels read,
+    aligned as the object aligns it (an upper bound: LLVM may fold a small one into the code)."""
+    arrays = {array.name: array for call in calls for array in constants(call.kernel)}
+    return sum(memory.align_up(array.data.nbytes, align) for array in arrays.values())
+
+
+def _accesses(calls: Sequence[Call], graph: Graph, root) -> dict[str, int]:
+    """Bytes the kernels read and write of each storage owner, as region placement ranks them: a call
+    writes its outputs once and reads an input once per MAC per element, at least once (a convolution
+    reads its input about kernel area x output channels times, an Add once)."""
+    moved: dict[str, int] = {}
+    for call in calls:
+        work, written = macs(graph, call.node), len(call.args) - len(call.node.outputs)
+        for position, v in enumerate(call.args):
+            value = graph.values[v]
+            times = 1 if position >= written else max(1, work // max(1, value.size))
+            moved[root(v)] = moved.get(root(v), 0) + value.nbytes * times
+    return moved
 
 
 def _steps(calls: Sequence[Call], root) -> list[tuple[list[str], list[str]]]:

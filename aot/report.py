@@ -12,6 +12,7 @@ from aot.errors import PlanError
 from aot.graph.ir import Graph, Node
 from aot.graph.quant import node_quant
 from aot.ops.registry import Fusion, op_def, operand
+from aot.plan import memory
 from aot.program import Program, sharing_used
 
 
@@ -30,12 +31,14 @@ def object_sections(obj: bytes, weights_prefix: str) -> tuple[int, int]:
 @dataclass(frozen=True)
 class Footprint:
     """What the model needs on the device: flash for code and weights, RAM for the workspace and the
-    caller's input and output buffers."""
+    caller's input and output buffers, and for the weights when a memory region holds them (their
+    initial values still come from flash)."""
 
     code: int
     weights: int
     workspace: int
     io: int
+    weights_in_ram: bool = False
 
     @property
     def flash(self) -> int:
@@ -43,14 +46,14 @@ class Footprint:
 
     @property
     def ram(self) -> int:
-        return self.workspace + self.io
+        return self.workspace + self.io + (self.weights if self.weights_in_ram else 0)
 
 
 def footprint(program: Program, obj: bytes, weights_prefix: str) -> Footprint:
     code, weights = object_sections(obj, weights_prefix)
     graph = program.graph
     io = sum(graph.values[v].nbytes for v in graph.inputs + graph.outputs)
-    return Footprint(code, weights, program.plan.size, io)
+    return Footprint(code, weights, program.plan.size, io, any(p.weights for p in program.regions))
 
 
 def check_fits(fp: Footprint, limits: dict, model: str, target_name: str) -> None:
@@ -59,7 +62,8 @@ def check_fits(fp: Footprint, limits: dict, model: str, target_name: str) -> Non
         limit = limits.get(kind)
         if limit is not None and need > limit:
             detail = (f"code {fp.code:,} + weights {fp.weights:,}" if kind == "flash"
-                      else f"workspace {fp.workspace:,} + inputs/outputs {fp.io:,}")
+                      else f"workspace {fp.workspace:,} + inputs/outputs {fp.io:,}"
+                      + (f" + weights {fp.weights:,}" if fp.weights_in_ram else ""))
             raise PlanError(f"{model} does not fit {target_name}: it needs {need:,} bytes of {kind.upper()} "
                             f"({detail}), the limit is {limit:,}; raise it with --memory {kind}=SIZE")
 
@@ -75,7 +79,7 @@ def render(program: Program, obj: bytes, weights_prefix: str, header: str, limit
         ins = ", ".join("x".join(map(str, graph.shape(v))) for v in node.inputs if v and v not in graph.constants)
         out = node.outputs[0]
         loc = program.locations[out]
-        where = (f"ws+{loc.index + loc.offset}" if loc.kind == "workspace"
+        where = (f"{loc.region or 'ws'}+{loc.index + loc.offset}" if loc.kind == "workspace"
                  else f"{loc.kind}[{loc.index}]" + (f"+{loc.offset}" if loc.offset else ""))
         rows.append((str(i), describe(graph, node), node.name, f"{ins} -> {'x'.join(map(str, graph.shape(out)))}",
                      f"{macs:,}", f"{graph.values[out].nbytes:,}", where))
@@ -90,16 +94,18 @@ def render(program: Program, obj: bytes, weights_prefix: str, header: str, limit
     ratio = plan.size / plan.lower_bound if plan.lower_bound else 1.0
     lines += ["", "Totals",
               f"  MACs              {total_macs:,}",
-              f"  weights (rodata)  {weights:,} bytes",
+              f"  weights {_where_weights(program):<9} {weights:,} bytes",
               f"  code (text)       {code:,} bytes",
               f"  workspace         {plan.size:,} bytes ({plan.strategy}); lower bound without sharing "
               f"{plan.lower_bound:,} bytes; {ratio:.3f}x the bound{_sharing(program)}",
+              *_region_lines(program),
               f"  order             {_order(program)}",
               *([f"  row bands         {program.bands.describe()}"] if program.bands else []),
               f"  inputs/outputs    {sum(graph.values[v].nbytes for v in graph.inputs):,} / "
               f"{sum(graph.values[v].nbytes for v in graph.outputs):,} bytes (caller's buffers)",
               f"  flash             {fp.flash:,} bytes (code + weights){_limit(limits, 'flash')}",
-              f"  RAM               {fp.ram:,} bytes (workspace + inputs/outputs){_limit(limits, 'ram')}"]
+              f"  RAM               {fp.ram:,} bytes (workspace + inputs/outputs"
+              f"{' + weights' if fp.weights_in_ram else ''}){_limit(limits, 'ram')}"]
     quantized = [c.node for c in program.calls if node_quant(graph.values, c.node)
                  and not op_def(c.node.op).moves_values]
     if quantized or any(c.node.op in ("Quantize", "Dequantize") for c in program.calls):
@@ -109,8 +115,26 @@ def render(program: Program, obj: bytes, weights_prefix: str, header: str, limit
         lines.append(f"  quantized         {len(quantized)} integer kernels; {len(in_float)} in float between "
                      "Dequantize and Quantize" + (": " + ", ".join(f"{n.op} {n.name}" for n in in_float)
                                                   if in_float else ""))
-    lines += ["", *plan_picture(program)]
+    if program.regions:
+        for p in program.regions:
+            lines += ["", *plan_picture(program, p.plan, f"region {p.region.name}")]
+    else:
+        lines += ["", *plan_picture(program, program.plan, "workspace")]
     return "\n".join(lines) + "\n"
+
+
+def _region_lines(program: Program) -> list[str]:
+    lines = []
+    for p in program.regions:
+        weights = f" + {p.weights:,} kept for weights" if p.weights else ""
+        lines.append(f"    region {p.region.name:<10} {p.plan.size:,}{weights} of {p.region.size:,} bytes (rank "
+                     f"{p.region.rank}, {_count(len(p.plan.offsets), 'buffer')}, {p.plan.strategy})")
+    return lines
+
+
+def _where_weights(program: Program) -> str:
+    held = [p.region.name for p in program.regions if p.weights]
+    return f"(in {held[0]})" if held else "(rodata)"
 
 
 def _sharing(program: Program) -> str:
@@ -138,20 +162,24 @@ def _order(program: Program) -> str:
     return "the graph's: no order found with fewer live bytes"
 
 
-def plan_picture(program: Program, columns: int = 64) -> list[str]:
-    """The memory plan as text: one row per step, the workspace left to right; each live buffer is
-    drawn with its own letter where it sits."""
-    plan = program.plan
-    if not program.buffers or plan.size == 0:
-        return ["Memory plan: no workspace buffers"]
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def plan_picture(program: Program, plan: memory.Plan, what: str, columns: int = 64) -> list[str]:
+    """A memory plan (the workspace's, or a region's) as text: one row per step, `what` left to right;
+    each live buffer is drawn with its own letter where it sits."""
+    buffers = [b for b in program.buffers if b.name in plan.offsets]
+    if not buffers or plan.size == 0:
+        return [f"Memory plan of the {what}: no buffers" if program.regions else "Memory plan: no workspace buffers"]
     scale = plan.size / columns
     letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
-    order = sorted(program.buffers, key=lambda b: (b.first, b.name))
+    order = sorted(buffers, key=lambda b: (b.first, b.name))
     symbol = {b.name: letters[i % len(letters)] for i, b in enumerate(order)}
-    out = [f"Memory plan: step x workspace offset (each column {scale:,.0f} bytes)",
+    out = [f"Memory plan: step x {what} offset (each column {scale:,.0f} bytes)",
            f"  {'step':>4} |{'0':<{columns // 2}}{plan.size:>{columns - columns // 2},}|"]
     picture = np.full((len(program.calls), columns), ord(" "), dtype=np.uint8)
-    for b in program.buffers:           # a buffer drawn later covers an earlier one where they share a column
+    for b in buffers:                   # a buffer drawn later covers an earlier one where they share a column
         lo = int(plan.offsets[b.name] / scale)
         hi = max(lo + 1, int((plan.offsets[b.name] + b.size) / scale + 0.5))
         picture[b.first:b.last + 1, lo:hi] = ord(symbol[b.name])

@@ -2,9 +2,10 @@
 
 One rectangle per workspace buffer from the step that writes it to the last step that reads it, at
 its offset and size; hovering shows the tensor. Buffers that share bytes with the input they replace
-are hatched. Lines mark the workspace size and the lower bound. The file is built with ElementTree
-(which escapes every name) and has no timestamps, no floats beyond two decimals and no set or dict
-order, so two builds of one model write the same bytes.
+are hatched. Lines mark the workspace size and the lower bound. A workspace split over memory regions
+is drawn as the regions one below the other, fastest first, each under a line with its name. The file
+is built with ElementTree (which escapes every name) and has no timestamps, no floats beyond two
+decimals and no set or dict order, so two builds of one model write the same bytes.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ def render(program: Program, banner: str, target: str) -> str:
     title = f"{program.name} on {target}: memory plan"
     heading = f"{program.name} on {target}: workspace {plan.size:,} bytes ({plan.strategy}), " \
               f"aligned to {plan.alignment}"
+    if program.regions:
+        heading += ": " + ", ".join(f"{p.region.name} {p.plan.size:,} of {p.region.size:,}" for p in program.regions)
     if span == 0:       # no buffers, or only empty ones
         svg = _svg(MIN_WIDTH, 48, title)
         _label(svg, 8, 18, heading, bold=True)
@@ -49,6 +52,7 @@ def render(program: Program, banner: str, target: str) -> str:
     _steps(plot, program, step_w)
     _address_axis(plot, span, scale, steps * step_w)
     _buffers(plot, program, step_w, scale)
+    _regions(plot, program, scale, steps * step_w)
     _bounds(plot, plan.size, plan.lower_bound, scale, steps * step_w)
     _legend(svg, TOP + PLOT_HEIGHT + 56)
     return _document(svg, banner)
@@ -113,14 +117,15 @@ def _buffers(plot: ET.Element, program: Program, step_w: float, scale: float) ->
     for value, root in sorted(program.roots.items()):
         if value != root and root in plan.offsets:
             views.setdefault(root, []).append(value)
+    base, region = _region_bases(program)
     for i, b in enumerate(sorted(program.buffers, key=lambda b: (b.first, b.name))):
         offset, value = plan.offsets[b.name], graph.values[b.name]
-        box = {"x": _num(b.first * step_w), "y": _num(offset * scale), "width": _num((b.last - b.first + 1) * step_w),
-               "height": _num(max(b.size * scale, MIN_HEIGHT))}
+        box = {"x": _num(b.first * step_w), "y": _num((base.get(b.name, 0) + offset) * scale),
+               "width": _num((b.last - b.first + 1) * step_w), "height": _num(max(b.size * scale, MIN_HEIGHT))}
         rect = ET.SubElement(plot, "rect", {"class": "buffer", **box, "fill": f"hsl({i * 137.508 % 360:.0f},60%,68%)",
                                             "stroke": "#333", "stroke-width": "0.5"})
         lines = [f"{b.name}: {'x'.join(map(str, value.shape))} {value.dtype}, {b.size:,} bytes "
-                 f"at offset {offset:,}",
+                 f"at offset {offset:,}" + (f" of region {region[b.name]}" if region else ""),
                  f"live steps {b.first}-{b.last}: written by {program.calls[b.first].node.name}, "
                  f"last read by {program.calls[b.last].node.name}"]
         if b.name in views:
@@ -128,6 +133,29 @@ def _buffers(plot: ET.Element, program: Program, step_w: float, scale: float) ->
         ET.SubElement(rect, "title").text = _text("\n".join(lines + sharing.get(b.name, [])))
         if b.name in sharing:
             ET.SubElement(plot, "rect", {"class": "shared", **box, "fill": "url(#shared)", "pointer-events": "none"})
+
+
+def _region_bases(program: Program) -> tuple[dict[str, int], dict[str, str]]:
+    """Where each buffer's region starts on the drawing (the regions stacked, fastest first), and its region."""
+    base, region, start = {}, {}, 0
+    for p in program.regions:
+        for name in p.plan.offsets:
+            base[name], region[name] = start, p.region.name
+        start += p.plan.size
+    return base, region
+
+
+def _regions(plot: ET.Element, program: Program, scale: float, plot_w: float) -> None:
+    """A line where each memory region starts, its name and size below it at the left."""
+    start = 0
+    for p in program.regions:
+        y = _num(start * scale)
+        ET.SubElement(plot, "line", {"class": "region", "x1": "0", "y1": y, "x2": _num(plot_w), "y2": y,
+                                     "stroke": "#06c", "stroke-width": "1", "stroke-dasharray": "2,2"})
+        weights = f" + {p.weights:,} kept for weights" if p.weights else ""
+        _label(plot, 4, start * scale + 12, f"{p.region.name}: {p.plan.size:,}{weights} of {p.region.size:,} bytes",
+               fill="#06c")
+        start += p.plan.size
 
 
 def _bounds(plot: ET.Element, size: int, lower_bound: int, scale: float, plot_w: float) -> None:

@@ -4,7 +4,9 @@ $AOT_TARGET_PATH), or name a file with `--target path/to/file.toml`."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,7 +19,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from aot.data import SHIPPED, SearchDir, config_files, describe_search, search_dirs
-from aot.errors import TargetError
+from aot.errors import OptionError, TargetError
 from aot.isa import IntSimd, int_simd
 
 if TYPE_CHECKING:
@@ -27,6 +29,83 @@ TARGET_PATH = "AOT_TARGET_PATH"      # os.pathsep-separated directories of user 
 # "host" picks the best x86-64 config this machine's CPU can run, most capable first.
 _HOST_CANDIDATES = ("x86-64-avx512-vnni", "x86-64-avx512", "x86-64-avx2", "x86-64")
 _FLOAT_ABIS = ("hard", "soft")
+C_KEYWORDS = frozenset("""auto break case char const continue default do double else enum extern float for goto if
+inline int long register restrict return short signed sizeof static struct switch typedef union unsigned
+void volatile while _Bool _Complex _Imaginary""".split())
+_TOTALS = ("flash", "ram")       # the device's totals in [memory] and --memory; no region takes these names
+
+
+@dataclass(frozen=True)
+class Region:
+    """A part of the device's RAM the workspace may use (DTCM, SRAM, external SDRAM), from the
+    `[[memory.regions]]` of a target or board file; aot/plan/regions.py fills them."""
+
+    name: str       # a C identifier: the field of NAME_workspaces, NAME_WORKSPACE_<NAME>_SIZE
+    size: int       # bytes the workspace (and the weights, if it holds them) may take in it
+    rank: int       # speed: 0 is the fastest
+    weights: bool = False   # the weights go in this RAM region (section .data.aot.<name>.<symbol>), not in flash
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.name) \
+                or self.name in C_KEYWORDS:
+            raise ValueError(f"name {self.name!r} is not a C identifier (it names a struct field and macros)")
+        if self.name.lower() in _TOTALS:
+            raise ValueError(f"name '{self.name}' is taken: flash and ram are the device's totals ([memory], --memory)")
+        if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size <= 0:
+            raise ValueError(f"size must be a positive number of bytes, not {self.size!r}")
+        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 0:
+            raise ValueError(f"rank must be an integer from 0 (the fastest) up, not {self.rank!r}")
+        if not isinstance(self.weights, bool):
+            raise ValueError(f"weights must be true or false, not {self.weights!r}")
+
+    @property
+    def section(self) -> str:
+        """The linker section of its workspace block."""
+        return f".bss.aot.{self.name}"
+
+
+def read_regions(entries: object) -> tuple[Region, ...]:
+    """The `[[memory.regions]]` tables of a target or board file, checked, fastest first; a ValueError names
+    the entry and field at fault."""
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise ValueError("memory.regions must be an array of tables ([[memory.regions]] with name, size, rank)")
+    regions = []
+    for i, entry in enumerate(entries):
+        where = f"memory.regions[{i}]" + (f" ('{entry['name']}')" if isinstance(entry.get("name"), str) else "")
+        unknown = sorted(set(entry) - {"name", "size", "rank", "weights"})
+        missing = [k for k in ("name", "size", "rank") if k not in entry]
+        if unknown or missing:
+            raise ValueError(f"{where}: {f'unknown key {unknown[0]!r}' if unknown else 'lacks ' + ', '.join(missing)} "
+                             "(a region has name, size, rank and maybe weights)")
+        try:
+            regions.append(Region(entry["name"], parse_size(entry["size"]), entry["rank"], entry.get("weights", False)))
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from None
+    by_rank = tuple(sorted(regions, key=lambda r: r.rank))
+    for i, region in enumerate(by_rank):
+        for other in by_rank[:i]:
+            if other.name.upper() == region.name.upper():
+                raise ValueError(f"memory.regions: two are named '{region.name}' (macros are in upper case)")
+            if other.rank == region.rank:
+                raise ValueError(f"memory.regions: '{other.name}' and '{region.name}' both have rank {region.rank}; "
+                                 "each region has its own (0 is the fastest)")
+            if other.weights and region.weights:
+                raise ValueError(f"memory.regions: '{other.name}' and '{region.name}' both hold the weights; "
+                                 "one region may")
+    return by_rank
+
+
+def resized(regions: Sequence[Region], sizes: dict[str, int]) -> tuple[Region, ...]:
+    """The regions with some sizes given anew (`--memory dtcm=32K`); a name that is no region is an OptionError."""
+    unknown = sorted(set(sizes) - {r.name for r in regions})
+    if unknown:
+        have = f"its regions are {', '.join(r.name for r in regions)}" if regions else "it declares none"
+        raise OptionError(f"--memory {unknown[0]}=SIZE: the target has no memory region '{unknown[0]}' (--memory "
+                          f"takes flash=SIZE, ram=SIZE and REGION=SIZE for the target's regions; {have})")
+    try:
+        return tuple(dataclasses.replace(r, size=sizes.get(r.name, r.size)) for r in regions)
+    except ValueError as err:
+        raise OptionError(f"--memory: {err}") from None
 
 
 @dataclass(frozen=True)
@@ -55,6 +134,7 @@ class Target:
     run_command: tuple[str, ...] = ()   # emulator prefix; empty: run natively
     linker_script: str = ""          # bare metal: a file in aot/data/runtime_c/baremetal/, or an absolute path
     memory: dict = field(default_factory=dict)   # {"flash": bytes, "ram": bytes} limits, if known
+    regions: tuple[Region, ...] = ()  # RAM regions the workspace is split over, fastest first; none: one workspace
     aliases: tuple[str, ...] = ()
     source: str = ""                 # the config file
     origin: str = SHIPPED            # the user directory it came from, or "aot" for a shipped config
@@ -69,6 +149,13 @@ class Target:
         if self.fpu != (self.float_abi == "hard"):
             raise TargetError(f"fpu = {str(self.fpu).lower()} contradicts float_abi = \"{self.float_abi}\": "
                               "soft float means no FPU (fpu = false), the hard-float ABI needs one (fpu = true)")
+
+    @property
+    def weights_prefix(self) -> str:
+        """The weights go to <prefix>.<symbol>: the target's read-only section, or the .data section of the
+        RAM region that holds them."""
+        held = [r.name for r in self.regions if r.weights]
+        return f".data.aot.{held[0]}" if held else self.weights_section
 
     @property
     def lanes(self) -> int:
@@ -95,13 +182,15 @@ def _parse(path: Path | Traversable, origin: str) -> Target:
     if script and isinstance(path, Path) and (path.parent / script).is_file():   # a user's, beside its target
         script = str((path.parent / script).resolve())
     try:
-        memory = {k: parse_size(v) for k, v in data.pop("memory", {}).items()}
+        memory = dict(data.pop("memory", {}))
+        regions = read_regions(memory.pop("regions")) if "regions" in memory else ()
+        memory = {k: parse_size(v) for k, v in memory.items()}
         return Target(
             cpu_flags=tuple(data.pop("cpu_flags", ())), aliases=tuple(data.pop("aliases", ())),
             knobs=dict(data.pop("knobs", {})), cc=toolchain.get("cc", "gcc"),
             cflags=tuple(toolchain.get("cflags", ())), ldflags=tuple(toolchain.get("ldflags", ())),
             linker_script=script, run_command=tuple(run.get("command", ())),
-            memory=memory, source=str(path), origin=origin, **data)
+            memory=memory, regions=regions, source=str(path), origin=origin, **data)
     except (TypeError, ValueError, TargetError) as err:
         raise TargetError(f"{path}: bad target config: {err}") from None
 

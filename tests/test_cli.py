@@ -188,7 +188,8 @@ def test_memory_limits_fail_the_build_clearly(model_file, tmp_path):
     assert meta["memory"]["limits"] == {"flash": 1 << 20, "ram": 64 << 10}
     assert meta["memory"]["flash"] == meta["memory"]["code"] + meta["memory"]["weights"] > 0
     assert "RAM" in (out / "report.txt").read_text()
-    proc = aot("build", model_file, "--memory", "disk=1M")
+    assert_user_error(aot("build", model_file, "--memory", "disk=1M"), "no memory region 'disk'", "flash=SIZE")
+    proc = aot("build", model_file, "--memory", "disk=")
     assert proc.returncode == 2 and "flash=SIZE" in proc.stderr
 
 

@@ -75,7 +75,7 @@ def test_shipped_targets_boards_and_runtime_load_through_importlib_resources():
     assert all(t.origin == "aot" for t in targets)
     assert sorted(b.name + ".toml" for b in all_boards()) == board_files
     scripts = {t.linker_script for t in targets if t.os == "none"}
-    names = ["harness.c.j2", "io.c.j2", "timing.c.j2", "baremetal/startup.c", "qemu/insncount.c",
+    names = ["harness.c.j2", "io.c.j2", "timing.c.j2", "workspace.c.j2", "baremetal/startup.c", "qemu/insncount.c",
              *(f"baremetal/{s}" for s in sorted(scripts))]
     with runtime_files(*names) as paths:
         assert all(p.is_file() and p.stat().st_size > 0 for p in paths)

@@ -20,6 +20,7 @@ from oracle import make_model
 import aot
 from aot.bench import Stats, bench
 from aot.remote.board import load_board
+from aot.target import Region
 
 pytestmark = pytest.mark.ssh
 SSHD = "/usr/sbin/sshd"
@@ -108,6 +109,29 @@ def test_bench_on_an_emulated_board_end_to_end(sshd, tmp_path):
     assert result.ok and result.emulated and result.where == "emulated-aarch64" and result.target == "aarch64"
     assert len(result.times_ms) == 3 and all(t > 0 for t in result.times_ms) and result.number == 2
     assert leftovers(tmp_path / "remote-work") == []
+
+
+def test_a_boards_memory_regions_split_the_workspace_it_is_timed_with(sshd, tmp_path):
+    import json
+
+    board = board_file(sshd, tmp_path)
+    board.write_text(board.read_text() + '\n[[memory.regions]]\nname = "ocram"\nsize = "1K"\nrank = 0\n'
+                     '\n[[memory.regions]]\nname = "ddr"\nsize = "1M"\nrank = 1\n')
+    assert load_board(str(board)).regions == (Region("ocram", 1024, 0), Region("ddr", 1 << 20, 1))
+    result = bench(tiny_model(), board=str(board), repeat=1, build_dir=tmp_path / "build")
+    assert result.ok, result.comparisons
+    regions = json.loads((tmp_path / "build" / "plan.json").read_text())["regions"]
+    assert [r["name"] for r in regions] == ["ocram", "ddr"] and all(r["size"] > 0 for r in regions)
+
+
+def test_a_board_memory_table_holds_only_regions(tmp_path):
+    path = tmp_path / "b.toml"
+    path.write_text('name = "b"\ntarget = "aarch64"\nhost = "h"\nuser = "u"\n[memory]\nram = "1M"\n')
+    with pytest.raises(aot.OptionError, match="holds only its regions"):
+        load_board(str(path))
+    path.write_text('name = "b"\ntarget = "aarch64"\nhost = "h"\nuser = "u"\n[[memory.regions]]\nname = "x"\n')
+    with pytest.raises(aot.OptionError, match=r"b.toml: bad board file: memory.regions\[0\] \('x'\): lacks size, rank"):
+        load_board(str(path))
 
 
 def test_cli_bench_prints_a_table_and_writes_json(sshd, tmp_path):

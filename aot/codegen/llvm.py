@@ -82,7 +82,7 @@ class ModuleBuilder:
             g.global_constant = True
             g.linkage = "internal"
             g.align = self.target.align
-            g.section = f"{self.target.weights_section}.{buf.name}"
+            g.section = f"{self.target.weights_prefix}.{buf.name}"
             g.initializer = ir.Constant(arr, bytearray(data.astype(data.dtype.newbyteorder("<")).tobytes()))
             self._globals[buf.name] = g
         return self._globals[buf.name]

@@ -9,14 +9,12 @@ from dataclasses import dataclass
 import jinja2
 
 from aot.program import Location, Program
+from aot.target import C_KEYWORDS
 
 _TEMPLATES = jinja2.Environment(
     loader=jinja2.PackageLoader("aot.codegen", "templates"),
     undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=False, autoescape=False)
 
-_C_KEYWORDS = set("""auto break case char const continue default do double else enum extern float for goto if
-inline int long register restrict return short signed sizeof static struct switch typedef union unsigned
-void volatile while _Bool _Complex _Imaginary""".split())
 _CTYPES = {"float32": "float", "int8": "int8_t", "uint8": "uint8_t", "int32": "int32_t", "int64": "int64_t",
            "bool": "uint8_t"}     # a bool is one byte, 0 or 1
 
@@ -25,7 +23,7 @@ def c_identifier(text: str) -> str:
     ident = re.sub(r"[^0-9A-Za-z_]", "_", text) or "_"
     if ident[0].isdigit():
         ident = "_" + ident
-    return ident + "_" if ident in _C_KEYWORDS else ident
+    return ident + "_" if ident in C_KEYWORDS else ident
 
 
 def unique_identifiers(names: list[str]) -> list[str]:
@@ -76,6 +74,28 @@ def io_tensors(program: Program) -> tuple[list[Tensor], list[Tensor]]:
     return result[0], result[1]
 
 
+@dataclass(frozen=True)
+class WorkspaceBlock:
+    """A memory region's block of the workspace, as the header describes it."""
+
+    name: str           # the region's name: a field of NAME_workspaces
+    macro: str          # WORKSPACE_<NAME>
+    size: int           # bytes the plan uses
+    capacity: int       # bytes the target gives the region
+    rank: int           # 0 is the fastest
+    align: int
+    section: str        # where a linker script finds it
+    buffers: int
+    weights: int        # bytes of weights the region holds beside the block
+
+
+def workspace_blocks(program: Program) -> list[WorkspaceBlock]:
+    """The workspace's blocks, one per memory region, fastest first; none when the target declares no regions."""
+    return [WorkspaceBlock(p.region.name, f"WORKSPACE_{p.region.name.upper()}", p.plan.size, p.region.size,
+                           p.region.rank, p.plan.alignment, p.region.section, len(p.plan.offsets), p.weights)
+            for p in program.regions]
+
+
 def _quantization(program: Program, value: str) -> tuple[float | None, int | None]:
     """Scale and zero point of an integer graph input or output (None for a plain integer tensor)."""
     quant = program.graph.values[value].quant
@@ -91,7 +111,8 @@ def _arg(program: Program, value: str, writable: bool, inputs: list[Tensor], out
             return field
         qualifier = "" if writable else "const "
         return f"({qualifier}{ctype} *)(({qualifier}unsigned char *){field} + {loc.offset})"
-    return f"({'' if writable else 'const '}{ctype} *)(ws + {loc.index + loc.offset})"
+    base = f"ws_{loc.region}" if loc.region else "ws"
+    return f"({'' if writable else 'const '}{ctype} *)({base} + {loc.index + loc.offset})"
 
 
 def render(program: Program, banner: str, requires: list[str]) -> tuple[str, str]:
@@ -113,7 +134,7 @@ def render(program: Program, banner: str, requires: list[str]) -> tuple[str, str
     context = dict(banner=banner.replace("*/", "* /"), name=name, NAME=name.upper(), inputs=inputs,
                    outputs=outputs, calls=calls, workspace_size=program.plan.size,
                    workspace_align=program.plan.alignment, lower_bound=program.plan.lower_bound,
-                   requires=requires, steps=len(calls))
+                   requires=requires, steps=len(calls), regions=workspace_blocks(program))
     header = _TEMPLATES.get_template("model.h.j2").render(**context)
     source = _TEMPLATES.get_template("model.c.j2").render(**context)
     return header, source

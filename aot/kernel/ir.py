@@ -10,7 +10,7 @@ operators build nodes and fold constants, so lowering code reads like the math i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -438,6 +438,26 @@ class Kernel:
     params: tuple[Buffer, ...]             # in call order: inputs then outputs
     body: Block
     reuse: tuple[Reuse, ...] = ()           # outputs that may overlap a dying input (see Reuse)
+
+
+def constants(kernel: Kernel) -> list[Buffer]:
+    """The constant buffers (weights) the kernel's body reads, each once, in the order first met."""
+    found: dict[str, Buffer] = {}
+    seen: set[int] = set()
+    stack: list[object] = [kernel.body]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:        # expressions are shared within a body: visit each once
+            continue
+        seen.add(id(node))
+        if isinstance(node, Buffer):
+            if node.is_const:
+                found.setdefault(node.name, node)
+        elif isinstance(node, tuple):
+            stack.extend(reversed(node))
+        elif isinstance(node, (Expr, Stmt)):
+            stack.extend(getattr(node, f.name) for f in reversed(fields(node)))
+    return list(found.values())
 
 
 class Builder:

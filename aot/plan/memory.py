@@ -178,7 +178,7 @@ def naive(buffers: Sequence[Buffer]) -> dict[str, int]:
 
 def plan(buffers: Sequence[Buffer], alignment: int, overlaps: Sequence[Overlap] = ()) -> Plan:
     bound = lower_bound(buffers)
-    groups, members = _merge_in_place(buffers, overlaps)
+    groups, members = merge_in_place(buffers, overlaps)
     group_of = {name: group.name for group in groups for name in members[group.name]}
     shifts: dict[tuple[str, str], tuple[int, bool]] = {}
     by_name = {g.name: g for g in groups}
@@ -200,7 +200,7 @@ def plan(buffers: Sequence[Buffer], alignment: int, overlaps: Sequence[Overlap] 
     return Plan(offsets, best[0], bound, best[1], alignment)
 
 
-def _merge_in_place(buffers: Sequence[Buffer], overlaps: Sequence[Overlap]) \
+def merge_in_place(buffers: Sequence[Buffer], overlaps: Sequence[Overlap]) \
         -> tuple[list[Buffer], dict[str, list[str]]]:
     """Merge each in-place pair (an exact Overlap of two equal sizes) into one buffer living from the
     source's first step to the result's last; chains merge into one. Returns the buffers to place

@@ -4,7 +4,8 @@ $AOT_BOARD_PATH), or name a file by its path.
 
 Keys: name, target, host, port, user, identity_file, known_hosts, work_dir, runner (optional command
 prefix, e.g. "qemu-aarch64 -L /usr/aarch64-linux-gnu" to make an emulated board a real SSH target),
-env (optional table of environment variables), cpus (optional CPU list to pin to with taskset).
+env (optional table of environment variables), cpus (optional CPU list to pin to with taskset), and
+`[[memory.regions]]` (optional: the board's memory regions, which replace its target's; see aot/target.py).
 Relative paths are relative to the board file. Keys only: there is no password field.
 """
 
@@ -25,6 +26,7 @@ else:  # pragma: no cover
 
 from aot.data import SHIPPED, SearchDir, config_files, describe_search, search_dirs
 from aot.errors import OptionError
+from aot.target import Region, read_regions
 
 if TYPE_CHECKING:
     from importlib.abc import Traversable
@@ -46,6 +48,7 @@ class Board:
     runner: tuple[str, ...] = ()
     env: dict = field(default_factory=dict)
     cpus: str = ""
+    regions: tuple[Region, ...] = ()  # the board's memory regions, fastest first; none: its target's
     source: str = ""                 # the board file
     origin: str = SHIPPED            # the user directory it came from, or "aot" for a shipped board
 
@@ -106,9 +109,13 @@ def _read(path: Path | Traversable, origin: str) -> Board:
     missing = [k for k in ("name", "target", "host", "user") if k not in data]
     if missing:
         raise OptionError(f"{path}: board file lacks {', '.join(missing)}")
+    memory = data.pop("memory", {})
     try:
+        if not isinstance(memory, dict) or set(memory) - {"regions"}:
+            raise ValueError("a board's [memory] table holds only its regions ([[memory.regions]])")
+        data["regions"] = read_regions(memory["regions"]) if memory else ()
         return Board(source=str(path), origin=origin, **data)
-    except TypeError as err:
+    except (TypeError, ValueError) as err:
         raise OptionError(f"{path}: bad board file: {err}") from None
 
 

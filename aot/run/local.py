@@ -39,7 +39,7 @@ def render_harness(artifact: Artifact) -> str:
     name = artifact.name
     return env.get_template("harness.c.j2").render(
         banner=f"aot harness for {name}", name=name, NAME=name.upper(), inputs=inputs, outputs=outputs,
-        workspace_align=artifact.program.plan.alignment)
+        workspace_align=artifact.program.plan.alignment, regions=wrapper.workspace_blocks(artifact.program))
 
 
 def link_command(tgt: Target, sources: list[Path], objects: list[Path], include: Path, exe: Path,
