@@ -74,21 +74,32 @@ class Geometry:
         hi = minimum(binop("div", (size - first) + (d - 1), const(d)), k)
         return lo, hi
 
-    def row_progress(self, in_bytes: int, out_bytes: int, backward: bool) -> tuple[tuple[int, int], ...]:
-        """Reuse checkpoints (see kernel.ir.Reuse) of a kernel that finishes each output row, all its
-        pixels and channels, before it starts the next. Front to back, while on row oh it writes below
-        the end of row oh and still needs the input from the first row of oh's window on (later windows
-        lie further on); back to front, it writes from the start of row oh on and needs the input below
-        the end of oh's window."""
-        out_row, in_row = self.ow * self.m * out_bytes, self.w * self.c * in_bytes
-        span = (self.kh - 1) * self.dilation[0]
-        if backward:
-            return tuple(((n * self.oh + oh) * out_row,
-                          (n * self.h + min(self.h, oh * self.stride[0] - self.pads[0] + span + 1)) * in_row)
-                         for n in reversed(range(self.n)) for oh in reversed(range(self.oh)))
-        return tuple(((n * self.oh + oh + 1) * out_row,
-                      (n * self.h + max(0, oh * self.stride[0] - self.pads[0])) * in_row)
-                     for n in range(self.n) for oh in range(self.oh))
+    def progress(self, order: Order, in_bytes: int, out_bytes: int) -> tuple[tuple[int, int], ...]:
+        """Reuse checkpoints (see kernel.ir.Reuse) of spatial_loops in `order`, one per phase: a tile, all
+        its blocks of channels, each read and stored in turn (its reads and writes interleave). Each
+        phase's writes are the tile's output pixels, its reads the bytes from the first to the last of its
+        window's. Front to back a checkpoint is (the end of all writes so far, the start of all reads still
+        to come, this phase's included); back to front (the start of all writes so far, the end of all
+        reads still to come)."""
+        out_pixel, in_pixel = self.m * out_bytes, self.c * in_bytes
+        cols = Columns.of(self, order.mr)
+        writes, reads = [], []          # per phase: [lo, hi) in bytes, or None
+        images = reversed(range(self.n)) if order.backward else range(self.n)
+        for n in images:
+            for oh in reversed(range(self.oh)) if order.backward else range(self.oh):
+                rows = [oh * self.stride[0] - self.pads[0] + t * self.dilation[0] for t in range(self.kh)]
+                rows = [r for r in rows if 0 <= r < self.h]
+                for ow, width in cols.tiles():
+                    first = ((n * self.oh + oh) * self.ow + ow) * out_pixel
+                    out = (first, first + width * out_pixel)
+                    taps = [o * self.stride[1] - self.pads[1] + t * self.dilation[1] for o in (ow, ow + width - 1)
+                            for t in range(self.kw)]
+                    taps = [c for c in taps if 0 <= c < self.w]
+                    read = (((n * self.h + rows[0]) * self.w + min(taps)) * in_pixel,
+                            ((n * self.h + rows[-1]) * self.w + max(taps) + 1) * in_pixel) if rows and taps else None
+                    writes.append(out)
+                    reads.append(read)
+        return _checkpoints(writes, reads, order.backward)
 
     def interior(self, axis: int) -> tuple[int, int]:
         """Output coordinates [lo, hi) whose whole window lies inside the input."""
@@ -100,6 +111,29 @@ class Geometry:
         return lo, hi
 
 
+def _checkpoints(writes: list, reads: list, backward: bool) -> tuple[tuple[int, int], ...]:
+    """Reuse checkpoints of phases run in order, each writing and reading byte ranges [lo, hi) (or None):
+    after each phase that has some write before it and some read from it on, front to back (the end of
+    the writes so far, the start of the reads from this phase on); back to front (the start of the
+    writes so far, the end of the reads from this phase on)."""
+    w_edge, r_edge = (0, 1) if backward else (1, 0)     # which end of a range bounds the writes, the reads
+    w_best, r_best = (min, max) if backward else (max, min)
+    needed: list[int | None] = []
+    edge = None
+    for r in reversed(reads):
+        if r is not None:
+            edge = r[r_edge] if edge is None else r_best(edge, r[r_edge])
+        needed.append(edge)
+    needed.reverse()
+    checkpoints, written = [], None
+    for w, need in zip(writes, needed):
+        if w is not None:
+            written = w[w_edge] if written is None else w_best(written, w[w_edge])
+        if written is not None and need is not None:
+            checkpoints.append((written, need))
+    return tuple(checkpoints) or ((0, 0),)     # nothing written before a read: any placement will do
+
+
 def geometry(graph: Graph, node: Node) -> Geometry:
     n, h, w, c = graph.shape(node.inputs[0])
     _, oh, ow, m = graph.shape(node.outputs[0])
@@ -108,53 +142,74 @@ def geometry(graph: Graph, node: Node) -> Geometry:
                     tuple(node.attrs.get("dilations", (1, 1))), tuple(node.attrs["pads"]))
 
 
-TileFn = Callable[[int, Expr, Expr, Expr, Expr, Expr, Expr], None]
+@dataclass(frozen=True)
+class Order:
+    """How spatial_loops walks the output: tiles of up to `mr` columns, first to last in each row; images
+    and rows last to first if `backward` (the memory planner may then put the output over the input from
+    above; see Geometry.progress)."""
+    mr: int
+    backward: bool = False
 
 
-def spatial_loops(b: Builder, g: Geometry, mr: int, tile: TileFn, inner: Callable[[TileFn], TileFn] | None = None,
-                  backward: bool = False):
-    """Emit loops over (n, oh, ow) calling tile(mr, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) per output tile.
-    `backward`: images and rows from the last to the first (the memory planner may then put the
-    output over the input from above; see Geometry.row_progress).
+@dataclass(frozen=True)
+class Columns:
+    """The tiles of one output row: interior columns (window inside the input) from `lo` in tiles of
+    `width` up to `full`, the rest of the interior up to `end` as one narrower tile, then every other
+    column alone, its window clipped at run time (one code copy for both sides)."""
+    lo: int
+    width: int
+    full: int
+    end: int
+    borders: int        # columns outside [lo, end)
 
-    Tiles of up to `mr` columns where the window is inside the input (narrower when the interior is);
-    border columns one at a time with the window clipped at run time, one code copy for both sides.
-    Row windows are clipped only if some row needs it.
-    """
+    @staticmethod
+    def of(g: Geometry, mr: int) -> Columns:
+        lo, hi = g.interior(1)
+        width = min(mr, hi - lo)
+        full = lo + (hi - lo) // width * width if width else lo
+        end = hi if hi - full > 1 else full
+        return Columns(lo, width, full, end, lo + g.ow - end)
+
+    def border(self, e):
+        """The column of border column e (left ones first), for an int or an Expr."""
+        if isinstance(e, int):
+            return e if e < self.lo else e + (self.end - self.lo)
+        return select(binop("lt", e, self.lo), e, e + (self.end - self.lo))
+
+    def tiles(self) -> list[tuple[int, int]]:
+        """(first column, width) of each tile of a row in the order spatial_loops runs them."""
+        row = [(ow, self.width) for ow in range(self.lo, self.full, self.width)] if self.full > self.lo else []
+        if self.end > self.full:
+            row.append((self.full, self.end - self.full))
+        return row + [(self.border(e), 1) for e in range(self.borders)]
+
+
+TileFn = Callable[[int, Expr, Expr, Expr, Expr, Expr, Expr, Expr], None]
+
+
+def spatial_loops(b: Builder, g: Geometry, order: Order, tile: TileFn) -> None:
+    """Emit loops over (n, oh, ow) calling tile(mr, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) per output tile,
+    in `order` (see Order and Columns). Row windows are clipped only if some row needs it."""
     row_lo, row_hi = g.interior(0)
-    col_lo, col_hi = g.interior(1)
+    cols = Columns.of(g, order.mr)
     with b.loop("n", 0, g.n) as n:
-        n = b.let("n", (g.n - 1) - n) if backward and g.n > 1 else n
+        n = b.let("n", (g.n - 1) - n) if order.backward and g.n > 1 else n
         with b.loop("oh", 0, g.oh) as oh:
-            oh = b.let("oh", (g.oh - 1) - oh) if backward else oh
+            oh = b.let("oh", (g.oh - 1) - oh) if order.backward else oh
             if row_lo == 0 and row_hi == g.oh:
                 kh_lo, kh_hi = const(0), const(g.kh)
             else:
                 kh_lo, kh_hi = b.let("kh_lo", g.window(oh, 0)[0]), b.let("kh_hi", g.window(oh, 0)[1])
-
-            def columns(t: TileFn) -> None:
-                # Interior columns in tiles of `width`, the leftover interior columns as one narrower
-                # tile, then every border column alone with its window clipped at run time.
-                width = min(mr, col_hi - col_lo)
-                full_end = col_lo + (col_hi - col_lo) // width * width if width else col_lo
-                if full_end > col_lo:
-                    with b.loop("ow", col_lo, full_end, width) as ow:
-                        t(width, n, oh, ow, kh_lo, kh_hi, const(0), const(g.kw))
-                interior_end = full_end
-                if col_hi - full_end > 1:
-                    t(col_hi - full_end, n, oh, const(full_end), kh_lo, kh_hi, const(0), const(g.kw))
-                    interior_end = col_hi
-                rest = col_lo + g.ow - interior_end
-                if rest:
-                    with b.loop("e", 0, rest) as e:
-                        ow = b.let("ow", select(binop("lt", e, col_lo), e, e + (interior_end - col_lo)))
-                        kw_lo, kw_hi = g.window(ow, 1)
-                        t(1, n, oh, ow, kh_lo, kh_hi, b.let("kw_lo", kw_lo), b.let("kw_hi", kw_hi))
-
-            if inner is None:
-                columns(tile)
-            else:
-                inner(columns)
+            if cols.full > cols.lo:
+                with b.loop("ow", cols.lo, cols.full, cols.width) as ow:
+                    tile(cols.width, n, oh, ow, kh_lo, kh_hi, const(0), const(g.kw))
+            if cols.end > cols.full:
+                tile(cols.end - cols.full, n, oh, const(cols.full), kh_lo, kh_hi, const(0), const(g.kw))
+            if cols.borders:
+                with b.loop("e", 0, cols.borders) as e:
+                    ow = b.let("ow", cols.border(e))
+                    kw_lo, kw_hi = g.window(ow, 1)
+                    tile(1, n, oh, ow, kh_lo, kh_hi, b.let("kw_lo", kw_lo), b.let("kw_hi", kw_hi))
 
 
 # --- channel blocks ------------------------------------------------------------------------------
@@ -431,14 +486,6 @@ def lower_dense(ctx: LowerContext, name: str, g: Geometry, groups: int, weight: 
 
     panel_size = g.kh * g.kw * cg
 
-    def block_tile(group: Expr, blk: ChannelBlock, run_offset: Expr):
-        def tile(rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) -> None:
-            with b.loop("cb", 0, blk.count) as cb:
-                ch0 = b.let("ch0", group * mg + blk.start + cb * blk.width)
-                panel = b.let("panel", run_offset + cb * (panel_size * blk.width))
-                block_body(blk, group, rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi, ch0, panel)
-        return tile
-
     def block_body(blk, group, rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi, ch0, panel) -> None:
         accs = [[b.local("acc", arith.init(ch0 + j * blk.lanes, blk.lanes)) for j in range(blk.nr)]
                 for _ in range(rows)]
@@ -469,29 +516,32 @@ def lower_dense(ctx: LowerContext, name: str, g: Geometry, groups: int, weight: 
                 with b.loop("cb", 0, blk.count) as cb:
                     ch0 = b.let("ch0", group * mg + blk.start + cb * blk.width)
                     panel = b.let("panel", group * group_stride + offsets[bi] + cb * (panel_size * blk.width))
-                    spatial_loops(b, g, mr, lambda rows, *at, blk=blk, ch0=ch0, panel=panel:
+                    spatial_loops(b, g, Order(mr), lambda rows, *at, blk=blk, ch0=ch0, panel=panel:
                                   block_body(blk, group, rows, *at, ch0, panel))
-        return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, rows_in_order=False))
+        return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, None))
 
-    def per_group(columns) -> None:
-        # Each row of input pixels stays in cache while every panel passes over it.
+    def tile(rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) -> None:
+        # Each tile of input pixels stays in cache while every panel passes over it.
         with b.loop("g", 0, groups) as group:
             for bi, blk in enumerate(blocks):
-                columns(block_tile(group, blk, group * group_stride + offsets[bi]))
+                with b.loop("cb", 0, blk.count) as cb:
+                    ch0 = b.let("ch0", group * mg + blk.start + cb * blk.width)
+                    panel = b.let("panel", group * group_stride + offsets[bi] + cb * (panel_size * blk.width))
+                    block_body(blk, group, rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi, ch0, panel)
 
-    spatial_loops(b, g, mr, None, inner=per_group, backward=backward)   # type: ignore[arg-type]
-    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, backward=backward))
+    order = Order(mr, backward)
+    spatial_loops(b, g, order, tile)
+    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, order))
 
 
-def conv_reuse(g: Geometry, x: Buffer, out: Buffer, arith: Arith, rows_in_order: bool = True,
-             backward: bool = False) -> tuple[Reuse, ...]:
-    """What a convolution lets the memory planner overlap: its output with its input behind the rows
-    still to be read when it runs row by row, and a fused residual exactly (read at an index, then
-    written there) in any loop order."""
+def conv_reuse(g: Geometry, x: Buffer, out: Buffer, arith: Arith, order: Order | None) -> tuple[Reuse, ...]:
+    """What a convolution lets the memory planner overlap: its output with its input behind what it has
+    read, where it runs `order` (see Geometry.progress), and a fused residual exactly (read at an index,
+    then written there) in any loop order."""
     reuse: tuple[Reuse, ...] = ()
-    if rows_in_order:
-        progress = g.row_progress(x.nbytes // x.size, out.nbytes // out.size, backward)
-        reuse += (Reuse(0, progress=progress, backward=backward),)
+    if order is not None:
+        progress = g.progress(order, x.nbytes // x.size, out.nbytes // out.size)
+        reuse += (Reuse(0, progress=progress, backward=order.backward),)
     if getattr(arith, "residual", None) is not None:
         reuse += (Reuse(3, exact=True),)
     return reuse
@@ -566,12 +616,13 @@ def lower_depthwise(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarra
                     b.store(out, idx, arith.result(accs[i][j], ch0 + j * blk.lanes, idx, blk.lanes))
         return tile
 
-    def all_blocks(columns) -> None:
+    def tile(*at) -> None:
         for blk in blocks:
-            columns(block_tile(blk))
+            block_tile(blk)(*at)
 
-    spatial_loops(b, g, mr, None, inner=all_blocks, backward=backward)   # type: ignore[arg-type]
-    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, backward=backward))
+    order = Order(mr, backward)
+    spatial_loops(b, g, order, tile)
+    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, order))
 
 
 def depthwise_pairs_style(ctx: LowerContext, node: Node, g: Geometry) -> DotStyle | None:
@@ -624,8 +675,9 @@ def lower_depthwise_pairs(ctx: LowerContext, name: str, g: Geometry, weight: np.
                 for c in range(4):
                     b.store(out, base + c, arith.result(accs[i][c], ch0 + c, base + c, 1))
 
-    spatial_loops(b, g, ctx.knobs.dw_mr, tile, backward=backward)
-    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, backward=backward))
+    order = Order(ctx.knobs.dw_mr, backward)
+    spatial_loops(b, g, order, tile)
+    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, order))
 
 
 # --- graph ops ---------------------------------------------------------------------------------------
