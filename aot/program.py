@@ -79,7 +79,9 @@ def materialize_outputs(graph: Graph) -> Graph:
 def build_program(graph: Graph, target: Target, name: str, knobs: Knobs | None = None) -> Program:
     graph = materialize_outputs(graph)
     knobs = knobs or resolve(target)
-    ctx = LowerContext(graph, target, name, knobs, _alternate_rows(graph) if knobs.share_memory else frozenset())
+    share = knobs.share_memory
+    either_way = frozenset(n.name for n in graph.nodes if op_def(n.op).rows_either_way) if share else frozenset()
+    ctx = LowerContext(graph, target, name, knobs, _alternate_rows(graph) if share else frozenset(), either_way)
     roots: dict[str, str] = {}
     calls: list[Call] = []
     for node in graph.nodes:
@@ -111,7 +113,7 @@ def build_program(graph: Graph, target: Target, name: str, knobs: Knobs | None =
     align = max(target.align, 16)
     buffers = tuple(memory.Buffer(r, memory.align_up(graph.values[r].nbytes, align), first[r], last[r])
                     for r in first)
-    shared = _shared(calls, root, first, last) if knobs.share_memory else []
+    shared = _shared(calls, root, first, last) if share else []
     plan = memory.plan(buffers, align, [memory.Overlap(source, result, step, reuse.shift, reuse.exact, reuse.backward)
                                         for step, source, result, reuse in shared])
     for b in buffers:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -591,8 +592,9 @@ def edge_conv(case: str) -> onnx.ModelProto:
 @pytest.mark.parametrize("target", ["host", "cortex-m7", "cortex-m4"])
 @pytest.mark.parametrize("case", list(EDGE_CONVS))
 def test_every_loop_order_declares_only_what_it_allows(case, target, precision):
-    """Each convolution lowered front to back and back to front at edge shapes: its Reuse checked against
-    its loops replayed."""
+    """Each convolution lowered front to back and back to front, free to compute its first pixels whole,
+    at edge shapes: its Reuse checked against its loops replayed. A pointwise convolution doubling the
+    channels, back to front, may start at its input's first byte."""
     from kernel_trace import Trace
 
     from aot.knobs import resolve
@@ -603,8 +605,64 @@ def test_every_loop_order_declares_only_what_it_allows(case, target, precision):
     tgt = get_target(target)
     node = next(n for n in graph.nodes if n.op == "Conv")
     for backward in (False, True):
-        ctx = LowerContext(graph, tgt, "edge", resolve(tgt), frozenset({node.name} if backward else ()))
+        ctx = LowerContext(graph, tgt, "edge", resolve(tgt), frozenset({node.name} if backward else ()),
+                           frozenset({node.name}))
         kernel = lower(ctx, node, "edge_conv")
         trace = Trace(kernel)
         for reuse in kernel.reuse:
             trace.check(reuse)
+        if case == "pointwise-doubling" and backward:
+            assert kernel.reuse[0].shift <= 0
+
+
+def test_an_optimistic_declaration_is_caught_by_the_replay():
+    """Claiming one input pixel more than the pointwise kernel's loops allow is caught."""
+    from kernel_trace import Trace
+    pointwise = conv_kernels(int8(mobile_stem()), "cortex-m7")[2]
+    reuse = pointwise.reuse[0]
+    trace = Trace(pointwise)
+    trace.check(reuse)
+    bolder = dataclasses.replace(reuse, progress=tuple((written, needed + (-8 if reuse.backward else 8))
+                                                       for written, needed in reuse.progress))
+    assert bolder.shift == reuse.shift - 8
+    with pytest.raises(AssertionError, match="breaks its reads"):
+        trace.check(bolder)
+
+
+@pytest.mark.parametrize("target", ["host", pytest.param("cortex-m7", marks=pytest.mark.qemu)])
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_pointwise_result_starts_where_its_input_does(target, precision):
+    """The pointwise convolution doubling the channels writes its result from its input's first byte
+    on (its first pixels computed whole, each read before any of its channels is stored), and the
+    strided depthwise one after it writes over it from its first byte too: the workspace is the
+    pointwise result alone. The verifier checks every shared byte; the results match onnxruntime."""
+    model = mobile_stem() if precision == "fp32" else int8(mobile_stem())
+    program = aot.build(model, target=target, out_dir=None).program
+    convs = [(step, call) for step, call in enumerate(program.calls) if call.node.op == "Conv"]
+    sizes = {b.name: b.size for b in program.buffers}
+    for step, call in convs[2:]:
+        source, result = (program.roots[call.node.inputs[0]], program.roots[call.node.outputs[0]])
+        assert (step, source, result) in {(s, a, b) for s, a, b, _ in program.shared}
+        assert program.plan.offsets[source] == program.plan.offsets[result], call.node.name
+    pointwise = program.roots[convs[2][1].node.outputs[0]]
+    assert program.plan.size == sizes[pointwise]
+    result = aot.check(model, target=target)
+    assert result.ok, result.comparisons
+
+
+def test_verify_rejects_a_pointwise_result_below_its_input():
+    """One alignment unit further down than the pointwise kernel declared is refused."""
+    program = aot.build(int8(mobile_stem()), target="cortex-m7", out_dir=None).program
+    call = [c for c in program.calls if c.node.op == "Conv"][2]
+    source, result = program.roots[call.node.inputs[0]], program.roots[call.node.outputs[0]]
+    steps = [([program.roots[v] for v in c.args[:len(c.args) - len(c.node.outputs)]],
+              [program.roots[v] for v in c.node.outputs]) for c in program.calls]
+    sizes = {b.name: b.size for b in program.buffers}
+    offsets = dict(program.plan.offsets)
+    align = program.plan.alignment
+    memory.verify(steps, offsets, sizes, program.plan.size, align, program.shared)
+    assert offsets[source] == offsets[result]
+    offsets = {name: off + align for name, off in offsets.items()}       # room below
+    offsets[result] -= align
+    with pytest.raises(PlanError, match="overlap"):
+        memory.verify(steps, offsets, sizes, program.plan.size + align, align, program.shared)
