@@ -7,6 +7,7 @@ Views (Reshape) share their source's storage and have no kernel.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from aot.errors import UnsupportedOpError
@@ -92,6 +93,32 @@ def build_program(graph: Graph, target: Target, name: str, knobs: Knobs | None =
         kernel = lower(ctx, node, f"{name}_k{len(calls)}_{node.op.lower()}")
         args = tuple(n for n in node.inputs if n and n not in graph.constants) + node.outputs
         calls.append(Call(kernel, node, args))
+    program = _place(graph, target, name, calls, roots, share)
+    return _whole_where_it_pays(program, ctx, target, share)
+
+
+def _whole_where_it_pays(program: Program, ctx: LowerContext, target: Target, share: bool) -> Program:
+    """A kernel computing its first pixels whole to overlap its input closer (conv.Order) spends code on
+    them: keep each such kernel only where the workspace would grow without it (the lean variant tried
+    in call order, kept whenever it costs no byte)."""
+    lean = dataclasses.replace(ctx, whole=frozenset())
+    for i, call in enumerate(program.calls):
+        if call.node.name not in ctx.whole:
+            continue
+        kernel = lower(lean, call.node, call.kernel.name)
+        if kernel.reuse == call.kernel.reuse:
+            continue
+        calls = list(program.calls)
+        calls[i] = Call(kernel, call.node, call.args)
+        trial = _place(program.graph, target, program.name, calls, program.roots, share)
+        if trial.plan.size <= program.plan.size:
+            program = trial
+    return program
+
+
+def _place(graph: Graph, target: Target, name: str, calls: list[Call], roots: dict[str, str], share: bool) \
+        -> Program:
+    """Where every tensor of the call sequence lives, with the memory plan, verified."""
 
     def root(v: str) -> str:
         return roots.get(v, v)

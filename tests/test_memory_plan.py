@@ -666,3 +666,18 @@ def test_verify_rejects_a_pointwise_result_below_its_input():
     offsets[result] -= align
     with pytest.raises(PlanError, match="overlap"):
         memory.verify(steps, offsets, sizes, program.plan.size + align, align, program.shared)
+
+
+def test_whole_pixels_only_where_they_shrink_the_workspace():
+    """Pixels computed whole cost code: of the stem's four convolutions, only the two that write over their
+    input from its first byte keep them; the others are the kernels lowered without."""
+    from aot.knobs import resolve
+    from aot.ops import LowerContext, lower
+    from aot.program import _alternate_rows
+    from aot.target import get_target
+    program = aot.build(int8(mobile_stem()), target="cortex-m7", out_dir=None).program
+    tgt = get_target("cortex-m7")
+    lean = LowerContext(program.graph, tgt, "lean", resolve(tgt), _alternate_rows(program.graph))
+    convs = [call for call in program.calls if call.node.op == "Conv"]
+    whole = [call.node.name for call in convs if lower(lean, call.node, call.kernel.name).reuse != call.kernel.reuse]
+    assert whole == [convs[2].node.name, convs[3].node.name]

@@ -618,7 +618,7 @@ def conv_reuse(g: Geometry, x: Buffer, out: Buffer, arith: Arith, order: Order |
 
 
 # A pixel computed whole keeps one accumulator per output channel (vector) while it reads its window:
-# beyond this many, its code and spills cost more than the bytes a careful prefix saves.
+# past this many, its unrolled code and spills are not worth trying for the bytes it may save.
 WHOLE_ACCUMULATORS = 32
 
 
