@@ -113,10 +113,37 @@ def materialize_outputs(graph: Graph) -> Graph:
 def build_program(graph: Graph, target: Target, name: str, knobs: Knobs | None = None) -> Program:
     graph = materialize_outputs(graph)
     knobs = knobs or resolve(target)
-    ctx = LowerContext(graph, target, name, knobs, _alternate_rows(graph) if knobs.share_memory else frozenset())
+    share = knobs.share_memory
+    either_way = frozenset(n.name for n in graph.nodes if op_def(n.op).rows_either_way) if share else frozenset()
+    ctx = LowerContext(graph, target, name, knobs, _alternate_rows(graph) if share else frozenset(), either_way)
     root = _Storage(graph)
     calls = [Call(lower(ctx, node, _kernel_name(name, step, node)), node, _args(graph, node))
              for step, node in enumerate(_kernel_nodes(graph))]
+    return _whole_where_it_pays(_place(graph, target, name, knobs, calls, root), calls, ctx, knobs, root)
+
+
+def _whole_where_it_pays(program: Program, calls: list[Call], ctx: LowerContext, knobs: Knobs,
+                         root: _Storage) -> Program:
+    """A kernel computing its first pixels whole to overlap its input closer (conv.Order) spends code on
+    them: keep each such kernel only where the workspace would grow without it (the lean variant tried
+    in the graph's order, kept whenever it costs no byte)."""
+    lean = dataclasses.replace(ctx, whole=frozenset())
+    for i, call in enumerate(calls):
+        if call.node.name not in ctx.whole:
+            continue
+        kernel = lower(lean, call.node, call.kernel.name)
+        if kernel.reuse == call.kernel.reuse:
+            continue
+        trial_calls = [*calls[:i], Call(kernel, call.node, call.args), *calls[i + 1:]]
+        trial = _place(program.graph, ctx.target, program.name, knobs, trial_calls, root)
+        if trial.plan.size <= program.plan.size:
+            program, calls = trial, trial_calls
+    return program
+
+
+def _place(graph: Graph, target: Target, name: str, knobs: Knobs, calls: list[Call], root: _Storage) -> Program:
+    """Where every tensor of the calls (in the graph's order) lives: the order they run in, the memory
+    plan (per region where the target has regions), verified."""
     locations = _external(graph, root)
     align = max(target.align, 16)
     layout, choice = _choose_order(calls, graph, root, locations, align, name, knobs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -517,3 +518,166 @@ def test_shared_plan_is_smaller_and_still_correct(target, tmp_path):
     assert any(d["used"] and d["exact"] for d in shared.plan["shared"]), shared.plan["shared"]
     result = aot.check(model, target=target)
     assert result.ok, result.comparisons
+
+
+# --------------------------------------------------------------------------- declarations against kernels
+
+
+def mobile_stem(size: int = 16) -> onnx.ModelProto:
+    """MobileNetV1's first layers, small: a strided convolution, a depthwise one, a pointwise one doubling
+    the channels (its result the largest tensor), then a strided depthwise one."""
+    rng = np.random.default_rng(1)
+    f = lambda *shape: rng.standard_normal(shape).astype(np.float32) * 0.3
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]), n("Relu", ["c1"], ["r1"]),
+             n("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], group=8), n("Relu", ["c2"], ["r2"]),
+             n("Conv", ["r2", "w3", "b3"], ["c3"]), n("Relu", ["c3"], ["r3"]),
+             n("Conv", ["r3", "w4", "b4"], ["c4"], pads=[1, 1, 1, 1], strides=[2, 2], group=16),
+             n("Relu", ["c4"], ["r4"]), n("GlobalAveragePool", ["r4"], ["y"])]
+    inits = {"w1": f(8, 3, 3, 3), "b1": f(8), "w2": f(8, 1, 3, 3), "b2": f(8), "w3": f(16, 8, 1, 1), "b3": f(16),
+             "w4": f(16, 1, 3, 3), "b4": f(16)}
+    return make_model(nodes, {"x": (1, 3, size, size)}, {"y": None}, inits)
+
+
+def int8(model: onnx.ModelProto) -> onnx.ModelProto:
+    from quantize import quantize_model
+    return quantize_model(model, "QDQ", True, "QInt8")
+
+
+def conv_kernels(model: onnx.ModelProto, target: str) -> list:
+    program = aot.build(model, target=target, out_dir=None).program
+    return [call.kernel for call in program.calls if call.node.op == "Conv"]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+@pytest.mark.parametrize("target", ["host", "cortex-m7", "cortex-m4"])
+@pytest.mark.parametrize("model", [mobile_stem, conv_chain])
+def test_convolutions_declare_only_what_their_loops_allow(model, target, precision):
+    """Each convolution kernel's Reuse, checked against its own loops replayed (kernel_trace), apart
+    from the formulas that declared it."""
+    from kernel_trace import Trace
+    m = model() if precision == "fp32" else int8(model())
+    kernels = conv_kernels(m, target)
+    assert any(reuse.progress for kernel in kernels for reuse in kernel.reuse)
+    for kernel in kernels:
+        trace = Trace(kernel)
+        for reuse in kernel.reuse:
+            trace.check(reuse)
+
+
+# One convolution each: (input NCHW, weight OIHW, attributes).
+EDGE_CONVS = {
+    "pointwise-doubling": ((1, 8, 5, 7), (16, 8, 1, 1), {}),
+    "pointwise-halving": ((1, 16, 4, 6), (8, 16, 1, 1), {}),
+    "depthwise": ((1, 8, 9, 9), (8, 1, 3, 3), dict(pads=[1, 1, 1, 1], group=8)),
+    "depthwise-strided": ((1, 16, 9, 10), (16, 1, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2], group=16)),
+    "dense-strided": ((1, 3, 11, 11), (8, 3, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),
+    "dense-dilated": ((1, 4, 9, 9), (8, 4, 3, 3), dict(pads=[2, 2, 2, 2], dilations=[2, 2])),
+    "one-column": ((1, 8, 6, 1), (8, 1, 3, 3), dict(pads=[1, 1, 1, 1], group=8)),
+    "strides-past-the-window": ((1, 4, 10, 10), (8, 4, 2, 2), dict(strides=[3, 3])),
+    "batch": ((2, 8, 4, 4), (16, 8, 1, 1), {}),
+}
+
+
+def edge_conv(case: str) -> onnx.ModelProto:
+    x, w, attrs = EDGE_CONVS[case]
+    rng = np.random.default_rng(2)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], **attrs), helper.make_node("Relu", ["c"], ["y"])]
+    inits = {"w": rng.standard_normal(w).astype(np.float32) * 0.3,
+             "b": rng.standard_normal(w[0]).astype(np.float32) * 0.1}
+    return make_model(nodes, {"x": x}, {"y": None}, inits)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+@pytest.mark.parametrize("target", ["host", "cortex-m7", "cortex-m4"])
+@pytest.mark.parametrize("case", list(EDGE_CONVS))
+def test_every_loop_order_declares_only_what_it_allows(case, target, precision):
+    """Each convolution lowered front to back and back to front, free to compute its first pixels whole,
+    at edge shapes: its Reuse checked against its loops replayed. A pointwise convolution doubling the
+    channels, back to front, may start at its input's first byte."""
+    from kernel_trace import Trace
+
+    from aot.knobs import resolve
+    from aot.ops import LowerContext, lower
+    from aot.target import get_target
+    model = edge_conv(case) if precision == "fp32" else int8(edge_conv(case))
+    graph = aot.build(model, target=target, out_dir=None).program.graph
+    tgt = get_target(target)
+    node = next(n for n in graph.nodes if n.op == "Conv")
+    for backward in (False, True):
+        ctx = LowerContext(graph, tgt, "edge", resolve(tgt), frozenset({node.name} if backward else ()),
+                           frozenset({node.name}))
+        kernel = lower(ctx, node, "edge_conv")
+        trace = Trace(kernel)
+        for reuse in kernel.reuse:
+            trace.check(reuse)
+        if case == "pointwise-doubling" and backward:
+            assert kernel.reuse[0].shift <= 0
+
+
+def test_an_optimistic_declaration_is_caught_by_the_replay():
+    """Claiming one input pixel more than the pointwise kernel's loops allow is caught."""
+    from kernel_trace import Trace
+    pointwise = conv_kernels(int8(mobile_stem()), "cortex-m7")[2]
+    reuse = pointwise.reuse[0]
+    trace = Trace(pointwise)
+    trace.check(reuse)
+    bolder = dataclasses.replace(reuse, progress=tuple((written, needed + (-8 if reuse.backward else 8))
+                                                       for written, needed in reuse.progress))
+    assert bolder.shift == reuse.shift - 8
+    with pytest.raises(AssertionError, match="breaks its reads"):
+        trace.check(bolder)
+
+
+@pytest.mark.parametrize("target", ["host", pytest.param("cortex-m7", marks=pytest.mark.qemu)])
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_pointwise_result_starts_where_its_input_does(target, precision):
+    """The pointwise convolution doubling the channels writes its result from its input's first byte
+    on (its first pixels computed whole, each read before any of its channels is stored), and the
+    strided depthwise one after it writes over it from its first byte too: the workspace is the
+    pointwise result alone. The verifier checks every shared byte; the results match onnxruntime."""
+    model = mobile_stem() if precision == "fp32" else int8(mobile_stem())
+    program = aot.build(model, target=target, out_dir=None).program
+    convs = [(step, call) for step, call in enumerate(program.calls) if call.node.op == "Conv"]
+    sizes = {b.name: b.size for b in program.buffers}
+    for step, call in convs[2:]:
+        source, result = (program.roots[call.node.inputs[0]], program.roots[call.node.outputs[0]])
+        assert (step, source, result) in {(s, a, b) for s, a, b, _ in program.shared}
+        assert program.plan.offsets[source] == program.plan.offsets[result], call.node.name
+    pointwise = program.roots[convs[2][1].node.outputs[0]]
+    assert program.plan.size == sizes[pointwise]
+    result = aot.check(model, target=target)
+    assert result.ok, result.comparisons
+
+
+def test_verify_rejects_a_pointwise_result_below_its_input():
+    """One alignment unit further down than the pointwise kernel declared is refused."""
+    program = aot.build(int8(mobile_stem()), target="cortex-m7", out_dir=None).program
+    call = [c for c in program.calls if c.node.op == "Conv"][2]
+    source, result = program.roots[call.node.inputs[0]], program.roots[call.node.outputs[0]]
+    steps = [([program.roots[v] for v in c.args[:len(c.args) - len(c.node.outputs)]],
+              [program.roots[v] for v in c.node.outputs]) for c in program.calls]
+    sizes = {b.name: b.size for b in program.buffers}
+    offsets = dict(program.plan.offsets)
+    align = program.plan.alignment
+    memory.verify(steps, offsets, sizes, program.plan.size, align, program.shared)
+    assert offsets[source] == offsets[result]
+    offsets = {name: off + align for name, off in offsets.items()}       # room below
+    offsets[result] -= align
+    with pytest.raises(PlanError, match="overlap"):
+        memory.verify(steps, offsets, sizes, program.plan.size + align, align, program.shared)
+
+
+def test_whole_pixels_only_where_they_shrink_the_workspace():
+    """Pixels computed whole cost code: of the stem's four convolutions, only the two that write over their
+    input from its first byte keep them; the others are the kernels lowered without."""
+    from aot.knobs import resolve
+    from aot.ops import LowerContext, lower
+    from aot.program import _alternate_rows
+    from aot.target import get_target
+    program = aot.build(int8(mobile_stem()), target="cortex-m7", out_dir=None).program
+    tgt = get_target("cortex-m7")
+    lean = LowerContext(program.graph, tgt, "lean", resolve(tgt), _alternate_rows(program.graph))
+    convs = [call for call in program.calls if call.node.op == "Conv"]
+    whole = [call.node.name for call in convs if lower(lean, call.node, call.kernel.name).reuse != call.kernel.reuse]
+    assert whole == [convs[2].node.name, convs[3].node.name]

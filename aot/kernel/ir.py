@@ -405,11 +405,14 @@ class Reuse:
     `exact`: element i of the output is written only after element i of the input is read, in any
     order and with elements of equal size, so the two may start at the same byte (and nowhere else in
     between). Otherwise `progress` lists, in the order the kernel runs, checkpoints (written, needed)
-    in bytes from the start of the output and of the input. A kernel running front to back has, up to
-    each checkpoint, written only below `written` and will still read the input from `needed` on: the
-    output may start `shift` = max(written - needed) bytes or more below the input. A kernel running
-    back to front (`backward`) has written only from `written` on and will still read below `needed`:
-    the output may start `shift` = max(needed - written) bytes or more above the input."""
+    in bytes from the start of the output and of the input, one per phase of its run (a row, a tile, the
+    reads or the writes of a pixel). A kernel running front to back has, by the end of each phase,
+    written only below `written`, and from the start of that phase on reads the input only from `needed`
+    on: the output may start `shift` = max(written - needed) bytes or more below the input. A kernel
+    running back to front (`backward`) has written only from `written` on and reads only below `needed`:
+    the output may start `shift` = max(needed - written) bytes or more above the input. A pixel whose
+    window is read whole before any of its results is written makes two phases (its reads, its writes),
+    so its results may cover the very bytes it read."""
 
     input: int                              # position in node.inputs
     output: int = 0                         # position in node.outputs

@@ -32,6 +32,7 @@ class LowerContext:
     prefix: str
     knobs: Knobs
     backward: frozenset[str] = frozenset()     # nodes whose kernels run their rows last to first
+    whole: frozenset[str] = frozenset()        # nodes whose kernels may compute their first pixels whole
     _consts: int = 0
 
     def const(self, array: np.ndarray, hint: str = "w") -> Buffer:

@@ -74,21 +74,34 @@ class Geometry:
         hi = minimum(binop("div", (size - first) + (d - 1), const(d)), k)
         return lo, hi
 
-    def row_progress(self, in_bytes: int, out_bytes: int, backward: bool) -> tuple[tuple[int, int], ...]:
-        """Reuse checkpoints (see kernel.ir.Reuse) of a kernel that finishes each output row, all its
-        pixels and channels, before it starts the next. Front to back, while on row oh it writes below
-        the end of row oh and still needs the input from the first row of oh's window on (later windows
-        lie further on); back to front, it writes from the start of row oh on and needs the input below
-        the end of oh's window."""
-        out_row, in_row = self.ow * self.m * out_bytes, self.w * self.c * in_bytes
-        span = (self.kh - 1) * self.dilation[0]
-        if backward:
-            return tuple(((n * self.oh + oh) * out_row,
-                          (n * self.h + min(self.h, oh * self.stride[0] - self.pads[0] + span + 1)) * in_row)
-                         for n in reversed(range(self.n)) for oh in reversed(range(self.oh)))
-        return tuple(((n * self.oh + oh + 1) * out_row,
-                      (n * self.h + max(0, oh * self.stride[0] - self.pads[0])) * in_row)
-                     for n in range(self.n) for oh in range(self.oh))
+    def progress(self, order: Order, in_bytes: int, out_bytes: int) -> tuple[tuple[int, int], ...]:
+        """Reuse checkpoints (see kernel.ir.Reuse) of spatial_loops in `order`, one per phase: a tile (all
+        its blocks of channels, each read and stored in turn: its reads and writes interleave) or a half of
+        a pixel computed whole (its reads, then its writes). Each phase's writes are the tile's output
+        pixels, its reads the bytes from the first to the last of its window's. Front to back a checkpoint
+        is (the end of all writes so far, the start of all reads still to come, this phase's included);
+        back to front (the start of all writes so far, the end of all reads still to come)."""
+        out_pixel, in_pixel = self.m * out_bytes, self.c * in_bytes
+        cols = Columns.of(self, order.mr)
+        writes, reads = [], []          # per phase: [lo, hi) in bytes, or None
+        images = reversed(range(self.n)) if order.backward else range(self.n)
+        for n in images:
+            for oh in reversed(range(self.oh)) if order.backward else range(self.oh):
+                rows = [oh * self.stride[0] - self.pads[0] + t * self.dilation[0] for t in range(self.kh)]
+                rows = [r for r in rows if 0 <= r < self.h]
+                for ow, width, whole in cols.tiles(order.careful if n == oh == 0 else 0, order.columns_backward):
+                    first = ((n * self.oh + oh) * self.ow + ow) * out_pixel
+                    out = (first, first + width * out_pixel)
+                    taps = [o * self.stride[1] - self.pads[1] + t * self.dilation[1] for o in (ow, ow + width - 1)
+                            for t in range(self.kw)]
+                    taps = [c for c in taps if 0 <= c < self.w]
+                    read = (((n * self.h + rows[0]) * self.w + min(taps)) * in_pixel,
+                            ((n * self.h + rows[-1]) * self.w + max(taps) + 1) * in_pixel) if rows and taps else None
+                    phases = [(None, read), (out, None)] if whole else [(out, read)]
+                    for w, r in phases:
+                        writes.append(w)
+                        reads.append(r)
+        return _checkpoints(writes, reads, order.backward)
 
     def interior(self, axis: int) -> tuple[int, int]:
         """Output coordinates [lo, hi) whose whole window lies inside the input."""
@@ -100,6 +113,29 @@ class Geometry:
         return lo, hi
 
 
+def _checkpoints(writes: list, reads: list, backward: bool) -> tuple[tuple[int, int], ...]:
+    """Reuse checkpoints of phases run in order, each writing and reading byte ranges [lo, hi) (or None):
+    after each phase that has some write before it and some read from it on, front to back (the end of
+    the writes so far, the start of the reads from this phase on); back to front (the start of the
+    writes so far, the end of the reads from this phase on)."""
+    w_edge, r_edge = (0, 1) if backward else (1, 0)     # which end of a range bounds the writes, the reads
+    w_best, r_best = (min, max) if backward else (max, min)
+    needed: list[int | None] = []
+    edge = None
+    for r in reversed(reads):
+        if r is not None:
+            edge = r[r_edge] if edge is None else r_best(edge, r[r_edge])
+        needed.append(edge)
+    needed.reverse()
+    checkpoints, written = [], None
+    for w, need in zip(writes, needed):
+        if w is not None:
+            written = w[w_edge] if written is None else w_best(written, w[w_edge])
+        if written is not None and need is not None:
+            checkpoints.append((written, need))
+    return tuple(checkpoints) or ((0, 0),)     # nothing written before a read: any placement will do
+
+
 def geometry(graph: Graph, node: Node) -> Geometry:
     n, h, w, c = graph.shape(node.inputs[0])
     _, oh, ow, m = graph.shape(node.outputs[0])
@@ -108,53 +144,126 @@ def geometry(graph: Graph, node: Node) -> Geometry:
                     tuple(node.attrs.get("dilations", (1, 1))), tuple(node.attrs["pads"]))
 
 
-TileFn = Callable[[int, Expr, Expr, Expr, Expr, Expr, Expr], None]
+@dataclass(frozen=True)
+class Order:
+    """How spatial_loops walks the output: tiles of up to `mr` columns; images and rows last to first if
+    `backward`; and the first `careful` pixels of image 0 (within its first row) one at a time, each
+    computed whole: all of its window read before any of its results is stored. Near where the output
+    catches up with the input, that lets it overlap the input closer (see Geometry.progress). The tiles of
+    a row run first to last, but last to first in a backward order with a careful prefix, which then, at
+    the start of image 0's first row, runs last."""
+    mr: int
+    backward: bool = False
+    careful: int = 0
+
+    @property
+    def columns_backward(self) -> bool:
+        return self.backward and self.careful > 0
 
 
-def spatial_loops(b: Builder, g: Geometry, mr: int, tile: TileFn, inner: Callable[[TileFn], TileFn] | None = None,
-                  backward: bool = False):
-    """Emit loops over (n, oh, ow) calling tile(mr, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) per output tile.
-    `backward`: images and rows from the last to the first (the memory planner may then put the
-    output over the input from above; see Geometry.row_progress).
+@dataclass(frozen=True)
+class Columns:
+    """The tiles of one output row: interior columns (window inside the input) from `lo` in tiles of
+    `width` up to `full`, the rest of the interior up to `end` as one narrower tile, then every other
+    column alone, its window clipped at run time (one code copy for both sides)."""
+    lo: int
+    width: int
+    full: int
+    end: int
+    borders: int        # columns outside [lo, end)
 
-    Tiles of up to `mr` columns where the window is inside the input (narrower when the interior is);
-    border columns one at a time with the window clipped at run time, one code copy for both sides.
-    Row windows are clipped only if some row needs it.
-    """
+    @staticmethod
+    def of(g: Geometry, mr: int) -> Columns:
+        lo, hi = g.interior(1)
+        width = min(mr, hi - lo)
+        full = lo + (hi - lo) // width * width if width else lo
+        end = hi if hi - full > 1 else full
+        return Columns(lo, width, full, end, lo + g.ow - end)
+
+    def border(self, e):
+        """The column of border column e (left ones first), for an int or an Expr."""
+        if isinstance(e, int):
+            return e if e < self.lo else e + (self.end - self.lo)
+        return select(binop("lt", e, self.lo), e, e + (self.end - self.lo))
+
+    def tiles(self, careful: int, backward: bool) -> list[tuple[int, int, bool]]:
+        """(first column, width, computed whole) of each tile of a row in the order spatial_loops runs
+        them (last to first if `backward`), the row's first `careful` pixels computed whole."""
+        row = [(ow, 1, True) for ow in range(careful)]
+        if self.full > self.lo:
+            row += [(ow, self.width, False) for ow in range(max(careful, self.lo), self.full, self.width)]
+        if self.end > self.full:
+            row.append((self.full, self.end - self.full, False))
+        row += [(self.border(e), 1, False) for e in range(self.lo if careful else 0, self.borders)]
+        return row[::-1] if backward else row
+
+
+TileFn = Callable[[int, Expr, Expr, Expr, Expr, Expr, Expr, Expr], None]
+
+
+def spatial_loops(b: Builder, g: Geometry, order: Order, tile: TileFn, whole: TileFn | None = None) -> None:
+    """Emit loops over (n, oh, ow) calling tile(mr, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) per output tile,
+    in `order` (see Order and Columns); whole(1, ...) computes each careful pixel. Row windows are clipped
+    only if some row needs it."""
     row_lo, row_hi = g.interior(0)
-    col_lo, col_hi = g.interior(1)
+    cols = Columns.of(g, order.mr)
+    careful, descending = order.careful, order.columns_backward
+    assert careful == 0 or (whole is not None and cols.lo <= careful <= cols.full
+                            and (careful - cols.lo) % cols.width == 0)
     with b.loop("n", 0, g.n) as n:
-        n = b.let("n", (g.n - 1) - n) if backward and g.n > 1 else n
+        n = b.let("n", (g.n - 1) - n) if order.backward and g.n > 1 else n
         with b.loop("oh", 0, g.oh) as oh:
-            oh = b.let("oh", (g.oh - 1) - oh) if backward else oh
+            oh = b.let("oh", (g.oh - 1) - oh) if order.backward else oh
             if row_lo == 0 and row_hi == g.oh:
                 kh_lo, kh_hi = const(0), const(g.kh)
             else:
                 kh_lo, kh_hi = b.let("kh_lo", g.window(oh, 0)[0]), b.let("kh_hi", g.window(oh, 0)[1])
+            first = None        # the careful row: image 0's first
+            if careful:
+                first = b.let("first", binop("eq", oh, 0) if g.n == 1 else
+                              binop("and", binop("eq", oh, 0), binop("eq", n, 0)))
 
-            def columns(t: TileFn) -> None:
-                # Interior columns in tiles of `width`, the leftover interior columns as one narrower
-                # tile, then every border column alone with its window clipped at run time.
-                width = min(mr, col_hi - col_lo)
-                full_end = col_lo + (col_hi - col_lo) // width * width if width else col_lo
-                if full_end > col_lo:
-                    with b.loop("ow", col_lo, full_end, width) as ow:
-                        t(width, n, oh, ow, kh_lo, kh_hi, const(0), const(g.kw))
-                interior_end = full_end
-                if col_hi - full_end > 1:
-                    t(col_hi - full_end, n, oh, const(full_end), kh_lo, kh_hi, const(0), const(g.kw))
-                    interior_end = col_hi
-                rest = col_lo + g.ow - interior_end
-                if rest:
-                    with b.loop("e", 0, rest) as e:
-                        ow = b.let("ow", select(binop("lt", e, col_lo), e, e + (interior_end - col_lo)))
-                        kw_lo, kw_hi = g.window(ow, 1)
-                        t(1, n, oh, ow, kh_lo, kh_hi, b.let("kw_lo", kw_lo), b.let("kw_hi", kw_hi))
+            def in_first(value: int, otherwise: int) -> Expr:
+                return select(first, value, otherwise) if first is not None else const(otherwise)
 
-            if inner is None:
-                columns(tile)
-            else:
-                inner(columns)
+            def clipped(ow: Expr, fn: TileFn) -> None:
+                kw_lo, kw_hi = g.window(ow, 1)
+                fn(1, n, oh, ow, kh_lo, kh_hi, b.let("kw_lo", kw_lo), b.let("kw_hi", kw_hi))
+
+            def whole_pixels() -> None:
+                if careful:
+                    with b.loop("p", 0, in_first(careful, 0)) as p:
+                        clipped(b.let("ow", (careful - 1) - p) if descending else p, whole)
+
+            def interior() -> None:
+                if cols.full > cols.lo:
+                    start = in_first(careful, cols.lo) if careful else const(cols.lo)
+                    if not descending:
+                        with b.loop("ow", start, cols.full, cols.width) as ow:
+                            tile(cols.width, n, oh, ow, kh_lo, kh_hi, const(0), const(g.kw))
+                        return
+                    with b.loop("t", 0, in_first((cols.full - careful) // cols.width,
+                                                 (cols.full - cols.lo) // cols.width)) as t:
+                        ow = b.let("ow", (cols.full - cols.width) - t * cols.width)
+                        tile(cols.width, n, oh, ow, kh_lo, kh_hi, const(0), const(g.kw))
+
+            def leftover() -> None:
+                if cols.end > cols.full:
+                    tile(cols.end - cols.full, n, oh, const(cols.full), kh_lo, kh_hi, const(0), const(g.kw))
+
+            def borders() -> None:
+                if cols.borders:
+                    skip = in_first(cols.lo, 0) if careful else const(0)     # done whole in the careful row
+                    if not descending:
+                        with b.loop("e", skip, cols.borders) as e:
+                            clipped(b.let("ow", cols.border(e)), tile)
+                        return
+                    with b.loop("e", 0, cols.borders - skip) as e:
+                        clipped(b.let("ow", cols.border((cols.borders - 1) - e)), tile)
+
+            phases = (whole_pixels, interior, leftover, borders)
+            for phase in reversed(phases) if descending else phases:
+                phase()
 
 
 # --- channel blocks ------------------------------------------------------------------------------
@@ -415,7 +524,8 @@ Arith = FloatArith | IntArith
 
 
 def lower_dense(ctx: LowerContext, name: str, g: Geometry, groups: int, weight: np.ndarray, arith: Arith,
-                x: Buffer, out: Buffer, params: tuple[Buffer, ...], backward: bool = False) -> Kernel:
+                x: Buffer, out: Buffer, params: tuple[Buffer, ...], backward: bool = False,
+                whole: bool = False) -> Kernel:
     cg, mg = g.c // groups, g.m // groups
     step = arith.group          # input channels per multiply-accumulate
     lanes = 1 if arith.scalar else ctx.target.lanes
@@ -431,34 +541,34 @@ def lower_dense(ctx: LowerContext, name: str, g: Geometry, groups: int, weight: 
 
     panel_size = g.kh * g.kw * cg
 
-    def block_tile(group: Expr, blk: ChannelBlock, run_offset: Expr):
-        def tile(rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) -> None:
-            with b.loop("cb", 0, blk.count) as cb:
-                ch0 = b.let("ch0", group * mg + blk.start + cb * blk.width)
-                panel = b.let("panel", run_offset + cb * (panel_size * blk.width))
-                block_body(blk, group, rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi, ch0, panel)
-        return tile
-
-    def block_body(blk, group, rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi, ch0, panel) -> None:
-        accs = [[b.local("acc", arith.init(ch0 + j * blk.lanes, blk.lanes)) for j in range(blk.nr)]
-                for _ in range(rows)]
+    def block_body(items, group, rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) -> None:
+        """Tiles of `rows` pixels x each block of channels in `items` (block, first channel, panel offset),
+        accumulated over one pass through the window, then stored."""
+        accs = [[[b.local("acc", arith.init(ch0 + j * blk.lanes, blk.lanes)) for j in range(blk.nr)]
+                 for _ in range(rows)] for blk, ch0, _ in items]
         with b.loop("kh", kh_lo, kh_hi) as kh:
             ih = g.in_row(oh, 0) + kh * dy
             with b.loop("kw", kw_lo, kw_hi) as kw:
                 pixel0 = b.let("px", ((n * g.h + ih) * g.w + g.in_row(ow0, 1) + kw * dx) * g.c + group * cg)
-                wrow = b.let("wr", panel + (kh * g.kw + kw) * (cg * blk.width))
+                wrows = [b.let("wr", panel + (kh * g.kw + kw) * (cg * blk.width)) for blk, _, panel in items]
                 with b.loop("c", 0, cg, step) as c:
-                    wv = [b.let("wv", arith.load_w(wbuf.vec(wrow + c * blk.width + j * blk.lanes * step,
-                                                            blk.lanes * step))) for j in range(blk.nr)]
+                    wv = [[b.let("wv", arith.load_w(wbuf.vec(wrow + c * blk.width + j * blk.lanes * step,
+                                                             blk.lanes * step))) for j in range(blk.nr)]
+                          for (blk, _, _), wrow in zip(items, wrows)]
                     for i in range(rows):
-                        a = b.let("a", arith.operand(x, pixel0 + i * g.stride[1] * g.c + c, blk.lanes))
-                        for j in range(blk.nr):
-                            b.assign(accs[i][j], arith.mac(accs[i][j], a, wv[j]))
-        for i in range(rows):
-            base = ((n * g.oh + oh) * g.ow + ow0 + i) * g.m + ch0
-            for j in range(blk.nr):
-                idx = base + j * blk.lanes
-                b.store(out, idx, arith.result(accs[i][j], ch0 + j * blk.lanes, idx, blk.lanes))
+                        operands: dict[int, Expr] = {}      # one load per pixel and vector width
+                        for t, (blk, _, _) in enumerate(items):
+                            if blk.lanes not in operands:
+                                operands[blk.lanes] = b.let("a", arith.operand(
+                                    x, pixel0 + i * g.stride[1] * g.c + c, blk.lanes))
+                            for j in range(blk.nr):
+                                b.assign(accs[t][i][j], arith.mac(accs[t][i][j], operands[blk.lanes], wv[t][j]))
+        for t, (blk, ch0, _) in enumerate(items):
+            for i in range(rows):
+                base = ((n * g.oh + oh) * g.ow + ow0 + i) * g.m + ch0
+                for j in range(blk.nr):
+                    idx = base + j * blk.lanes
+                    b.store(out, idx, arith.result(accs[t][i][j], ch0 + j * blk.lanes, idx, blk.lanes))
 
     group_stride = offsets[len(blocks)] if groups > 1 else 0    # panels repeat per group
     if _weights_outer(g, wdata.nbytes, x.nbytes,
@@ -469,32 +579,76 @@ def lower_dense(ctx: LowerContext, name: str, g: Geometry, groups: int, weight: 
                 with b.loop("cb", 0, blk.count) as cb:
                     ch0 = b.let("ch0", group * mg + blk.start + cb * blk.width)
                     panel = b.let("panel", group * group_stride + offsets[bi] + cb * (panel_size * blk.width))
-                    spatial_loops(b, g, mr, lambda rows, *at, blk=blk, ch0=ch0, panel=panel:
-                                  block_body(blk, group, rows, *at, ch0, panel))
-        return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, rows_in_order=False))
+                    spatial_loops(b, g, Order(mr), lambda rows, *at, blk=blk, ch0=ch0, panel=panel:
+                                  block_body([(blk, ch0, panel)], group, rows, *at))
+        return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, None))
 
-    def per_group(columns) -> None:
-        # Each row of input pixels stays in cache while every panel passes over it.
+    def tile(rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) -> None:
+        # Each tile of input pixels stays in cache while every panel passes over it.
         with b.loop("g", 0, groups) as group:
             for bi, blk in enumerate(blocks):
-                columns(block_tile(group, blk, group * group_stride + offsets[bi]))
+                with b.loop("cb", 0, blk.count) as cb:
+                    ch0 = b.let("ch0", group * mg + blk.start + cb * blk.width)
+                    panel = b.let("panel", group * group_stride + offsets[bi] + cb * (panel_size * blk.width))
+                    block_body([(blk, ch0, panel)], group, rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi)
 
-    spatial_loops(b, g, mr, None, inner=per_group, backward=backward)   # type: ignore[arg-type]
-    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, backward=backward))
+    def whole_pixel(rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) -> None:
+        # Every block of channels of one pixel at once (one group: see row_order's accumulators).
+        items = [(blk, const(blk.start + r * blk.width), const(offsets[bi] + r * panel_size * blk.width))
+                 for bi, blk in enumerate(blocks) for r in range(blk.count)]
+        block_body(items, const(0), rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi)
+
+    order = row_order(g, mr, backward, x, out,
+                      sum(blk.nr * blk.count for blk in blocks) if whole and groups == 1 else None)
+    spatial_loops(b, g, order, tile, whole_pixel)
+    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, order))
 
 
-def conv_reuse(g: Geometry, x: Buffer, out: Buffer, arith: Arith, rows_in_order: bool = True,
-             backward: bool = False) -> tuple[Reuse, ...]:
-    """What a convolution lets the memory planner overlap: its output with its input behind the rows
-    still to be read when it runs row by row, and a fused residual exactly (read at an index, then
-    written there) in any loop order."""
+def conv_reuse(g: Geometry, x: Buffer, out: Buffer, arith: Arith, order: Order | None) -> tuple[Reuse, ...]:
+    """What a convolution lets the memory planner overlap: its output with its input behind what it has
+    read, where it runs `order` (see Geometry.progress), and a fused residual exactly (read at an index,
+    then written there) in any loop order."""
     reuse: tuple[Reuse, ...] = ()
-    if rows_in_order:
-        progress = g.row_progress(x.nbytes // x.size, out.nbytes // out.size, backward)
-        reuse += (Reuse(0, progress=progress, backward=backward),)
+    if order is not None:
+        progress = g.progress(order, x.nbytes // x.size, out.nbytes // out.size)
+        reuse += (Reuse(0, progress=progress, backward=order.backward),)
     if getattr(arith, "residual", None) is not None:
         reuse += (Reuse(3, exact=True),)
     return reuse
+
+
+# A pixel computed whole keeps one accumulator per output channel (vector) while it reads its window:
+# past this many, its unrolled code and spills are not worth trying for the bytes it may save.
+WHOLE_ACCUMULATORS = 32
+
+
+def row_order(g: Geometry, mr: int, backward: bool, x: Buffer, out: Buffer, accumulators: int | None) -> Order:
+    """Tiles of `mr` columns in the direction given, with the shortest careful prefix (the left borders
+    and a whole number of interior tiles) that lets the output overlap the input as closely as computing
+    every interior tile of the first row whole would, if closer than without one; none if a pixel
+    computed whole needs more than WHOLE_ACCUMULATORS `accumulators` (None: the kernel may not compute
+    one whole). Past one tile, a longer prefix only splits phases, so the shift never grows with it and
+    the shortest is found by bisection."""
+    cols = Columns.of(g, mr)
+    tiles = (cols.full - cols.lo) // cols.width if cols.width else 0
+    if accumulators is None or accumulators > WHOLE_ACCUMULATORS or not tiles:
+        return Order(mr, backward)
+
+    def shift(order: Order) -> int:     # no output is placed past its input's start: 0 is the best
+        progress = g.progress(order, x.nbytes // x.size, out.nbytes // out.size)
+        return max(0, Reuse(0, progress=progress, backward=backward).shift)
+
+    def prefix(k: int) -> Order:
+        return Order(mr, backward, cols.lo + k * cols.width)
+
+    best = shift(prefix(tiles))
+    if shift(Order(mr, backward)) <= best:
+        return Order(mr, backward)
+    lo, hi = 1, tiles               # shift(prefix(hi)) == best
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if shift(prefix(mid)) == best else (mid + 1, hi)
+    return prefix(hi)
 
 
 def _weights_outer(g: Geometry, weight_bytes: int, x_bytes: int, panels: int, cache: int) -> bool:
@@ -532,7 +686,7 @@ def dot_style(ctx: LowerContext, node: Node, groups: int, cg: int) -> DotStyle |
 # --- depthwise --------------------------------------------------------------------------------------
 
 def lower_depthwise(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, arith: Arith, x: Buffer,
-                    out: Buffer, params: tuple[Buffer, ...], backward: bool = False) -> Kernel:
+                    out: Buffer, params: tuple[Buffer, ...], backward: bool = False, whole: bool = False) -> Kernel:
     lanes = ctx.target.lanes
     blocks = channel_blocks(g.c, lanes, ctx.knobs.dw_nr)
     mr = ctx.knobs.dw_mr
@@ -540,17 +694,15 @@ def lower_depthwise(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarra
     b = Builder()
     dy, dx = g.dilation
 
-    def block_tile(blk: ChannelBlock):
-        def tile(rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) -> None:
-            with b.loop("cb", 0, blk.count) as cb:
-                block_body(rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi, b.let("ch0", blk.start + cb * blk.width))
-
-        def block_body(rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi, ch0) -> None:
-            accs = [[b.local("acc", arith.init(ch0 + j * blk.lanes, blk.lanes)) for j in range(blk.nr)]
-                    for _ in range(rows)]
-            with b.loop("kh", kh_lo, kh_hi) as kh:
-                ih = g.in_row(oh, 0) + kh * dy
-                with b.loop("kw", kw_lo, kw_hi) as kw:
+    def block_body(items, rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) -> None:
+        """Tiles of `rows` pixels x each block of channels in `items` (block, first channel), accumulated
+        over one pass through the window, then stored."""
+        accs = [[[b.local("acc", arith.init(ch0 + j * blk.lanes, blk.lanes)) for j in range(blk.nr)]
+                 for _ in range(rows)] for blk, ch0 in items]
+        with b.loop("kh", kh_lo, kh_hi) as kh:
+            ih = g.in_row(oh, 0) + kh * dy
+            with b.loop("kw", kw_lo, kw_hi) as kw:
+                for t, (blk, ch0) in enumerate(items):
                     pixel0 = b.let("px", ((n * g.h + ih) * g.w + g.in_row(ow0, 1) + kw * dx) * g.c + ch0)
                     wrow = (kh * g.kw + kw) * g.c + ch0
                     wv = [b.let("wv", arith.load_w(wbuf.vec(wrow + j * blk.lanes, blk.lanes)))
@@ -558,20 +710,27 @@ def lower_depthwise(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarra
                     for i in range(rows):
                         for j in range(blk.nr):
                             xv = arith.load_x(x.vec(pixel0 + i * g.stride[1] * g.c + j * blk.lanes, blk.lanes))
-                            b.assign(accs[i][j], arith.mac(accs[i][j], xv, wv[j]))
+                            b.assign(accs[t][i][j], arith.mac(accs[t][i][j], xv, wv[j]))
+        for t, (blk, ch0) in enumerate(items):
             for i in range(rows):
                 base = ((n * g.oh + oh) * g.ow + ow0 + i) * g.c + ch0
                 for j in range(blk.nr):
                     idx = base + j * blk.lanes
-                    b.store(out, idx, arith.result(accs[i][j], ch0 + j * blk.lanes, idx, blk.lanes))
-        return tile
+                    b.store(out, idx, arith.result(accs[t][i][j], ch0 + j * blk.lanes, idx, blk.lanes))
 
-    def all_blocks(columns) -> None:
+    def tile(rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) -> None:
         for blk in blocks:
-            columns(block_tile(blk))
+            with b.loop("cb", 0, blk.count) as cb:
+                block_body([(blk, b.let("ch0", blk.start + cb * blk.width))], rows, n, oh, ow0,
+                           kh_lo, kh_hi, kw_lo, kw_hi)
 
-    spatial_loops(b, g, mr, None, inner=all_blocks, backward=backward)   # type: ignore[arg-type]
-    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, backward=backward))
+    def whole_pixel(rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) -> None:
+        items = [(blk, const(blk.start + r * blk.width)) for blk in blocks for r in range(blk.count)]
+        block_body(items, rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi)
+
+    order = row_order(g, mr, backward, x, out, sum(blk.nr * blk.count for blk in blocks) if whole else None)
+    spatial_loops(b, g, order, tile, whole_pixel)
+    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, order))
 
 
 def depthwise_pairs_style(ctx: LowerContext, node: Node, g: Geometry) -> DotStyle | None:
@@ -583,15 +742,16 @@ def depthwise_pairs_style(ctx: LowerContext, node: Node, g: Geometry) -> DotStyl
 
 
 def lower_depthwise_pairs(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, arith: BytePairArith,
-                          x: Buffer, out: Buffer, params: tuple[Buffer, ...], backward: bool = False) -> Kernel:
+                          x: Buffer, out: Buffer, params: tuple[Buffer, ...], backward: bool = False,
+                          whole: bool = False) -> Kernel:
     """Depthwise int8 on the Arm DSP, 4 channels per 32-bit load. A pixel's word widens into the pairs
     (c0, c2) and (c1, c3) (sxtab16, zero point included); the weights are stored already widened in that
     order, int16 (w_c0, w_c2, w_c1, w_c3) per tap; SMLABB and SMLATT multiply the low and high halves
     into the 4 channels' accumulators. A tile is `dw_mr` output pixels sharing each tap's weights; border
     pixels clip their window with loop bounds, so no tap tests anything."""
     quads = g.c // 4
-    order = np.array([0, 2, 1, 3])
-    taps = weight[:, 0].transpose(1, 2, 0).reshape(g.kh, g.kw, quads, 4)[..., order]   # [kh][kw][c/4][4]
+    pairs = np.array([0, 2, 1, 3])
+    taps = weight[:, 0].transpose(1, 2, 0).reshape(g.kh, g.kw, quads, 4)[..., pairs]   # [kh][kw][c/4][4]
     wbuf = ctx.const(np.ascontiguousarray(taps).astype(np.int16), "w")
     b = Builder()
     dy, dx = g.dilation
@@ -602,13 +762,15 @@ def lower_depthwise_pairs(ctx: LowerContext, name: str, g: Geometry, weight: np.
     def high(v: Expr) -> Expr:
         return binop("shr", v, 16)
 
-    def tile(rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) -> None:
-        with b.loop("q", 0, quads) as q:
-            ch0 = b.let("ch0", q * 4)
-            accs = [[b.local("acc", arith.init(ch0 + c, 1)) for c in range(4)] for _ in range(rows)]
-            with b.loop("kh", kh_lo, kh_hi) as kh:
-                ih = g.in_row(oh, 0) + kh * dy
-                with b.loop("kw", kw_lo, kw_hi) as kw:
+    def quads_body(qs, rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) -> None:
+        """Tiles of `rows` pixels x each quad of channels in `qs`, accumulated over one pass through the
+        window, then stored."""
+        ch0s = [b.let("ch0", q * 4) for q in qs]
+        accs = [[[b.local("acc", arith.init(ch0 + c, 1)) for c in range(4)] for _ in range(rows)] for ch0 in ch0s]
+        with b.loop("kh", kh_lo, kh_hi) as kh:
+            ih = g.in_row(oh, 0) + kh * dy
+            with b.loop("kw", kw_lo, kw_hi) as kw:
+                for q, ch0, acc in zip(qs, ch0s, accs):
                     pixel0 = b.let("px", ((n * g.h + ih) * g.w + g.in_row(ow0, 1) + kw * dx) * g.c + ch0)
                     wrow = b.let("wr", ((kh * g.kw + kw) * quads + q) * 4)
                     wv = [b.let("wv", Reinterpret(wbuf.vec(wrow + 2 * odd, 2), "i32", 1)) for odd in (0, 1)]
@@ -616,16 +778,25 @@ def lower_depthwise_pairs(ctx: LowerContext, name: str, g: Geometry, weight: np.
                         word = b.let("xw", arith.operand(x, pixel0 + i * g.stride[1] * g.c, 1))
                         for odd in (0, 1):
                             pair = b.let("xp", BytePairs(word, bool(odd), arith.zero_pair, arith.unsigned))
-                            lo, hi = accs[i][odd], accs[i][odd + 2]      # (c0, c2) or (c1, c3)
+                            lo, hi = acc[i][odd], acc[i][odd + 2]      # (c0, c2) or (c1, c3)
                             b.assign(lo, lo + low(pair) * low(wv[odd]))
                             b.assign(hi, hi + high(pair) * high(wv[odd]))
+        for ch0, acc in zip(ch0s, accs):
             for i in range(rows):
                 base = ((n * g.oh + oh) * g.ow + ow0 + i) * g.c + ch0
                 for c in range(4):
-                    b.store(out, base + c, arith.result(accs[i][c], ch0 + c, base + c, 1))
+                    b.store(out, base + c, arith.result(acc[i][c], ch0 + c, base + c, 1))
 
-    spatial_loops(b, g, ctx.knobs.dw_mr, tile, backward=backward)
-    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, backward=backward))
+    def tile(rows, *at) -> None:
+        with b.loop("q", 0, quads) as q:
+            quads_body([q], rows, *at)
+
+    def whole_pixel(rows, *at) -> None:
+        quads_body([const(q) for q in range(quads)], rows, *at)
+
+    order = row_order(g, ctx.knobs.dw_mr, backward, x, out, g.c if whole else None)
+    spatial_loops(b, g, order, tile, whole_pixel)
+    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, order))
 
 
 # --- graph ops ---------------------------------------------------------------------------------------
@@ -655,16 +826,16 @@ def conv(ctx: LowerContext, node: Node, name: str) -> Kernel:
         bias = ctx.graph.constants[operand(node, "bias")] if operand(node, "bias") else None
         return conv_rows.lower_depthwise(ctx, name, g, weight, IntArith(ctx, quant, bias, _residual(node, ins)),
                                          quant, ins[0], outs[0], params)
-    backward = node.name in ctx.backward
+    backward, whole = node.name in ctx.backward, node.name in ctx.whole
     if depthwise:
         pairs = depthwise_pairs_style(ctx, node, g)
         if pairs is not None:
             bias = ctx.graph.constants[operand(node, "bias")] if operand(node, "bias") else None
             arith = BytePairArith(ctx, pairs, quant, bias, ctx.graph.constants[node.inputs[1]], ins[0].dtype,
                                   any(node.attrs.get("pads", (0,))), _residual(node, ins))
-            return lower_depthwise_pairs(ctx, name, g, weight, arith, ins[0], outs[0], params, backward)
-        return lower_depthwise(ctx, name, g, weight, arith, ins[0], outs[0], params, backward)
-    return lower_dense(ctx, name, g, groups, weight, arith, ins[0], outs[0], params, backward)
+            return lower_depthwise_pairs(ctx, name, g, weight, arith, ins[0], outs[0], params, backward, whole)
+        return lower_depthwise(ctx, name, g, weight, arith, ins[0], outs[0], params, backward, whole)
+    return lower_dense(ctx, name, g, groups, weight, arith, ins[0], outs[0], params, backward, whole)
 
 
 def _arith(ctx: LowerContext, node: Node, ins, style: DotStyle | None, weight: np.ndarray) -> Arith:

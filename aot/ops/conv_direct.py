@@ -16,7 +16,7 @@ from aot.graph.ir import Graph, Node, Rewriter
 from aot.graph.quant import node_quant
 from aot.kernel.ir import Builder, Kernel, const, fma
 from aot.ops import LowerContext
-from aot.ops.conv import ChannelBlock, channel_blocks, geometry, spatial_loops
+from aot.ops.conv import ChannelBlock, Order, channel_blocks, geometry, spatial_loops
 from aot.ops.epilogue import apply
 from aot.ops.registry import Fusion, Layout, define
 from aot.ops.rewrite import lift_1d, refuse, spatial_attrs, view
@@ -63,11 +63,11 @@ def conv_direct(ctx: LowerContext, node: Node, name: str) -> Kernel:
                         b.store(out, base + j * blk.lanes, apply(acts, accs[i][j]))
         return tile
 
-    def all_blocks(columns) -> None:
+    def tile(*at) -> None:
         for blk in blocks:
-            columns(block_tile(blk))
+            block_tile(blk)(*at)
 
-    spatial_loops(b, g, ctx.knobs.mr, None, inner=all_blocks)   # type: ignore[arg-type]
+    spatial_loops(b, g, Order(ctx.knobs.mr), tile)
     return Kernel(name, params, b.block())
 
 

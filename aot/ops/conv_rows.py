@@ -48,7 +48,7 @@ from aot.kernel.ir import (
     select,
 )
 from aot.ops import LowerContext
-from aot.ops.conv import ChannelBlock, Geometry, IntArith, channel_blocks, conv_reuse, spatial_loops
+from aot.ops.conv import ChannelBlock, Geometry, IntArith, Order, channel_blocks, conv_reuse, spatial_loops
 
 VECTOR = 16             # int8 lanes per 128-bit vector
 
@@ -295,10 +295,10 @@ def lower_rows(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, ar
         all_blocks(width, n, oh, ow0, False, None if whole else window)
 
     if clips:
-        spatial_loops(b, g, mr, clipped)
+        spatial_loops(b, g, Order(mr), clipped)
     else:
         spatial(b, g, mr, lambda width, n, oh, ow0, masked: all_blocks(width, n, oh, ow0, masked, None))
-    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, rows_in_order=False))
+    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, None))
 
 
 # --- depthwise ----------------------------------------------------------------------------------------
@@ -357,4 +357,4 @@ def lower_depthwise(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarra
                 b.store(out, idx, arith.result(accs[i][j], ch0 + j * blk.lanes, idx, blk.lanes))
 
     spatial(b, g, ctx.knobs.dw_mr, tile)
-    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, rows_in_order=False))
+    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, None))

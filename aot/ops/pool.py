@@ -8,7 +8,7 @@ from aot.graph.quant import RANGES, Quant, node_quant
 from aot.kernel import math
 from aot.kernel.ir import Builder, Cast, Expr, Kernel, binop, const, maximum, minimum
 from aot.ops import LowerContext
-from aot.ops.conv import Geometry, channel_blocks, spatial_loops
+from aot.ops.conv import Geometry, Order, channel_blocks, spatial_loops
 from aot.ops.quantized import int_dtype, quantize, widen
 from aot.ops.registry import Layout, QuantForm, define
 from aot.ops.rewrite import fused_acts, lift_1d, refuse, spatial_attrs, view
@@ -57,7 +57,7 @@ def pool(ctx: LowerContext, node: Node, name: str) -> Kernel:
         for j, acc in enumerate(accs):
             b.store(out, obase + j * blk.lanes, values.finish(acc, inv))
 
-    spatial_loops(b, g, 1, tile)
+    spatial_loops(b, g, Order(1), tile)
     return Kernel(name, params, b.block())
 
 
