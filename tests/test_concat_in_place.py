@@ -59,3 +59,20 @@ def test_a_concat_that_is_not_contiguous_blocks_keeps_its_kernel(case, tmp_path)
     assert "Concat" in ops(artifact) and "ConcatInPlace" not in ops(artifact)
     result = aot.check(artifact)
     assert result.ok, result.comparisons
+
+
+def test_a_part_that_a_graph_output_views_keeps_its_own_buffer(tmp_path):
+    """The last state of an unrolled loop is both a graph output (through a Reshape) and a block of the
+    stacked states: the output needs storage of its own, so the Concat keeps its kernel."""
+    w = onnx.numpy_helper.from_array(np.array([4], np.int64), "shape")
+    nodes = [helper.make_node("Sigmoid", ["x"], ["a"]), helper.make_node("Tanh", ["x"], ["b"]),
+             helper.make_node("Concat", ["a", "b"], ["stack"], axis=0),
+             helper.make_node("Reshape", ["b", "shape"], ["last"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("stack", TensorProto.FLOAT, [2, 4]),
+                               helper.make_tensor_value_info("last", TensorProto.FLOAT, [4])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    artifact = aot.build(model, target="host", out_dir=tmp_path / "b")
+    assert "ConcatInPlace" not in ops(artifact)
+    result = aot.check(artifact)
+    assert result.ok, result.comparisons

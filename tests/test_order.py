@@ -179,7 +179,10 @@ def test_searched_order_needs_a_smaller_workspace(model, share_memory, tmp_path)
     given = aot.build(MODELS[model](), out_dir=tmp_path / "b", knobs={**knobs, "reorder": False})
     assert searched.program.order.changed
     assert searched.program.plan.size == searched.program.order.searched
-    assert searched.program.order.graph_order == given.program.plan.size
+    # the kernels may differ between the two builds (those computing pixels whole are kept only where the
+    # plan of the order that runs needs them), so the graph's order with the searched build's kernels
+    # needs no less than the build made for that order
+    assert searched.program.order.graph_order >= given.program.plan.size
     assert searched.program.plan.size < given.program.plan.size
     assert [c.node.name for c in given.program.calls] != [c.node.name for c in searched.program.calls]
 

@@ -1,8 +1,8 @@
 """Concatenations that cost nothing: where the axis has only 1s before it, each input is one contiguous
 block of the result, so its producer can write it there directly. The Concat becomes a ConcatInPlace
 (no kernel; the program makes each input, or the tensor a Reshape of it views, a part of the result's
-storage) when every such tensor is computed by a kernel, is no graph output, appears once, has the
-result's element type and encoding, and the Concat applies no activation.
+storage) when every such tensor is computed by a kernel, is no graph output (nor viewed by one),
+appears once, has the result's element type and encoding, and the Concat applies no activation.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from aot.ops.registry import op_def
 def concat_in_place(graph: Graph) -> Graph:
     producers = graph.producers()
     claimed: set[str] = set()       # tensors already made part of a result
+    claimed.update(_owner(v, producers) for v in graph.outputs)     # a graph output has a buffer of its own
     replacement: dict[str, Node] = {}
     for node in graph.nodes:
         owners = [_owner(v, producers) for v in node.inputs] if node.op == "Concat" else []
