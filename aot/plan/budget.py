@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from aot.errors import PlanError
 from aot.graph.ir import Graph
-from aot.graph.passes.row_bands import BandChoice, Stage, banded_nodes, split_into_bands, stage_problem
+from aot.graph.passes.row_bands import BandChoice, Stage, computes_rows, split_into_bands, stage_problem
 from aot.knobs import Knobs
 from aot.ops import macs
 from aot.program import Program, build_program, plain_workspace
@@ -36,11 +36,11 @@ def io_bytes(graph: Graph) -> int:
 
 def band_stages(graph: Graph) -> Iterator[Stage]:
     """Row-band schedules of the graph's leading run of row-computing nodes, shortest stages first."""
-    start = next((i for i, node in enumerate(graph.nodes) if banded_nodes(graph, node)), None)
+    start = next((i for i, node in enumerate(graph.nodes) if computes_rows(graph, node)), None)
     if start is None:
         return
     end = start
-    while end < len(graph.nodes) and banded_nodes(graph, graph.nodes[end]):
+    while end < len(graph.nodes) and computes_rows(graph, graph.nodes[end]):
         rows = graph.shape(graph.nodes[end].outputs[0])[1]
         for bands in BANDS:
             stage = Stage(start, end, bands)

@@ -48,7 +48,7 @@ class BandChoice:
                 f"+{extra:,} MACs ({100 * extra / max(self.plain_macs, 1):.1f}% more)")
 
 
-def banded_nodes(graph: Graph, node: Node) -> bool:
+def computes_rows(graph: Graph, node: Node) -> bool:
     """Whether `node` computes rows from rows: NHWC batch-1 tensors, a Conv or a one-input elementwise op
     whose constant operands do not vary along rows."""
     out = graph.shape(node.outputs[0]) if len(node.outputs) == 1 else ()
@@ -68,7 +68,7 @@ def stage_problem(graph: Graph, stage: Stage) -> str | None:
     nodes = graph.nodes[stage.first:stage.last + 1]
     if not nodes or stage.bands < 2:
         return "a stage needs a node and two bands or more"
-    bad = next((n for n in nodes if not banded_nodes(graph, n)), None)
+    bad = next((n for n in nodes if not computes_rows(graph, n)), None)
     if bad is not None:
         return f"node '{bad.name}' ({bad.op}) does not compute rows from rows"
     inside = {v for n in nodes[:-1] for v in n.outputs}
