@@ -16,23 +16,25 @@ from aot.ops.registry import op_def
 from aot.run import local
 
 
-def _build_for_run(model, target, input_shapes, out_dir, knobs, freeze, tmp: str, memory=None) -> Artifact:
+def _build_for_run(model, target, input_shapes, out_dir, knobs, freeze, tmp: str, memory=None,
+                   records=None) -> Artifact:
     return build(model, target=target, out_dir=out_dir or os.path.join(tmp, "build"), input_shapes=input_shapes,
-                 knobs=knobs, freeze=freeze, memory=memory)
+                 knobs=knobs, freeze=freeze, memory=memory, records=records)
 
 
 def run(model: str | os.PathLike | onnx.ModelProto | Artifact, inputs: dict[str, np.ndarray] | None = None,
         target: str = "host", input_shapes: dict[str, tuple[int, ...]] | None = None,
         out_dir: str | os.PathLike | None = None, seed: int = 0, timeout: float = 600.0,
         knobs: dict | None = None, freeze: dict[str, FreezeValue] | None = None,
-        memory: dict[str, int] | None = None) -> dict[str, np.ndarray]:
+        memory: dict[str, int] | None = None, records: str | os.PathLike | None = None) -> dict[str, np.ndarray]:
     """Compile (unless given an Artifact) and run the model through its C entry point, natively or
     under the target's emulator. Returns the outputs by ONNX name, in graph order. Missing `inputs`
     are random with `seed`; a run longer than `timeout` seconds is stopped (RunError). Inputs named
     in `freeze` are constants of the build (see aot.build) and take no value in `inputs`; `memory`
-    limits the build as aot.build's does.
+    limits the build and `records` picks its schedules as aot.build's do.
     """
-    return _execute(model, inputs, target, input_shapes, out_dir, seed, timeout, knobs, freeze, memory)[0]
+    return _execute(model, inputs, target, input_shapes, out_dir, seed, timeout, knobs, freeze, memory,
+                    records)[0]
 
 
 @dataclass(frozen=True)
@@ -52,11 +54,11 @@ def check(model: str | os.PathLike | onnx.ModelProto | Artifact, inputs: dict[st
           target: str = "host", input_shapes: dict[str, tuple[int, ...]] | None = None,
           out_dir: str | os.PathLike | None = None, seed: int = 0, timeout: float = 600.0,
           knobs: dict | None = None, freeze: dict[str, FreezeValue] | None = None,
-          memory: dict[str, int] | None = None) -> CheckResult:
+          memory: dict[str, int] | None = None, records: str | os.PathLike | None = None) -> CheckResult:
     """Run the compiled model and onnxruntime on the same inputs and compare every output; onnxruntime
     runs the model with the `freeze` values as constants too."""
     outputs, artifact, feeds = _execute(model, inputs, target, input_shapes, out_dir, seed, timeout, knobs,
-                                        freeze, memory)
+                                        freeze, memory, records)
     proto, frozen = artifact.model.reference()
     reference = checks.reference_outputs(proto, {**feeds, **frozen}, artifact.model.label)
     steps = quantization_steps(artifact.program)
@@ -81,10 +83,11 @@ def quantization_steps(program) -> dict[str, float]:
     return steps
 
 
-def _execute(model, inputs, target, input_shapes, out_dir, seed, timeout, knobs=None, freeze=None, memory=None):
+def _execute(model, inputs, target, input_shapes, out_dir, seed, timeout, knobs=None, freeze=None, memory=None,
+             records=None):
     with tempfile.TemporaryDirectory(prefix="aot-") as tmp:
         artifact = (model if isinstance(model, Artifact)
-                    else _build_for_run(model, target, input_shapes, out_dir, knobs, freeze, tmp, memory))
+                    else _build_for_run(model, target, input_shapes, out_dir, knobs, freeze, tmp, memory, records))
         proto = artifact.model.proto
         feeds = (checks.random_inputs(proto, seed) if inputs is None
                  else checks.validate_inputs(proto, inputs, artifact.model.label))

@@ -118,11 +118,12 @@ def bench(model, board: str | Board | None = None, target: str | Target | None =
           timeout: float = 600.0, accept_new_host_key: bool = False, seed: int = 0, profile: bool = False,
           knobs: dict | None = None, input_shapes: dict[str, tuple[int, ...]] | None = None,
           freeze: dict[str, FreezeValue] | None = None, target_dirs: Sequence[str | os.PathLike] = (),
-          board_dirs: Sequence[str | os.PathLike] = (), memory: dict[str, int] | None = None) -> BenchResult:
+          board_dirs: Sequence[str | os.PathLike] = (), memory: dict[str, int] | None = None,
+          records: str | os.PathLike | None = None) -> BenchResult:
     """Build `model` for the board's target (or `target`), time it there and check its outputs.
-    `input_shapes`, `freeze` and `memory` are as for aot.build. Board and target names are looked up in
-    `board_dirs` and `target_dirs` first (see aot.remote.board and aot.target); a board's memory regions,
-    if it declares any, replace its target's.
+    `input_shapes`, `freeze`, `memory`, `knobs` and `records` are as for aot.build. Board and target names
+    are looked up in `board_dirs` and `target_dirs` first (see aot.remote.board and aot.target); a board's
+    memory regions, if it declares any, replace its target's.
 
     With `profile`, the wrapper is compiled with its timing hooks and the result lists each kernel
     call's mean time (the hooks' clock reads add a little to the total)."""
@@ -135,7 +136,7 @@ def bench(model, board: str | Board | None = None, target: str | Target | None =
     with tempfile.TemporaryDirectory(prefix="aot-bench-") as tmp:
         work = Path(tmp)
         artifact = build(model, target=tgt, out_dir=build_dir or work / "build", knobs=knobs,
-                         input_shapes=input_shapes, freeze=freeze, memory=memory)
+                         input_shapes=input_shapes, freeze=freeze, memory=memory, records=records)
         _render_timing(artifact, work / "timing.c", profile)
         exe = work / "bench"
         defines = (f"{artifact.name.upper()}_PROFILE",) if profile else ()

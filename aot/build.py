@@ -63,7 +63,7 @@ def build(model: str | os.PathLike | onnx.ModelProto, target: str | Target = "ho
           out_dir: str | os.PathLike | None = None, name: str | None = None,
           input_shapes: dict[str, tuple[int, ...]] | None = None, knobs: dict | None = None,
           memory: dict[str, int] | None = None, on_pass: Callable[[str, Graph], None] | None = None,
-          freeze: dict[str, FreezeValue] | None = None) -> Artifact:
+          freeze: dict[str, FreezeValue] | None = None, records: str | os.PathLike | None = None) -> Artifact:
     """Compile an ONNX model (path or ModelProto) for `target` into `out_dir` (default build/NAME).
 
     `input_shapes` fixes dynamic input dimensions; `freeze` ({"sr": 16000}) binds inputs to constants
@@ -71,14 +71,15 @@ def build(model: str | os.PathLike | onnx.ModelProto, target: str | Target = "ho
 
     `memory` ({"flash": bytes, "ram": bytes}) overrides the target's limits, and the sizes of its memory
     regions by name ({"dtcm": bytes}); a model that needs more fails the build with a PlanError. `knobs`
-    overrides the target's schedule knobs (aot/knobs.py).
+    overrides the target's schedule knobs (aot/knobs.py), with tables "node" and "workload" for one
+    kernel's schedule; `records` (a log of `aot tune`) gives each workload the best schedule measured.
     """
     tgt = get_target(target) if isinstance(target, str) else target
     totals = {k: v for k, v in (memory or {}).items() if k in ("flash", "ram")}
     region_sizes = {k: v for k, v in (memory or {}).items() if k not in totals}
     if region_sizes:
         tgt = dataclasses.replace(tgt, regions=resized(tgt.regions, region_sizes))
-    schedule = resolve(tgt, knobs)
+    schedule = resolve(tgt, knobs, records=records)
     loaded = load(model, input_shapes, freeze)
     graph = to_graph(loaded)
     name = wrapper.c_identifier(name or graph.name or "model")
@@ -94,10 +95,24 @@ def build(model: str | os.PathLike | onnx.ModelProto, target: str | Target = "ho
         program, _ = budget.fit(graph, lowering_target, name, schedule, limits["ram"], loaded.label)
     else:
         program = build_program(graph, lowering_target, name, schedule)
+    _check_overrides_used(program, schedule)
     files = _render(program, tgt, loaded, limits, schedule)
     _write_atomically(dest, files)
     return Artifact(dest, name, tgt, program, loaded, json.loads(files["plan.json"]),
                     json.loads(files["metadata.json"]), files["report.txt"].decode())
+
+
+def _check_overrides_used(program: Program, knobs: Knobs) -> None:
+    """A [node.NAME] or [workload."KEY"] table that no kernel took is a typo or a stale file: say so."""
+    chosen = [call.kernel.schedule for call in program.calls if call.kernel.schedule is not None]
+    for what, keys, have in (("node", knobs.schedules.nodes, {c.node for c in chosen}),
+                             ("workload", knobs.schedules.workloads, {c.workload for c in chosen})):
+        for key, _ in keys:
+            if key not in have:
+                listed = sorted(have)
+                shown = ", ".join(listed[:6]) + (f", ... ({len(listed)} in all)" if len(listed) > 6 else "")
+                raise OptionError(f"knobs [{what}.{key}]: no kernel with a schedule has that {what} "
+                                  f"(they are: {shown or 'none'})")
 
 
 def _render(program: Program, tgt: Target, loaded: LoadedModel, limits: dict[str, int],
@@ -123,6 +138,10 @@ def _render(program: Program, tgt: Target, loaded: LoadedModel, limits: dict[str
         "model": {"file": loaded.label, "sha256": loaded.sha256},
         "target": {"name": tgt.name, "triple": tgt.triple, "cpu": tgt.cpu, "features": tgt.features},
         "knobs": knobs.describe(),
+        # each templated kernel's schedule, its workload key, and whether the default rules, a --knobs
+        # table or a tuning record chose it (aot/schedule.py)
+        "schedules": [{"kernel": call.kernel.name, **call.kernel.schedule.describe()}
+                      for call in program.calls if call.kernel.schedule is not None],
         "workspace": {"size": program.plan.size, "align": program.plan.alignment,
                       **({"regions": [{"name": r.name, "rank": r.rank, "size": r.size, "capacity": r.capacity,
                                        "weights": r.weights, "section": r.section}

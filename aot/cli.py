@@ -96,7 +96,10 @@ def _input_options(p: argparse.ArgumentParser) -> None:
 
 def _knobs_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--knobs", metavar="FILE", help="TOML file overriding the target's schedule knobs "
-                   "(tile sizes, simd; see the [knobs] table of `aot targets NAME`)")
+                   "(tile sizes, simd; see the [knobs] table of `aot targets NAME`), and one kernel's schedule "
+                   "in tables [node.NAME] or [workload.\"KEY\"] (keys: metadata.json's schedules)")
+    p.add_argument("--records", metavar="FILE", help="tuning records (`aot tune -o FILE`): each workload "
+                   "gets the best schedule measured for the target, the others the default")
 
 
 def _knobs(args) -> dict | None:
@@ -208,7 +211,7 @@ def _build(args) -> int:
     start = time.perf_counter()
     artifact = build(args.model, target=get_target(args.target, args.target_dir), out_dir=args.output, name=args.name,
                      input_shapes=_shapes(args), memory=args.memory, on_pass=dump if args.dump_graph else None,
-                     knobs=_knobs(args), freeze=_freeze(args))
+                     knobs=_knobs(args), freeze=_freeze(args), records=args.records)
     plan = artifact.plan
     split = " + ".join(f"{r['name']} {r['size']:,}" for r in plan.get("regions", ()))
     print(f"built {artifact.dir}/ for {artifact.target.name} in {time.perf_counter() - start:.2f} s: "
@@ -230,7 +233,7 @@ def _run(args) -> int:
     target = get_target(args.target, args.target_dir)
     result = api.check(args.model, inputs=inputs, target=target, input_shapes=_shapes(args),
                        out_dir=args.output, seed=args.seed, timeout=args.timeout, knobs=_knobs(args),
-                       freeze=_freeze(args), memory=args.memory)
+                       freeze=_freeze(args), memory=args.memory, records=args.records)
     if args.outputs:
         Path(args.outputs).parent.mkdir(parents=True, exist_ok=True)
         np.savez(args.outputs, **result.outputs)
@@ -261,7 +264,7 @@ def _bench(args) -> int:
                                  min_repeat_ms=args.min_repeat_ms, warmup=args.warmup, build_dir=args.build_dir,
                                  timeout=args.timeout, accept_new_host_key=args.accept_new_host_key,
                                  knobs=_knobs(args), profile=args.profile, input_shapes=_shapes(args),
-                                 freeze=_freeze(args), memory=args.memory))
+                                 freeze=_freeze(args), memory=args.memory, records=args.records))
     rows = [("model", "board", "target", "number", "min ms", "median ms", "mean ms", "p90 ms", "stddev ms", "check")]
     for r in results:
         s = r.stats

@@ -1,8 +1,9 @@
 """Schedule knobs: the choices a kernel template leaves open (tile sizes, SIMD on or off).
 
 Each target's defaults are data, the `[knobs]` table of its target file (aot/data/targets/<name>.toml);
-a TOML file of the same keys (`aot build --knobs FILE`) overrides them for one build, which is how tuning
-searches them.
+a TOML file of the same keys (`aot build --knobs FILE`) overrides them for one build. Its tables
+`[node.NAME]` and `[workload."KEY"]` set one kernel's schedule (aot/schedule.py) by node name or by
+workload key, and tuning records (`--records FILE`) set the schedules tuning found best.
 The knobs a build used are recorded in its metadata.json.
 """
 
@@ -20,6 +21,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from aot.errors import OptionError, TargetError
+from aot.schedule import Overrides, best_records, read_records
 from aot.target import Target
 
 
@@ -35,12 +37,15 @@ class Knobs:
     simd: bool        # false: a scalar build (one lane, LLVM's vectorizers off), to measure SIMD against
     share_memory: bool = True   # outputs may overlap dying inputs where kernels allow it (false: the plain plan)
     reorder: bool = True        # run the kernels in the order searched for the smallest workspace (false: graph order)
+    schedules: Overrides = Overrides()  # per node, per workload, from tuning records (aot/schedule.py)
 
     def describe(self) -> dict:
-        return dataclasses.asdict(self)
+        flat = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "schedules"}
+        return {**flat, **self.schedules.describe()}
 
 
-_FIELDS = {f.name: f.type for f in dataclasses.fields(Knobs)}
+_FIELDS = {f.name: f.type for f in dataclasses.fields(Knobs) if f.name != "schedules"}
+_TABLES = ("node", "workload")     # per-kernel schedule overrides in a knobs file
 _RANGES = {"cache_kib": (1, 1 << 20)}
 _TILE_RANGE = (1, 32)   # a tile of more accumulators than any register file holds makes no sense
 
@@ -53,20 +58,37 @@ def load_knobs(path: str | os.PathLike) -> dict:
         raise OptionError(f"--knobs {path}: cannot read it: {err.strerror}") from None
     except tomllib.TOMLDecodeError as err:
         raise OptionError(f"--knobs {path}: not valid TOML: {err}") from None
-    _check(data, f"--knobs {path}")
+    _check({k: v for k, v in data.items() if k not in _TABLES}, f"--knobs {path}")
+    Overrides.of(data.get("node"), data.get("workload"), source=f"--knobs {path}")    # checked here, to name the file
     return data
 
 
-def resolve(target: Target, overrides: dict | None = None, source: str = "knobs") -> Knobs:
-    """The target's knob table with `overrides` laid over it, checked."""
+def resolve(target: Target, overrides: dict | None = None, source: str = "knobs",
+            records: str | os.PathLike | None = None) -> Knobs:
+    """The target's knob table with `overrides` laid over it, checked; with the best schedule per workload
+    of the tuning `records` file for this target."""
     _check(target.knobs, target.source or target.name)
     missing = [f.name for f in dataclasses.fields(Knobs)
                if f.name not in target.knobs and f.default is dataclasses.MISSING]
     if missing:
         raise TargetError(f"{target.source or target.name}: [knobs] lacks {', '.join(missing)}")
     overrides = dict(overrides or {})
+    tables = {name: overrides.pop(name) for name in _TABLES if name in overrides}
+    for name, table in tables.items():
+        if not isinstance(table, dict):
+            raise OptionError(f"{source}: '{name}' must be a table of [{name}.NAME] tables")
     _check(overrides, source)
-    return Knobs(**{**target.knobs, **overrides})
+    tuned = None
+    if records is not None:
+        logged = read_records(records)
+        tuned = best_records(logged, target.name)
+        if logged and not tuned:
+            others = sorted({r["target"] for r in logged})
+            raise OptionError(f"--records {records}: no successful measurement for target {target.name} "
+                              f"(its records are for {', '.join(others)})")
+    schedules = Overrides.of(tables.get("node"), tables.get("workload"), tuned,
+                             os.path.basename(records) if records is not None else "", source)
+    return Knobs(**{**target.knobs, **overrides}, schedules=schedules)
 
 
 def _check(table: dict, source: str) -> None:

@@ -117,7 +117,8 @@ def build_program(graph: Graph, target: Target, name: str, knobs: Knobs | None =
     either_way = frozenset(n.name for n in graph.nodes if op_def(n.op).rows_either_way) if share else frozenset()
     ctx = LowerContext(graph, target, name, knobs, _alternate_rows(graph) if share else frozenset(), either_way)
     root = _Storage(graph)
-    calls = [Call(lower(ctx, node, _kernel_name(name, step, node)), node, _args(graph, node))
+    calls = [Call(_named(lower(ctx, node, _kernel_name(name, step, node)), name, step, node), node,
+                  _args(graph, node))
              for step, node in enumerate(_kernel_nodes(graph))]
     return _whole_where_it_pays(_place(graph, target, name, knobs, calls, root), calls, ctx, knobs, root)
 
@@ -330,13 +331,19 @@ def _steps(calls: Sequence[Call], root) -> list[tuple[list[str], list[str]]]:
              [root(v) for v in call.node.outputs]) for call in calls]
 
 
-def _kernel_name(model: str, step: int, node: Node) -> str:
-    return f"{model}_k{step}_{node.op.lower()}"
+def _kernel_name(model: str, step: int, node: Node, kernel: Kernel | None = None) -> str:
+    """`model_k3_conv_6x2_wouter`: the step, the op and, for a template with a schedule, its tile and order."""
+    tag = f"_{kernel.schedule.schedule.tag}" if kernel is not None and kernel.schedule is not None else ""
+    return f"{model}_k{step}_{node.op.lower()}{tag}"
+
+
+def _named(kernel: Kernel, model: str, step: int, node: Node) -> Kernel:
+    return dataclasses.replace(kernel, name=_kernel_name(model, step, node, kernel))
 
 
 def _renumbered(call: Call, model: str, step: int) -> Call:
     """The call at another step: its kernel's symbol names the step."""
-    return dataclasses.replace(call, kernel=dataclasses.replace(call.kernel, name=_kernel_name(model, step, call.node)))
+    return dataclasses.replace(call, kernel=_named(call.kernel, model, step, call.node))
 
 
 def _alternate_rows(graph: Graph) -> frozenset[str]:

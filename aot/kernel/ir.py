@@ -11,8 +11,12 @@ operators build nodes and fold constants, so lowering code reads like the math i
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from aot.schedule import Chosen
 
 Number = int | float
 
@@ -441,6 +445,7 @@ class Kernel:
     params: tuple[Buffer, ...]             # in call order: inputs then outputs
     body: Block
     reuse: tuple[Reuse, ...] = ()           # outputs that may overlap a dying input (see Reuse)
+    schedule: Chosen | None = None          # the schedule it was emitted for (templates that have one)
 
 
 def constants(kernel: Kernel) -> list[Buffer]:

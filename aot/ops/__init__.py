@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import pkgutil
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,6 +20,7 @@ from aot.graph.ir import Graph, Node
 from aot.kernel.ir import Buffer, Kernel, Reuse
 from aot.knobs import Knobs
 from aot.ops.registry import op_def
+from aot.schedule import Chosen, Schedule, choose
 from aot.target import Target
 
 # Graph element types -> kernel IR element types (a bool is one byte, 0 or 1).
@@ -41,6 +43,12 @@ class LowerContext:
         self._consts += 1
         dtype = DTYPES[str(array.dtype)]
         return Buffer(f"{self.prefix}_{hint}{self._consts}", dtype, int(array.size), array)
+
+    def schedule(self, node: Node, workload: str, default: Schedule,
+                 rules: Callable[[Schedule], Schedule] = lambda s: s) -> Chosen:
+        """The schedule to emit `node`'s kernel for (see aot/schedule.py): `default` from the knobs, with
+        any override for the node or its workload laid over it, and `rules` filling in the rest."""
+        return choose(self.knobs.schedules, self.target, node.name, workload, default, rules)
 
     def io(self, node: Node) -> tuple[list[Buffer | None], list[Buffer], tuple[Buffer, ...]]:
         """Buffers for a node's inputs (constants embedded, absent inputs None) and outputs, plus the params."""

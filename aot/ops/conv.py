@@ -12,6 +12,7 @@ fast path; the few border columns (and rows) clip their window with runtime loop
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -45,6 +46,7 @@ from aot.ops.epilogue import apply
 from aot.ops.quantized import add_quantized, quantize, requantize_fixed, widen
 from aot.ops.registry import MATRIX_OPERANDS, Fusion, Layout, QuantForm, define, op_def, operand
 from aot.ops.rewrite import fused_acts, lift_1d, refuse, spatial_attrs, view
+from aot.schedule import Schedule, workload_key
 
 
 @dataclass(frozen=True)
@@ -523,15 +525,44 @@ class BytePairArith(IntArith):
 Arith = FloatArith | IntArith
 
 
-def lower_dense(ctx: LowerContext, name: str, g: Geometry, groups: int, weight: np.ndarray, arith: Arith,
-                x: Buffer, out: Buffer, params: tuple[Buffer, ...], backward: bool = False,
+def workload(template: str, g: Geometry, groups: int, x: Buffer, form: str) -> str:
+    """The workload key (aot/schedule.py) of a convolution computed by `template` in arithmetic `form`."""
+    return workload_key(template, (g.n, g.h, g.w, g.c), g.m, (g.kh, g.kw), g.stride, g.dilation, g.pads,
+                        groups, f"{x.dtype} {form}" if form else x.dtype)
+
+
+def arith_form(arith: Arith) -> str:
+    """What a workload key says of the arithmetic: integer, dot products or byte pairs (nothing: float)."""
+    if isinstance(arith, BytePairArith):
+        return "pairs"
+    if isinstance(arith, DotArith):
+        return f"dot{arith.group}" + ("raw" if arith.style.raw_bytes else "")
+    return "int" if isinstance(arith, IntArith) else ""
+
+
+def lower_dense(ctx: LowerContext, node: Node, name: str, g: Geometry, groups: int, weight: np.ndarray,
+                arith: Arith, x: Buffer, out: Buffer, params: tuple[Buffer, ...], backward: bool = False,
                 whole: bool = False) -> Kernel:
     cg, mg = g.c // groups, g.m // groups
     step = arith.group          # input channels per multiply-accumulate
     lanes = 1 if arith.scalar else ctx.target.lanes
     knobs = ctx.knobs
     # Scalar integer tiles live in the core registers (about 10 free on Arm Thumb).
-    mr, nr = (knobs.core_mr, knobs.core_nr) if lanes == 1 and arith.acc_dtype == "i32" else (knobs.mr, knobs.nr)
+    core = lanes == 1 and arith.acc_dtype == "i32"
+    template = "dense_core" if core else "dense"
+    weight_bytes = arith.weights(weight.reshape(-1)).nbytes
+
+    def loop_by_traffic(s: Schedule) -> Schedule:
+        if s.loop:
+            return s
+        panels = groups * sum(blk.count for blk in channel_blocks(mg, lanes, min(s.nr, -(-mg // lanes))))
+        outer = _weights_outer(g, weight_bytes, x.nbytes, panels, knobs.cache_kib * 1024)
+        return dataclasses.replace(s, loop="weights" if outer else "pixels")
+
+    chosen = ctx.schedule(node, workload(template, g, groups, x, arith_form(arith)),
+                          Schedule(template, *((knobs.core_mr, knobs.core_nr) if core else (knobs.mr, knobs.nr))),
+                          loop_by_traffic)
+    mr, nr = chosen.schedule.mr, chosen.schedule.nr
     blocks = channel_blocks(mg, lanes, min(nr, -(-mg // lanes)))
     packed, offsets = _pack_dense(weight, groups, blocks, step)
     wdata = arith.weights(packed)
@@ -571,8 +602,7 @@ def lower_dense(ctx: LowerContext, name: str, g: Geometry, groups: int, weight: 
                     b.store(out, idx, arith.result(accs[t][i][j], ch0 + j * blk.lanes, idx, blk.lanes))
 
     group_stride = offsets[len(blocks)] if groups > 1 else 0    # panels repeat per group
-    if _weights_outer(g, wdata.nbytes, x.nbytes,
-                      groups * sum(blk.count for blk in blocks), knobs.cache_kib * 1024):
+    if chosen.schedule.loop == "weights":
         # Each panel stays in cache while every output pixel passes over it.
         with b.loop("g", 0, groups) as group:
             for bi, blk in enumerate(blocks):
@@ -581,7 +611,7 @@ def lower_dense(ctx: LowerContext, name: str, g: Geometry, groups: int, weight: 
                     panel = b.let("panel", group * group_stride + offsets[bi] + cb * (panel_size * blk.width))
                     spatial_loops(b, g, Order(mr), lambda rows, *at, blk=blk, ch0=ch0, panel=panel:
                                   block_body([(blk, ch0, panel)], group, rows, *at))
-        return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, None))
+        return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, None), chosen)
 
     def tile(rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) -> None:
         # Each tile of input pixels stays in cache while every panel passes over it.
@@ -601,7 +631,7 @@ def lower_dense(ctx: LowerContext, name: str, g: Geometry, groups: int, weight: 
     order = row_order(g, mr, backward, x, out,
                       sum(blk.nr * blk.count for blk in blocks) if whole and groups == 1 else None)
     spatial_loops(b, g, order, tile, whole_pixel)
-    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, order))
+    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, order), chosen)
 
 
 def conv_reuse(g: Geometry, x: Buffer, out: Buffer, arith: Arith, order: Order | None) -> tuple[Reuse, ...]:
@@ -685,11 +715,14 @@ def dot_style(ctx: LowerContext, node: Node, groups: int, cg: int) -> DotStyle |
 
 # --- depthwise --------------------------------------------------------------------------------------
 
-def lower_depthwise(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, arith: Arith, x: Buffer,
-                    out: Buffer, params: tuple[Buffer, ...], backward: bool = False, whole: bool = False) -> Kernel:
+def lower_depthwise(ctx: LowerContext, node: Node, name: str, g: Geometry, weight: np.ndarray, arith: Arith,
+                    x: Buffer, out: Buffer, params: tuple[Buffer, ...], backward: bool = False,
+                    whole: bool = False) -> Kernel:
     lanes = ctx.target.lanes
-    blocks = channel_blocks(g.c, lanes, ctx.knobs.dw_nr)
-    mr = ctx.knobs.dw_mr
+    chosen = ctx.schedule(node, workload("depthwise", g, g.c, x, arith_form(arith)),
+                          Schedule("depthwise", ctx.knobs.dw_mr, ctx.knobs.dw_nr))
+    blocks = channel_blocks(g.c, lanes, chosen.schedule.nr)
+    mr = chosen.schedule.mr
     wbuf = ctx.const(arith.weights(np.ascontiguousarray(weight[:, 0].transpose(1, 2, 0))), "w")  # [kh][kw][c]
     b = Builder()
     dy, dx = g.dilation
@@ -730,7 +763,7 @@ def lower_depthwise(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarra
 
     order = row_order(g, mr, backward, x, out, sum(blk.nr * blk.count for blk in blocks) if whole else None)
     spatial_loops(b, g, order, tile, whole_pixel)
-    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, order))
+    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, order), chosen)
 
 
 def depthwise_pairs_style(ctx: LowerContext, node: Node, g: Geometry) -> DotStyle | None:
@@ -741,14 +774,16 @@ def depthwise_pairs_style(ctx: LowerContext, node: Node, g: Geometry) -> DotStyl
     return next((style for style in ctx.target.int_simd.dots if style.byte_pairs), None)
 
 
-def lower_depthwise_pairs(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, arith: BytePairArith,
-                          x: Buffer, out: Buffer, params: tuple[Buffer, ...], backward: bool = False,
-                          whole: bool = False) -> Kernel:
+def lower_depthwise_pairs(ctx: LowerContext, node: Node, name: str, g: Geometry, weight: np.ndarray,
+                          arith: BytePairArith, x: Buffer, out: Buffer, params: tuple[Buffer, ...],
+                          backward: bool = False, whole: bool = False) -> Kernel:
     """Depthwise int8 on the Arm DSP, 4 channels per 32-bit load. A pixel's word widens into the pairs
     (c0, c2) and (c1, c3) (sxtab16, zero point included); the weights are stored already widened in that
     order, int16 (w_c0, w_c2, w_c1, w_c3) per tap; SMLABB and SMLATT multiply the low and high halves
     into the 4 channels' accumulators. A tile is `dw_mr` output pixels sharing each tap's weights; border
     pixels clip their window with loop bounds, so no tap tests anything."""
+    chosen = ctx.schedule(node, workload("depthwise_pairs", g, g.c, x, "pairs"),
+                          Schedule("depthwise_pairs", ctx.knobs.dw_mr, 1))
     quads = g.c // 4
     pairs = np.array([0, 2, 1, 3])
     taps = weight[:, 0].transpose(1, 2, 0).reshape(g.kh, g.kw, quads, 4)[..., pairs]   # [kh][kw][c/4][4]
@@ -794,9 +829,9 @@ def lower_depthwise_pairs(ctx: LowerContext, name: str, g: Geometry, weight: np.
     def whole_pixel(rows, *at) -> None:
         quads_body([const(q) for q in range(quads)], rows, *at)
 
-    order = row_order(g, ctx.knobs.dw_mr, backward, x, out, g.c if whole else None)
+    order = row_order(g, chosen.schedule.mr, backward, x, out, g.c if whole else None)
     spatial_loops(b, g, order, tile, whole_pixel)
-    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, order))
+    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, order), chosen)
 
 
 # --- graph ops ---------------------------------------------------------------------------------------
@@ -820,12 +855,13 @@ def conv(ctx: LowerContext, node: Node, name: str) -> Kernel:
     depthwise = groups == g.c and weight.shape[1] == 1 and g.m == g.c
     if not depthwise and conv_rows.applies(ctx, quant, groups, weight, ins[0].dtype, g):
         bias = ctx.graph.constants[operand(node, "bias")] if operand(node, "bias") else None
-        return conv_rows.lower_rows(ctx, name, g, weight, IntArith(ctx, quant, bias, _residual(node, ins)), quant,
+        return conv_rows.lower_rows(ctx, node, name, g, weight, IntArith(ctx, quant, bias, _residual(node, ins)), quant,
                                     ins[0], outs[0], params)
     if depthwise and ctx.target.int_simd.predicated and conv_rows.applies(ctx, quant, 1, weight, ins[0].dtype):
         bias = ctx.graph.constants[operand(node, "bias")] if operand(node, "bias") else None
-        return conv_rows.lower_depthwise(ctx, name, g, weight, IntArith(ctx, quant, bias, _residual(node, ins)),
-                                         quant, ins[0], outs[0], params)
+        return conv_rows.lower_depthwise(ctx, node, name, g, weight,
+                                         IntArith(ctx, quant, bias, _residual(node, ins)), quant, ins[0], outs[0],
+                                         params)
     backward, whole = node.name in ctx.backward, node.name in ctx.whole
     if depthwise:
         pairs = depthwise_pairs_style(ctx, node, g)
@@ -833,9 +869,10 @@ def conv(ctx: LowerContext, node: Node, name: str) -> Kernel:
             bias = ctx.graph.constants[operand(node, "bias")] if operand(node, "bias") else None
             arith = BytePairArith(ctx, pairs, quant, bias, ctx.graph.constants[node.inputs[1]], ins[0].dtype,
                                   any(node.attrs.get("pads", (0,))), _residual(node, ins))
-            return lower_depthwise_pairs(ctx, name, g, weight, arith, ins[0], outs[0], params, backward, whole)
-        return lower_depthwise(ctx, name, g, weight, arith, ins[0], outs[0], params, backward, whole)
-    return lower_dense(ctx, name, g, groups, weight, arith, ins[0], outs[0], params, backward, whole)
+            return lower_depthwise_pairs(ctx, node, name, g, weight, arith, ins[0], outs[0], params, backward,
+                                         whole)
+        return lower_depthwise(ctx, node, name, g, weight, arith, ins[0], outs[0], params, backward, whole)
+    return lower_dense(ctx, node, name, g, groups, weight, arith, ins[0], outs[0], params, backward, whole)
 
 
 def _arith(ctx: LowerContext, node: Node, ins, style: DotStyle | None, weight: np.ndarray) -> Arith:

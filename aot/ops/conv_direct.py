@@ -16,10 +16,11 @@ from aot.graph.ir import Graph, Node, Rewriter
 from aot.graph.quant import node_quant
 from aot.kernel.ir import Builder, Kernel, const, fma
 from aot.ops import LowerContext
-from aot.ops.conv import ChannelBlock, Order, channel_blocks, geometry, spatial_loops
+from aot.ops.conv import ChannelBlock, Order, channel_blocks, geometry, spatial_loops, workload
 from aot.ops.epilogue import apply
 from aot.ops.registry import Fusion, Layout, define
 from aot.ops.rewrite import lift_1d, refuse, spatial_attrs, view
+from aot.schedule import Schedule
 
 
 def _macs(graph: Graph, node: Node) -> int:
@@ -34,7 +35,9 @@ def conv_direct(ctx: LowerContext, node: Node, name: str) -> Kernel:
     cg, mg = g.c // groups, g.m // groups
     acts = node.attrs.get("acts", ())
     lanes = ctx.target.lanes
-    blocks = channel_blocks(mg, lanes, min(ctx.knobs.nr, -(-mg // lanes)))
+    chosen = ctx.schedule(node, workload("direct", g, groups, x, ""),
+                          Schedule("direct", ctx.knobs.mr, ctx.knobs.nr))
+    blocks = channel_blocks(mg, lanes, min(chosen.schedule.nr, -(-mg // lanes)))
     dy, dx = g.dilation
     b = Builder()
 
@@ -67,8 +70,8 @@ def conv_direct(ctx: LowerContext, node: Node, name: str) -> Kernel:
         for blk in blocks:
             block_tile(blk)(*at)
 
-    spatial_loops(b, g, Order(ctx.knobs.mr), tile)
-    return Kernel(name, params, b.block())
+    spatial_loops(b, g, Order(chosen.schedule.mr), tile)
+    return Kernel(name, params, b.block(), schedule=chosen)
 
 
 def canonical_conv_computed(rw: Rewriter, node: Node) -> None:

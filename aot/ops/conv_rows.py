@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from aot.graph.ir import Node
 from aot.graph.quant import Quant
 from aot.kernel.ir import (
     Buffer,
@@ -48,7 +49,17 @@ from aot.kernel.ir import (
     select,
 )
 from aot.ops import LowerContext
-from aot.ops.conv import ChannelBlock, Geometry, IntArith, Order, channel_blocks, conv_reuse, spatial_loops
+from aot.ops.conv import (
+    ChannelBlock,
+    Geometry,
+    IntArith,
+    Order,
+    channel_blocks,
+    conv_reuse,
+    spatial_loops,
+    workload,
+)
+from aot.schedule import Schedule
 
 VECTOR = 16             # int8 lanes per 128-bit vector
 
@@ -169,11 +180,13 @@ def spatial(b: Builder, g: Geometry, mr: int, tile: Tile) -> None:
                 columns(n, oh, col_hi, g.ow, True)
 
 
-def lower_rows(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, arith: IntArith, quant: Quant,
-               x: Buffer, out: Buffer, params: tuple[Buffer, ...]) -> Kernel:
+def lower_rows(ctx: LowerContext, node: Node, name: str, g: Geometry, weight: np.ndarray, arith: IntArith,
+               quant: Quant, x: Buffer, out: Buffer, params: tuple[Buffer, ...]) -> Kernel:
     """weight: OIHW integers with their zero point subtracted."""
     rows = Rows.of(g)
-    mr, nr = ctx.knobs.core_mr, ctx.knobs.core_nr
+    chosen = ctx.schedule(node, workload("rows", g, 1, x, "int"),
+                          Schedule("rows", ctx.knobs.core_mr, ctx.knobs.core_nr))
+    mr, nr = chosen.schedule.mr, chosen.schedule.nr
     sums = acc_lanes(ctx) or 1
     # Requantized as one vector: 4 lanes; 2 too on NEON (a D register), not on Helium (no 64-bit vectors).
     vector_widths = (ctx.target.lanes,) if sums == 1 else (ctx.target.lanes, 2)
@@ -298,19 +311,21 @@ def lower_rows(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, ar
         spatial_loops(b, g, Order(mr), clipped)
     else:
         spatial(b, g, mr, lambda width, n, oh, ow0, masked: all_blocks(width, n, oh, ow0, masked, None))
-    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, None))
+    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, None), chosen)
 
 
 # --- depthwise ----------------------------------------------------------------------------------------
 
-def lower_depthwise(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarray, arith: IntArith, quant: Quant,
-                    x: Buffer, out: Buffer, params: tuple[Buffer, ...]) -> Kernel:
+def lower_depthwise(ctx: LowerContext, node: Node, name: str, g: Geometry, weight: np.ndarray, arith: IntArith,
+                    quant: Quant, x: Buffer, out: Buffer, params: tuple[Buffer, ...]) -> Kernel:
     """Depthwise int8 along channels: 4 channels per vector, each byte loaded sign-extended to 32 bits
     (VLDRB.S32), multiplied and added in int32 lanes, a tile of dw_mr pixels sharing each weight load.
     Raw bytes as in lower_rows: the zero point folded into the bias, taps over the padding read as
     the zero point. weight: OIHW (I = 1) integers with their zero point subtracted."""
     lanes = ctx.target.lanes
-    blocks = channel_blocks(g.c, lanes, ctx.knobs.dw_nr)
+    chosen = ctx.schedule(node, workload("depthwise_rows", g, g.c, x, "int"),
+                          Schedule("depthwise_rows", ctx.knobs.dw_mr, ctx.knobs.dw_nr))
+    blocks = channel_blocks(g.c, lanes, chosen.schedule.nr)
     wbuf = ctx.const(np.ascontiguousarray(weight[:, 0].transpose(1, 2, 0)).astype(np.int8), "w")   # [kh][kw][c]
     bias = ctx.const(folded_bias(arith, quant, weight), "b")
     zx = quant.x_zp
@@ -356,5 +371,5 @@ def lower_depthwise(ctx: LowerContext, name: str, g: Geometry, weight: np.ndarra
                 idx = base + j * blk.lanes
                 b.store(out, idx, arith.result(accs[i][j], ch0 + j * blk.lanes, idx, blk.lanes))
 
-    spatial(b, g, ctx.knobs.dw_mr, tile)
-    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, None))
+    spatial(b, g, chosen.schedule.mr, tile)
+    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, None), chosen)

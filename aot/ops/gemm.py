@@ -32,7 +32,7 @@ def gemm(ctx: LowerContext, node: Node, name: str) -> Kernel:
     quant = node_quant(ctx.graph.values, node)
     if quant is not None and not (style and style.raw_bytes):
         oihw = _minus_zero_point(oihw, quant, axis=0)
-    return lower_dense(ctx, name, g, 1, oihw, arith, ins[0], outs[0], params)
+    return lower_dense(ctx, node, name, g, 1, oihw, arith, ins[0], outs[0], params)
 
 
 def canonical_gemm(rw: Rewriter, node: Node) -> None:

@@ -1,0 +1,241 @@
+"""Schedules: how a kernel template computes one node, as a value.
+
+A template (the dense convolution micro-kernel, the depthwise one, ...) leaves choices open: the register
+tile, the loop order. Lowering a node first chooses a Schedule, then emits the kernel for it. The default
+choice is the target's knobs (aot/knobs.py) and the template's rules (the loop order by memory traffic);
+a choice can be overridden per node or per workload (`--knobs FILE` tables `[node.NAME]` and
+`[workload."KEY"]`) or taken from tuning records (`--records FILE`, aot/tune.py), and every build records
+each kernel's schedule, where it came from and its workload key in metadata.json.
+
+A workload is what a schedule's cost depends on: the template and the node's shapes, strides, padding
+and data type. Two nodes with the same key run the same code for the same schedule, so tuning measures
+each key once and a record applies to every node with its key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aot.errors import OptionError
+from aot.target import Target
+
+LOOPS = ("pixels", "weights")     # dense: pixel tiles outside (weights re-read per row), or weight panels outside
+
+
+@dataclass(frozen=True)
+class Schedule:
+    template: str
+    mr: int             # register tile: output pixels
+    nr: int             # register tile: vectors of output channels (scalars for core-register tiles)
+    loop: str = ""      # dense only: see LOOPS
+
+    @property
+    def tag(self) -> str:
+        """What the kernel's symbol says of it: `6x2`, `6x2_wouter`."""
+        return f"{self.mr}x{self.nr}" + ("_wouter" if self.loop == "weights" else "")
+
+    def describe(self) -> dict:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v != ""}
+
+
+@dataclass(frozen=True)
+class Template:
+    """A kernel template's open choices: which fields of Schedule it reads, the values tuning tries, and
+    its register budget (what the tile needs, what the target has)."""
+    name: str
+    fields: tuple[str, ...]
+    space: dict[str, tuple]
+    registers: Callable[[Schedule, Target], tuple[int, int, str]]
+
+
+def _core_registers(target: Target) -> int:
+    """General registers a kernel's tile may hold (the rest keep addresses and loop counters)."""
+    return 11 if target.pointer_bits == 32 else 24
+
+
+def _vector_tile(s: Schedule, t: Target) -> tuple[int, int, str]:
+    # mr x nr accumulators, nr weight vectors, one broadcast input
+    return s.mr * s.nr + s.nr + 1, t.vector_registers, "vector registers"
+
+
+def _depthwise_tile(s: Schedule, t: Target) -> tuple[int, int, str]:
+    # mr x nr accumulators, nr weight vectors, one input vector at a time
+    return s.mr * s.nr + s.nr + 1, t.vector_registers, "vector registers"
+
+
+def _core_tile(s: Schedule, t: Target) -> tuple[int, int, str]:
+    return s.mr * s.nr, _core_registers(t), "general registers for accumulators"
+
+
+def _pairs_tile(s: Schedule, t: Target) -> tuple[int, int, str]:
+    # 4 channels' accumulators per pixel: past 2 pixels they live on the stack (cheap on a Cortex-M, and
+    # measured faster for 4 pixels), past 8 the shared weight loads no longer pay for the spills
+    return s.mr, 8, "pixels (4 accumulators each)"
+
+
+_TILES = tuple(range(1, 9))
+TEMPLATES = {t.name: t for t in (
+    Template("dense", ("mr", "nr", "loop"), {"mr": _TILES, "nr": (1, 2, 3, 4), "loop": LOOPS}, _vector_tile),
+    Template("dense_core", ("mr", "nr", "loop"), {"mr": (1, 2, 3, 4), "nr": (1, 2, 3, 4), "loop": LOOPS},
+             _core_tile),
+    Template("depthwise", ("mr", "nr"), {"mr": _TILES, "nr": (1, 2, 3, 4)}, _depthwise_tile),
+    Template("depthwise_pairs", ("mr",), {"mr": _TILES}, _pairs_tile),
+    Template("rows", ("mr", "nr"), {"mr": (1, 2, 3, 4), "nr": (1, 2, 3, 4)}, _core_tile),
+    Template("depthwise_rows", ("mr", "nr"), {"mr": _TILES, "nr": (1, 2, 3)}, _depthwise_tile),
+    Template("direct", ("mr", "nr"), {"mr": _TILES, "nr": (1, 2, 3, 4)}, _vector_tile),
+)}
+
+
+def check(schedule: Schedule, target: Target, where: str) -> None:
+    """Reject a schedule its template cannot run on the target, saying why."""
+    template = TEMPLATES[schedule.template]
+    if schedule.loop and schedule.loop not in LOOPS:
+        raise OptionError(f"{where}: loop must be one of {', '.join(LOOPS)}, not {schedule.loop!r}")
+    if schedule.mr < 1 or schedule.nr < 1:
+        raise OptionError(f"{where}: a {schedule.tag} tile is empty")
+    need, have, what = template.registers(schedule, target)
+    if need > have:
+        raise OptionError(f"{where}: a {schedule.tag} {schedule.template} tile needs {need} {what}; "
+                          f"{target.name} has {have}")
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """The schedule a kernel was emitted for, and why that one."""
+    node: str
+    workload: str
+    schedule: Schedule
+    source: str         # "default", "node" or "workload" (a --knobs table), "records"
+
+    def describe(self) -> dict:
+        return {"node": self.node, "workload": self.workload, "source": self.source, **self.schedule.describe()}
+
+
+_FIELD_TYPES = {"mr": int, "nr": int, "loop": str}
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """Schedule choices made outside the default rules: by node name, by workload key (both partial:
+    the fields given), and from tuning records (whole schedules, by workload key). Per node wins over
+    per workload, which wins over records."""
+    nodes: tuple[tuple[str, tuple[tuple[str, object], ...]], ...] = ()
+    workloads: tuple[tuple[str, tuple[tuple[str, object], ...]], ...] = ()
+    records: tuple[tuple[str, tuple[tuple[str, object], ...]], ...] = ()
+    records_file: str = ""
+    _index: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @staticmethod
+    def of(nodes: dict | None = None, workloads: dict | None = None, records: dict | None = None,
+           records_file: str = "", source: str = "knobs") -> Overrides:
+        def frozen(table: dict | None, what: str) -> tuple:
+            out = []
+            for key, fields in sorted((table or {}).items()):
+                if not isinstance(fields, dict):
+                    raise OptionError(f"{source}: [{what}.{key}] must be a table of schedule fields")
+                for name, value in fields.items():
+                    if name == "template":
+                        continue
+                    kind = _FIELD_TYPES.get(name)
+                    if kind is None:
+                        raise OptionError(f"{source}: [{what}.{key}]: unknown schedule field '{name}' "
+                                          f"(fields: {', '.join(_FIELD_TYPES)})")
+                    if isinstance(value, bool) or not isinstance(value, kind):
+                        raise OptionError(f"{source}: [{what}.{key}]: '{name}' must be "
+                                          f"{'an integer' if kind is int else 'a string'}, not {value!r}")
+                out.append((key, tuple(sorted(fields.items()))))
+            return tuple(out)
+        return Overrides(frozen(nodes, "node"), frozen(workloads, "workload"), frozen(records, "records"),
+                         records_file)
+
+    def __bool__(self) -> bool:
+        return bool(self.nodes or self.workloads or self.records)
+
+    def lookup(self, node: str, workload: str) -> tuple[dict, str]:
+        """The fields to lay over the default schedule of `node` (of workload `workload`), and their source."""
+        if not self._index:
+            self._index.update({"node": dict(self.nodes), "workload": dict(self.workloads),
+                                "records": dict(self.records)})
+        for source, key in (("node", node), ("workload", workload), ("records", workload)):
+            fields = self._index[source].get(key)
+            if fields is not None:
+                return {k: v for k, v in fields if k != "template"}, source
+        return {}, "default"
+
+    def describe(self) -> dict:
+        out: dict = {}
+        if self.nodes:
+            out["node"] = {k: dict(v) for k, v in self.nodes}
+        if self.workloads:
+            out["workload"] = {k: dict(v) for k, v in self.workloads}
+        if self.records_file:
+            out["records"] = {"file": self.records_file, "workloads": len(self.records)}
+        return out
+
+
+def choose(overrides: Overrides, target: Target, node: str, workload: str, default: Schedule,
+           rules: Callable[[Schedule], Schedule] = lambda s: s) -> Chosen:
+    """The schedule of `node`: the overrides that apply laid over `default`, then `rules` filling in what
+    neither decided (fields left ""), checked against the template and the target."""
+    fields, source = overrides.lookup(node, workload)
+    template = TEMPLATES[default.template]
+    unknown = sorted(set(fields) - set(template.fields))
+    where = f"node '{node}' ({workload})"
+    if unknown and source != "records":
+        raise OptionError(f"{where}: the {default.template} template has no {', '.join(unknown)} "
+                          f"(it takes {', '.join(template.fields)})")
+    fields = {k: v for k, v in fields.items() if k in template.fields}
+    schedule = rules(dataclasses.replace(default, **fields))
+    check(schedule, target, f"{where}, schedule from {source}")
+    return Chosen(node, workload, schedule, source)
+
+
+def workload_key(template: str, shape: tuple[int, ...], out_channels: int, kernel: tuple[int, int],
+                 strides: tuple[int, int], dilations: tuple[int, int], pads: tuple[int, ...], groups: int,
+                 dtype: str) -> str:
+    """`dense 1x56x56x64>64 k3x3 s1x1 d1x1 p1,1,1,1 g1 float32`: template, NHWC input > output channels,
+    window, strides, dilations, pads (top, left, bottom, right), groups, input type."""
+    return (f"{template} {'x'.join(map(str, shape))}>{out_channels} k{kernel[0]}x{kernel[1]} "
+            f"s{strides[0]}x{strides[1]} d{dilations[0]}x{dilations[1]} p{','.join(map(str, pads))} "
+            f"g{groups} {dtype}")
+
+
+# --- tuning records ---------------------------------------------------------------------------------
+
+def read_records(path: str | os.PathLike) -> list[dict]:
+    """The records of a tuning log (one JSON object per line; see aot/tune.py)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise OptionError(f"--records {path}: cannot read it: {err.strerror}") from None
+    records = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise OptionError(f"--records {path}:{number}: not a JSON record: {err.msg}") from None
+        if not isinstance(record, dict) or not {"workload", "target", "schedule"} <= set(record):
+            raise OptionError(f"--records {path}:{number}: a record needs workload, target and schedule")
+        records.append(record)
+    return records
+
+
+def best_records(records: list[dict], target: str) -> dict[str, dict]:
+    """Per workload of `target`, the schedule of the cheapest measurement without error (ties: the
+    first in a fixed order, so the same records always give the same build)."""
+    best: dict[str, tuple] = {}
+    for record in records:
+        if record["target"] != target or record.get("error") or record.get("cost") is None:
+            continue
+        schedule = record["schedule"]
+        rank = (float(record["cost"]), json.dumps(schedule, sort_keys=True))
+        if record["workload"] not in best or rank < best[record["workload"]][0]:
+            best[record["workload"]] = (rank, schedule)
+    return {key: dict(schedule) for key, (_, schedule) in sorted(best.items())}
