@@ -155,7 +155,7 @@ def bench(model, board: str | Board | None = None, target: str | Target | None =
             stdout = local.execute(tgt, exe, work, timeout, artifact.name, args).stdout
             where, emulated = "local", bool(tgt.run_command)
         else:
-            stdout = _run_on_board(brd, files, args, out_names, work, timeout, accept_new_host_key, artifact.name)
+            stdout = run_on_board(brd, files, args, out_names, work, timeout, accept_new_host_key, artifact.name)
             where, emulated = brd.name, bool(brd.runner)
         times, final_number = _parse_times(stdout)
         outputs = {t.onnx_name: np.fromfile(work / f"output_{t.index}.bin", dtype=t.dtype).reshape(t.shape)
@@ -168,7 +168,7 @@ def bench(model, board: str | Board | None = None, target: str | Target | None =
                            sum(node_macs(artifact.program.graph, c.node) for c in artifact.program.calls))
 
 
-def _run_on_board(brd: Board, files: list[Path], args: list[str], out_names: list[str], work: Path,
+def run_on_board(brd: Board, files: list[Path], args: list[str], out_names: list[str], work: Path,
                   timeout: float, accept_new_host_key: bool, what: str) -> str:
     with Session(brd, accept_new_host_key) as session:
         remote = session.make_remote_dir()

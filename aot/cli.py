@@ -158,6 +158,28 @@ def _parser() -> argparse.ArgumentParser:
     _input_options(p)
     _knobs_option(p)
 
+    p = sub.add_parser("tune", help="measure candidate schedules per layer and log them as records for "
+                       "--records", description="Cuts each distinct workload (a convolution's template, shapes "
+                       "and type) out of the model and measures the schedules its template allows, alone: "
+                       "timed on the host, counted in executed instructions under the target's emulator, or "
+                       "timed on --board. Every candidate's outputs must equal the default schedule's. One "
+                       "JSON record per measurement is appended to -o as it ends; a second run with the same "
+                       "file skips what is measured. Then: aot build MODEL --records FILE.")
+    p.add_argument("model", help="ONNX model file")
+    p.add_argument("--target", default="host", help="target name or .toml file (default: host)")
+    p.add_argument("--board", help="measure on this board over SSH (its target is the target)")
+    p.add_argument("-o", "--output", default="records.json", help="records file to append to "
+                   "(default: records.json)")
+    p.add_argument("--budget", default="10m", help="stop after this long, e.g. 90s, 10m, 1h (default 10m)")
+    p.add_argument("--trials", type=int, help="at most this many measurements per workload")
+    p.add_argument("--jobs", type=int, help="measurements at once (default: 2 under an emulator, 1 when timing)")
+    p.add_argument("--accept-new-host-key", action="store_true", help="trust and record an unknown host key")
+    _target_dir_option(p)
+    _board_dir_option(p)
+    _input_options(p)
+    p.add_argument("--knobs", metavar="FILE", help="TOML file overriding the target's knobs for the untuned "
+                   "parts")
+
     p = sub.add_parser("boards", help="list the board configs, or show or check one")
     p.add_argument("name", nargs="?")
     p.add_argument("--check", action="store_true", help="connect and compare the board's `uname -m` with its target")
@@ -170,7 +192,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        commands = {"build": _build, "run": _run, "targets": _targets, "bench": _bench, "boards": _boards}
+        commands = {"build": _build, "run": _run, "targets": _targets, "bench": _bench, "boards": _boards,
+                    "tune": _tune}
         return commands[args.command](args)
     except AotError as err:
         print(f"aot: error: {_printable(str(err), keep_lines=isinstance(err, RunError))}", file=sys.stderr)
@@ -247,6 +270,40 @@ def _run(args) -> int:
     if not result.ok:
         raise MismatchError("outputs differ from onnxruntime beyond the tolerance (1e-4 of the output's scale, "
                             "or one quantization step for quantized outputs)")
+    return 0
+
+
+def _tune(args) -> int:
+    from aot.remote.board import load_board
+    from aot.tune import parse_budget, tune
+
+    if args.trials is not None and args.trials < 1:
+        raise OptionError(f"--trials must be at least 1, not {args.trials}")
+    if args.jobs is not None and args.jobs < 1:
+        raise OptionError(f"--jobs must be at least 1, not {args.jobs}")
+    budget = parse_budget(args.budget)
+    board = load_board(args.board, args.board_dir) if args.board else None
+    target = get_target(board.target if board else args.target, args.target_dir)
+    results = tune(args.model, target, board, args.output, budget, args.trials, args.jobs, _shapes(args),
+                   _freeze(args), _knobs(args), args.accept_new_host_key,
+                   report=lambda line: print(f"aot: {line}", file=sys.stderr))
+    unit = "instructions" if target.run_command and not board else "ms"
+    rows = [("workload", "nodes", "trials", f"default {unit}", f"best {unit}", "best/default", "best schedule")]
+    before = after = 0.0
+    for r in results:
+        if r.default_cost is None:
+            rows.append((r.key, str(len(r.nodes)), str(r.trials), "failed", "-", "-", "-"))
+            continue
+        before += r.default_cost * len(r.nodes)
+        after += r.best_cost * len(r.nodes)
+        rows.append((r.key, str(len(r.nodes)), str(r.trials), f"{r.default_cost:.4g}", f"{r.best_cost:.4g}",
+                     f"{r.best_cost / r.default_cost:.3f}", r.best.tag))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    if before:
+        print(f"tuned kernels in all: {after:.4g} {unit} against {before:.4g} by default "
+              f"({after / before:.3f}); records in {args.output}: aot build {args.model} --records {args.output}")
     return 0
 
 

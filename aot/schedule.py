@@ -36,11 +36,13 @@ class Schedule:
 
     @property
     def tag(self) -> str:
-        """What the kernel's symbol says of it: `6x2`, `6x2_wouter`."""
-        return f"{self.mr}x{self.nr}" + ("_wouter" if self.loop == "weights" else "")
+        """What the kernel's symbol says of it: `6x2`, `6x2_wouter` (`4` for a template with no nr)."""
+        tile = f"{self.mr}x{self.nr}" if "nr" in TEMPLATES[self.template].fields else f"{self.mr}"
+        return tile + ("_wouter" if self.loop == "weights" else "")
 
     def describe(self) -> dict:
-        return {k: v for k, v in dataclasses.asdict(self).items() if v != ""}
+        """The template and the fields it reads."""
+        return {"template": self.template, **{k: getattr(self, k) for k in TEMPLATES[self.template].fields}}
 
 
 @dataclass(frozen=True)

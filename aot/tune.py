@@ -1,0 +1,517 @@
+"""`aot tune`: measure candidate schedules per workload and log them as records for `--records`.
+
+The model is compiled as for a build; each distinct workload (aot/schedule.py: template, shapes, type)
+is cut out as a program of its one kernel, with its own inputs, and measured alone with the schedules
+its template allows: timed natively on the host (the timing harness of `aot bench`), counted in
+executed instructions under the target's emulator (aot/run/count.py), or timed on a board over SSH.
+The default schedule is measured first; every candidate's outputs must equal the default's (to the
+float tolerance) before its cost counts.
+
+The search, per workload, is a hill climb seeded at the default: the untried neighbours of the best
+schedule so far (one field one step away) come first, then the rest of the space in a fixed shuffled
+order. Trials go to the workload whose share of the model's cost is largest for the trials it had so
+far, so the layers that take the time get the most tries.
+
+Records are JSON lines appended as each measurement ends (so an interrupted run keeps its work): the
+workload, the target, the schedule, the cost and its unit, an error if the candidate failed, when it was
+measured and by which aot; a second run with the same file skips what is measured already.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import itertools
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from aot.build import Artifact
+from aot.codegen import wrapper
+from aot.codegen.elf import undefined_symbols
+from aot.codegen.llvm import ModuleBuilder
+from aot.errors import AotError, OptionError, RunError
+from aot.frontend.onnx import FreezeValue, load, to_graph
+from aot.graph.ir import Graph, Node
+from aot.graph.passes import optimize
+from aot.kernel.ir import dump
+from aot.knobs import Knobs, resolve, scalar_variant
+from aot.ops import macs as node_macs
+from aot.program import Program, build_program
+from aot.remote.board import Board, load_board
+from aot.schedule import TEMPLATES, Overrides, Schedule, check
+from aot.target import Target, get_target
+from aot.version import __version__
+
+
+@dataclass(frozen=True)
+class Workload:
+    key: str
+    nodes: tuple[str, ...]      # the model's nodes with this key
+    default: Schedule
+    graph: Graph                # the first node's kernel alone: its computed inputs are the graph's inputs
+    macs: int                   # per node
+
+
+def kernel_graph(graph: Graph, node: Node) -> Graph:
+    """A graph of `node` alone: its computed inputs become graph inputs, its outputs graph outputs."""
+    inputs = tuple(dict.fromkeys(v for v in node.inputs if v and v not in graph.constants))
+    used = set(node.inputs) | set(node.outputs)
+    return graph.replace(name=f"{graph.name}_{node.name}", nodes=(node,), inputs=inputs, outputs=node.outputs,
+                         values={k: v for k, v in graph.values.items() if k in used},
+                         constants={k: v for k, v in graph.constants.items() if k in used})
+
+
+def workloads(program: Program) -> list[Workload]:
+    """The distinct workloads of a compiled program's templated kernels, in call order."""
+    found: dict[str, list] = {}
+    for call in program.calls:
+        chosen = call.kernel.schedule
+        if chosen is None:
+            continue
+        if chosen.workload not in found:
+            found[chosen.workload] = [[], chosen.schedule, kernel_graph(program.graph, call.node),
+                                      node_macs(program.graph, call.node)]
+        found[chosen.workload][0].append(call.node.name)
+    return [Workload(key, tuple(nodes), default, graph, macs) for key, (nodes, default, graph, macs) in found.items()]
+
+
+def space(workload: Workload, target: Target) -> list[Schedule]:
+    """Every valid schedule of the workload's template, the default first."""
+    template = TEMPLATES[workload.default.template]
+    names = list(template.space)
+    out = [workload.default]
+    for values in itertools.product(*(template.space[n] for n in names)):
+        schedule = dataclasses.replace(workload.default, **dict(zip(names, values)))
+        try:
+            check(schedule, target, workload.key)
+        except OptionError:
+            continue
+        if schedule != workload.default:
+            out.append(schedule)
+    return out
+
+
+def neighbours(schedule: Schedule, target: Target) -> list[Schedule]:
+    """Schedules one field one step away in its template's space."""
+    template = TEMPLATES[schedule.template]
+    out = []
+    for name, values in template.space.items():
+        current = getattr(schedule, name)
+        if current not in values:
+            continue
+        i = values.index(current)
+        for j in (i - 1, i + 1):
+            if 0 <= j < len(values):
+                out.append(dataclasses.replace(schedule, **{name: values[j]}))
+    valid = []
+    for s in out:
+        try:
+            check(s, target, "")
+            valid.append(s)
+        except OptionError:
+            pass
+    return valid
+
+
+# --- measuring one kernel ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Method:
+    """How a cost is measured: "time" (ms, natively or on `board`) or "count" (instructions, emulated)."""
+    kind: str
+    board: Board | None = None
+    accept_new_host_key: bool = False
+    timeout: float = 120.0
+
+    @property
+    def unit(self) -> str:
+        return "instructions" if self.kind == "count" else "ms"
+
+    def where(self, target: Target) -> str:
+        if self.board is not None:
+            return f"board {self.board.name}"
+        return f"{target.run_command[0]} (emulated)" if target.run_command else "host"
+
+
+@dataclass(frozen=True)
+class Job:
+    workload: Workload
+    schedule: Schedule
+    target: Target          # the lowering target (the scalar variant for simd = false)
+    build_target: Target    # the target the harness is linked for
+    knobs: Knobs
+    method: Method
+    inputs: dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    cost: float | None
+    error: str | None
+    outputs: dict[str, np.ndarray] = field(default_factory=dict)
+    fingerprint: str = ""
+
+
+def kernel_program(job: Job) -> Program:
+    node = job.workload.graph.nodes[0].name
+    fields = {k: getattr(job.schedule, k) for k in TEMPLATES[job.schedule.template].fields}
+    knobs = dataclasses.replace(job.knobs, schedules=Overrides.of(nodes={node: fields}))
+    return build_program(job.workload.graph, job.target, "tk", knobs)
+
+
+def fingerprint(job: Job) -> str:
+    """The kernel's code as text, hashed: two schedules with one fingerprint emit the same kernel."""
+    program = kernel_program(job)
+    text = "\n".join(dump(dataclasses.replace(c.kernel, name="k")) for c in program.calls)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def measure(job: Job) -> Outcome:
+    """Build the workload's kernel alone with the job's schedule, run it, and return its cost and outputs."""
+    try:
+        with tempfile.TemporaryDirectory(prefix="aot-tune-") as tmp:
+            work = Path(tmp)
+            artifact = _compile(kernel_program(job), job.build_target, work / "build")
+            if job.method.kind == "count":
+                from aot.run.count import count_instructions
+                outputs, insns = count_instructions(artifact, job.inputs, job.method.timeout)
+                return Outcome(float(insns), None, outputs)
+            return _time(artifact, job, work)
+    except AotError as err:
+        return Outcome(None, str(err).splitlines()[0][:300])
+
+
+def _compile(program: Program, target: Target, out: Path) -> Artifact:
+    out.mkdir(parents=True)
+    mb = ModuleBuilder(program.name, target)
+    for call in program.calls:
+        mb.add_kernel(call.kernel)
+    obj, _ = mb.emit_object()
+    header, source = wrapper.render(program, "aot tuning kernel", undefined_symbols(obj))
+    (out / "tk.o").write_bytes(obj)
+    (out / "tk.h").write_text(header)
+    (out / "tk.c").write_text(source)
+    return Artifact(out, program.name, target, program, None, {}, {}, "")   # type: ignore[arg-type]
+
+
+def _time(artifact: Artifact, job: Job, work: Path) -> Outcome:
+    from aot.bench import _parse_times, _render_timing, run_on_board
+    from aot.run import local
+
+    _render_timing(artifact, work / "timing.c", profile=False)
+    exe = work / "bench"
+    local.link(artifact.target, [work / "timing.c", artifact.source], [artifact.object], artifact.dir, exe,
+               "the tuning harness")
+    ins, outs = wrapper.io_tensors(artifact.program)
+    files = [exe]
+    for t in ins:
+        path = work / f"input_{t.index}.bin"
+        np.ascontiguousarray(job.inputs[t.onnx_name], dtype=t.dtype).reshape(t.shape).tofile(path)
+        files.append(path)
+    args = ["1", "1", "7", "10"]    # warm-up, number, repeat, min_repeat_ms
+    out_names = [f"output_{t.index}.bin" for t in outs]
+    if job.method.board is None:
+        stdout = local.execute(artifact.target, exe, work, job.method.timeout, "the tuning harness", args).stdout
+    else:
+        stdout = run_on_board(job.method.board, files, args, out_names, work, job.method.timeout,
+                              job.method.accept_new_host_key, "the tuning harness")
+    times, _ = _parse_times(stdout)
+    outputs = {t.onnx_name: np.fromfile(work / f"output_{t.index}.bin", dtype=t.dtype).reshape(t.shape)
+               for t in outs}
+    return Outcome(float(np.median(times)), None, outputs)
+
+
+def same_outputs(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> str | None:
+    """None if `got` equals the default schedule's outputs `want` (floats to 1e-5 of their scale), else why not."""
+    for name, expected in want.items():
+        actual = got.get(name)
+        if actual is None or actual.shape != expected.shape:
+            return f"output {name} missing or of another shape"
+        if np.issubdtype(expected.dtype, np.floating):
+            scale = float(np.abs(expected).max()) or 1.0
+            err = float(np.abs(actual.astype(np.float64) - expected).max())
+            if not err <= 1e-5 * scale:
+                return f"output {name} differs from the default schedule's by {err:.3g} (scale {scale:.3g})"
+        elif not np.array_equal(actual, expected):
+            return f"output {name} differs from the default schedule's in {int((actual != expected).sum())} elements"
+    return None
+
+
+def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name in graph.inputs:
+        value = graph.values[name]
+        if value.dtype.startswith("float"):
+            out[name] = rng.standard_normal(value.shape).astype(value.dtype)
+        else:
+            info = np.iinfo(value.dtype)
+            lo, hi = max(info.min, -128), min(info.max, 255)
+            out[name] = rng.integers(lo, hi + 1, value.shape).astype(value.dtype)
+    return out
+
+
+# --- records ---------------------------------------------------------------------------------------
+
+def record_key(workload: str, target: str, schedule: dict) -> str:
+    return json.dumps([workload, target, {k: v for k, v in sorted(schedule.items())}])
+
+
+def read_log(path: Path) -> list[dict]:
+    from aot.schedule import read_records
+    return read_records(path) if path.exists() else []
+
+
+def target_version(target: Target) -> str:
+    """A hash of the target description: records from an edited target file are told apart."""
+    text = Path(target.source).read_bytes() if target.source and Path(target.source).is_file() else \
+        repr(target).encode()
+    return hashlib.sha256(text).hexdigest()[:16]
+
+
+# --- the search ------------------------------------------------------------------------------------
+
+@dataclass
+class Progress:
+    """Per workload: what was tried and the best so far."""
+    workload: Workload
+    candidates: list[Schedule]
+    tried: set = field(default_factory=set)             # schedules (measured, or equal code to one measured)
+    default_cost: float | None = None
+    best: tuple[float, Schedule] | None = None
+    reference: dict[str, np.ndarray] | None = None
+    fingerprints: dict[str, Schedule] = field(default_factory=dict)
+    trials: int = 0                 # measured in this run
+    earlier: int = 0                # measured by an earlier run with the same records file
+    shuffled: list[Schedule] = field(default_factory=list)
+
+    def resume(self, records: list[dict]) -> None:
+        """Take in the measurements of an earlier run: tried, and the best of them so far."""
+        for record in records:
+            try:
+                schedule = Schedule(**record["schedule"])
+            except TypeError:
+                continue
+            if schedule == self.workload.default or schedule not in self.candidates:
+                continue
+            self.tried.add(schedule)
+            self.earlier += 1
+            if not record.get("error") and record.get("cost") is not None:
+                self.consider(float(record["cost"]), schedule)
+
+    def consider(self, cost: float, schedule: Schedule) -> None:
+        if self.best is None or cost < self.best[0]:
+            self.best = (cost, schedule)
+
+    def weight(self) -> float:
+        cost = self.default_cost if self.default_cost is not None else float(self.workload.macs)
+        return cost * len(self.workload.nodes) / (1 + self.trials)
+
+    def next(self, target: Target) -> Schedule | None:
+        if self.best is not None:
+            for s in neighbours(self.best[1], target):
+                if s not in self.tried and s in self.candidates:
+                    return s
+        while self.shuffled:
+            s = self.shuffled.pop()
+            if s not in self.tried:
+                return s
+        return None
+
+
+@dataclass(frozen=True)
+class WorkloadResult:
+    key: str
+    nodes: tuple[str, ...]
+    trials: int             # measurements in the records, this run's and earlier ones
+    default_cost: float | None
+    best_cost: float | None
+    best: Schedule | None
+
+
+def tune(model, target: str | Target = "host", board: str | Board | None = None,
+         records: str | os.PathLike = "records.json", budget_s: float = 600.0, trials: int | None = None,
+         jobs: int | None = None, input_shapes: dict[str, tuple[int, ...]] | None = None,
+         freeze: dict[str, FreezeValue] | None = None, knobs: dict | None = None,
+         accept_new_host_key: bool = False, seed: int = 0,
+         report: Callable[[str], None] | None = None) -> list[WorkloadResult]:
+    """Tune `model`'s workloads for `target` (or `board`'s), appending records to `records`, for at most
+    `budget_s` seconds and `trials` measurements per workload. Returns each workload's outcome."""
+    brd = load_board(board) if isinstance(board, str) else board
+    tgt = get_target(brd.target) if brd else get_target(target) if isinstance(target, str) else target
+    if tgt.os == "none" and not tgt.run_command:
+        raise OptionError(f"target {tgt.name}: tuning measures under an emulator, and this target has none")
+    if brd is not None:
+        method = Method("time", brd, accept_new_host_key)
+    elif tgt.run_command:
+        method = Method("count")
+    else:
+        if not tgt.runs_natively():
+            raise OptionError(f"target {tgt.name} cannot run on this machine and has no emulator: "
+                              "tune it on a board (--board)")
+        method = Method("time")
+    if shutil.which(tgt.cc) is None:
+        raise RunError(f"target {tgt.name}: C compiler '{tgt.cc}' not found (install the target's toolchain)")
+    knob_values = resolve(tgt, knobs)
+    lowering_target = tgt if knob_values.simd else scalar_variant(tgt)
+    loaded = load(model, input_shapes, freeze)
+    graph = optimize(to_graph(loaded))
+    program = build_program(graph, lowering_target, "m", knob_values)
+    found = workloads(program)
+    if not found:
+        raise OptionError(f"{loaded.label}: no kernel with a schedule to tune (convolutions, Gemm)")
+    path = Path(records)
+    earlier = read_log(path)
+    done = {record_key(r["workload"], r["target"], r["schedule"]): r for r in earlier}
+    rng = random.Random(seed)
+    states = []
+    for w in found:
+        cands = space(w, tgt)
+        state = Progress(w, cands)
+        state.shuffled = cands[1:]
+        rng.shuffle(state.shuffled)
+        state.shuffled.reverse()
+        state.resume([r for r in earlier if r["workload"] == w.key and r["target"] == tgt.name])
+        states.append(state)
+    say = report or (lambda line: None)
+    bar = _Bar(sum(min(len(s.candidates), trials or len(s.candidates)) for s in states), budget_s)
+    version = target_version(tgt)
+    start = time.monotonic()
+    parallel = jobs or (2 if method.kind == "count" else 1)
+
+    def job(state: Progress, schedule: Schedule) -> Job:
+        return Job(state.workload, schedule, lowering_target, tgt, knob_values, method,
+                   random_inputs(state.workload.graph, seed))
+
+    def log(state: Progress, schedule: Schedule, outcome: Outcome) -> None:
+        entry = {"workload": state.workload.key, "target": tgt.name, "schedule": schedule.describe(),
+                 "cost": outcome.cost, "unit": method.unit, "error": outcome.error,
+                 "where": method.where(tgt),
+                 "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                 "aot": __version__, "target_sha256": version}
+        with open(path, "a") as f:
+            f.write(json.dumps(entry) + "\n")
+
+    def settle(state: Progress, schedule: Schedule, outcome: Outcome, logged: bool) -> None:
+        state.trials += 1
+        if outcome.error is None and schedule == state.workload.default:
+            state.default_cost, state.reference = outcome.cost, outcome.outputs
+        elif outcome.error is None and state.reference is not None and outcome.outputs:
+            why = same_outputs(outcome.outputs, state.reference)
+            if why is not None:
+                outcome = Outcome(None, f"wrong result: {why}")
+        if not logged:
+            log(state, schedule, outcome)
+        if outcome.error is None and outcome.cost is not None:
+            state.consider(outcome.cost, schedule)
+        bar.step(state, outcome)
+
+    with ProcessPoolExecutor(max_workers=parallel) as pool:
+        # the defaults first, one at a time per workload: their outputs are what candidates must give
+        for state in states:
+            default = state.workload.default
+            state.tried.add(default)
+            previous = done.get(record_key(state.workload.key, tgt.name, default.describe()))
+            outcome = measure(job(state, default))       # its outputs are needed even if logged
+            if previous is not None and previous.get("cost") is not None and outcome.error is None:
+                outcome = dataclasses.replace(outcome, cost=float(previous["cost"]))
+            settle(state, default, outcome, logged=previous is not None)
+            if outcome.error is not None:
+                say(f"{state.workload.key}: the default schedule failed: {outcome.error}")
+        running: dict[Future, tuple[Progress, Schedule]] = {}
+        while True:
+            over = time.monotonic() - start >= budget_s
+            while not over and len(running) < parallel:
+                picked = _pick(states, tgt, trials, running)
+                if picked is None:
+                    break
+                state, schedule = picked
+                state.tried.add(schedule)
+                candidate = job(state, schedule)
+                mark = fingerprint(candidate)
+                if mark in state.fingerprints:  # the same kernel as one measured: nothing to learn
+                    continue
+                state.fingerprints[mark] = schedule
+                running[pool.submit(measure, candidate)] = (state, schedule)
+            if not running:
+                break
+            finished, _ = wait(running, timeout=max(1.0, budget_s - (time.monotonic() - start)),
+                               return_when=FIRST_COMPLETED)
+            for future in finished:
+                state, schedule = running.pop(future)
+                settle(state, schedule, future.result(), logged=False)
+            if time.monotonic() - start >= budget_s and not finished:
+                for future in running:
+                    future.cancel()
+                break
+    bar.close()
+    return [WorkloadResult(s.workload.key, s.workload.nodes, s.trials + s.earlier, s.default_cost,
+                           s.best[0] if s.best else None, s.best[1] if s.best else None) for s in states]
+
+
+def _pick(states: list[Progress], target: Target, trials: int | None,
+          running: dict) -> tuple[Progress, Schedule] | None:
+    """The next (workload, schedule) to measure: the workload that most deserves a trial, its next schedule."""
+    busy = {id(state) for state, _ in running.values()}
+    order = sorted(states, key=lambda s: (id(s) in busy, -s.weight()))
+    for state in order:
+        if state.default_cost is None or (trials is not None and state.trials >= trials):
+            continue
+        schedule = state.next(target)
+        if schedule is not None:
+            return state, schedule
+    return None
+
+
+class _Bar:
+    """One line on a terminal, redrawn per measurement: trials, time, and the best saving so far."""
+
+    def __init__(self, total: int, budget_s: float) -> None:
+        self.total, self.budget_s, self.done = total, budget_s, 0
+        self.start = time.monotonic()
+        self.tty = sys.stderr.isatty()
+
+    def step(self, state: Progress, outcome: Outcome) -> None:
+        self.done += 1
+        elapsed = time.monotonic() - self.start
+        shown = min(1.0, max(self.done / max(self.total, 1), elapsed / self.budget_s))
+        filled = int(shown * 24)
+        best = ""
+        if state.best is not None and state.default_cost:
+            best = (f"  best {state.best[0]:.4g} vs default {state.default_cost:.4g} "
+                    f"({state.best[1].tag}) {state.workload.key[:48]}")
+        line = (f"[{'#' * filled}{'.' * (24 - filled)}] {self.done} trials {int(elapsed) // 60}:"
+                f"{int(elapsed) % 60:02d}/{int(self.budget_s) // 60}:{int(self.budget_s) % 60:02d}{best}")
+        if self.tty:
+            sys.stderr.write("\r" + line[:150].ljust(150))
+            sys.stderr.flush()
+        elif self.done % 25 == 0:
+            print(line, file=sys.stderr)
+
+    def close(self) -> None:
+        if self.tty:
+            sys.stderr.write("\n")
+
+
+def parse_budget(text: str) -> float:
+    """`10m`, `90s`, `1h`, `1h30m` or plain seconds -> seconds."""
+    import re
+    text = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text)
+    parts = re.findall(r"(\d+(?:\.\d+)?)([hms])", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise OptionError(f"--budget {text!r}: give a duration such as 10m, 90s or 1h30m")
+    return sum(float(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in parts)

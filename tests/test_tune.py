@@ -1,0 +1,86 @@
+"""`aot tune`: workloads measured alone (timed on the host, counted under qemu), one JSON record per
+measurement, resumable, and the records give a build whose outputs still match onnxruntime."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from test_dsp_kernels import qdq_conv
+from test_schedules import matches, two_convs
+
+import aot
+from aot.errors import OptionError
+from aot.tune import parse_budget, same_outputs, tune
+
+FIELDS = {"workload", "target", "schedule", "cost", "unit", "error", "where", "measured_at", "aot", "target_sha256"}
+
+
+def aot_cli(*args):
+    return subprocess.run([sys.executable, "-m", "aot", *map(str, args)], capture_output=True, text=True)
+
+
+def lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_host_tuning_logs_records_resumes_and_builds_from_them(tmp_path):
+    log = tmp_path / "records.json"
+    results = tune(two_convs(), "x86-64-avx2", records=log, budget_s=120, trials=4)
+    assert {r.key.split()[0] for r in results} == {"dense", "depthwise"}
+    first = lines(log)
+    assert all(set(r) == FIELDS and r["unit"] == "ms" and r["where"] == "host" for r in first)
+    assert all(r["error"] is None for r in first), [r["error"] for r in first if r["error"]]
+    for r in results:      # the default and up to three candidates each; the best is the cheapest logged
+        mine = [x for x in first if x["workload"] == r.key]
+        assert 1 <= len(mine) <= 4 and r.best_cost == min(x["cost"] for x in mine)
+        assert r.default_cost == mine[0]["cost"]        # the default is measured first
+    tune(two_convs(), "x86-64-avx2", records=log, budget_s=120, trials=2)
+    both = lines(log)
+    seen = [(r["workload"], json.dumps(r["schedule"], sort_keys=True)) for r in both]
+    assert len(both) > len(first) and len(seen) == len(set(seen))      # nothing measured twice
+    built = aot.build(two_convs(), target="x86-64-avx2", out_dir=tmp_path / "b", records=log)
+    assert all(s["source"] == "records" for s in built.metadata["schedules"])
+    matches(two_convs(), target="x86-64-avx2", records=log)
+
+
+def test_emulated_tuning_counts_instructions_on_both_cores(tmp_path):
+    model, _ = qdq_conv(8, 16, 3, 1, 1, (6, 9))
+    log = tmp_path / "m4.json"
+    results = tune(model, "cortex-m4", records=log, budget_s=240, trials=5)
+    records = lines(log)
+    assert records and all(r["unit"] == "instructions" and "qemu" in r["where"] for r in records)
+    ok = [r for r in records if r["error"] is None]
+    assert ok and all(float(r["cost"]).is_integer() and r["cost"] > 0 for r in ok)
+    assert results[0].best_cost <= results[0].default_cost
+
+
+def test_a_wrong_result_is_caught_against_the_default_schedule():
+    want = {"y": np.linspace(-1, 1, 50, dtype=np.float32)}
+    assert same_outputs({"y": want["y"] + 1e-7}, want) is None
+    assert "differs" in same_outputs({"y": want["y"] + 1e-3}, want)
+    ints = {"y": np.arange(10, dtype=np.int8)}
+    assert same_outputs({"y": ints["y"].copy()}, ints) is None
+    assert "1 elements" in same_outputs({"y": ints["y"] + np.eye(1, 10, 3, dtype=np.int8)[0]}, ints)
+    assert "missing" in same_outputs({}, ints)
+
+
+@pytest.mark.parametrize("text, seconds", [("90", 90), ("90s", 90), ("10m", 600), ("1h30m", 5400), ("1.5m", 90)])
+def test_budgets(text, seconds):
+    assert parse_budget(text) == seconds
+
+
+def test_bad_tune_options_are_one_line(tmp_path):
+    model = tmp_path / "m.onnx"
+    onnx.save(two_convs(), model)
+    for args, needle in ((["--budget", "soon"], "give a duration"), (["--trials", "0"], "--trials must be"),
+                         (["--target", "nowhere"], "nowhere")):
+        proc = aot_cli("tune", model, *args, "-o", tmp_path / "r.json")
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    with pytest.raises(OptionError, match="no kernel with a schedule"):
+        relu = onnx.helper.make_node("Relu", ["x"], ["y"])
+        from oracle import make_model
+        tune(make_model([relu], {"x": (1, 4)}, {"y": None}), "x86-64-avx2", records=tmp_path / "r.json")
