@@ -200,7 +200,7 @@ def choose(overrides: Overrides, target: Target, node: str, workload: str, defau
 def workload_key(template: str, shape: tuple[int, ...], out_channels: int, kernel: tuple[int, int],
                  strides: tuple[int, int], dilations: tuple[int, int], pads: tuple[int, ...], groups: int,
                  dtype: str) -> str:
-    """`dense 1x56x56x64>64 k3x3 s1x1 d1x1 p1,1,1,1 g1 float32`: template, NHWC input > output channels,
+    """`dense 1x56x56x64>64 k3x3 s1x1 d1x1 p1,1,1,1 g1 f32`: template, NHWC input > output channels,
     window, strides, dilations, pads (top, left, bottom, right), groups, input type."""
     return (f"{template} {'x'.join(map(str, shape))}>{out_channels} k{kernel[0]}x{kernel[1]} "
             f"s{strides[0]}x{strides[1]} d{dilations[0]}x{dilations[1]} p{','.join(map(str, pads))} "

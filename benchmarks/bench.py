@@ -1,7 +1,7 @@
 """aot against onnxruntime on one core: latency, throughput and the distance to the machine's peak.
 
     python benchmarks/bench.py [MODEL ...] [--precision fp32|int8 ...] [--min-time 1.0]
-                               [--profile MODEL ...] [--insns] [--knobs FILE]
+                               [--profile MODEL ...] [--insns] [--knobs FILE] [--records DIR [--tune 10m]]
 
 For each zoo model (examples/zoo.py; int8 variants quantized by onnxruntime, examples/quantize.py) it
 builds with aot for the host target and times `NAME_run` in the C timing harness, then times
@@ -13,6 +13,10 @@ onnxruntime's; a mismatch fails the benchmark.
 The table: aot ms, onnxruntime ms, their ratio (below 1 means aot is faster) with the geometric mean,
 and GFLOP/s (2 x MACs / time; integer operations for int8) beside the machine's fp32 peak,
 FMA units x lanes x 2 x GHz.
+
+--records DIR adds the build from DIR/<model>_<precision>_<target>.json (tuning records of `aot tune`,
+made first with --tune DURATION where missing) beside the untuned one: its time, its ratio to onnxruntime
+and to the untuned build, in the same run.
 
 --profile MODEL builds that model with the wrapper's timing hooks and prints each kernel call's time,
 and the conv/gemm layers' share of the peak. --insns counts the instructions each model's kernels
@@ -34,7 +38,7 @@ import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 import zoo  # noqa: E402
-from instruction_counts import TINY, insns_table, quantized  # noqa: E402
+from instruction_counts import TINY, insns_table, quantized, records_path, tune_missing  # noqa: E402
 
 import aot  # noqa: E402
 from aot import reference  # noqa: E402
@@ -93,10 +97,21 @@ def _check(result) -> str:
     return f"MISMATCH: error {worst.max_abs:.2g} of scale {worst.scale:.2g}"
 
 
-def latency_table(models: dict[str, onnx.ModelProto], min_time: float, peak: float, knobs: dict | None) -> bool:
+def records_file(records: Path | None, label: str) -> Path | None:
+    """The host's records file of a model, if there is one."""
+    if records is None:
+        return None
+    path = records_path(records, label, get_target("host").name)
+    return path if path.exists() else None
+
+
+def latency_table(models: dict[str, onnx.ModelProto], min_time: float, peak: float, knobs: dict | None,
+                  records: Path | None = None) -> bool:
     rows = [("model", "precision", "MMACs", "aot ms", "onnxruntime ms", "aot/ort", "aot GOP/s", "ort GOP/s",
              "% fp32 peak", "check")]
-    ratios, ok = [], True
+    if records is not None:
+        rows[0] = rows[0][:6] + ("tuned ms", "tuned/ort", "tuned/untuned") + rows[0][6:]
+    ratios, tuned_ratios, ok = [], [], True
     for label, model in models.items():
         name, precision = label.rsplit(" ", 1)
         result = bench(model, target="host", repeat=REPEAT, min_repeat_ms=min_time * 1e3 / REPEAT, knobs=knobs)
@@ -105,21 +120,39 @@ def latency_table(models: dict[str, onnx.ModelProto], min_time: float, peak: flo
         ratios.append(aot_ms / ort_ms)
         ok &= result.ok
         flops = 2 * result.macs
+        tuned: tuple[str, ...] = ()
+        if records is not None:
+            log = records_file(records, label)
+            if log is None:
+                tuned = ("-", "-", "-")
+            else:
+                tuned_result = bench(model, target="host", repeat=REPEAT, min_repeat_ms=min_time * 1e3 / REPEAT,
+                                     knobs=knobs, records=log)
+                ok &= tuned_result.ok
+                tuned_ms = tuned_result.stats.median
+                tuned_ratios.append(tuned_ms / ort_ms)
+                tuned = (f"{tuned_ms:.3f}", f"{tuned_ms / ort_ms:.2f}", f"{tuned_ms / aot_ms:.2f}")
         rows.append((name, precision, f"{result.macs / 1e6:,.1f}", f"{aot_ms:.3f}", f"{ort_ms:.3f}",
-                     f"{aot_ms / ort_ms:.2f}", f"{flops / aot_ms / 1e6:.1f}", f"{flops / ort_ms / 1e6:.1f}",
+                     f"{aot_ms / ort_ms:.2f}", *tuned, f"{flops / aot_ms / 1e6:.1f}", f"{flops / ort_ms / 1e6:.1f}",
                      f"{100 * flops / aot_ms / 1e6 / peak:.0f}%" if precision == "fp32" else "",
                      _check(result)))
-    print_table(rows, right={2, 3, 4, 5, 6, 7, 8})
+    print_table(rows, right=set(range(2, len(rows[0]) - 1)))
     geomean = math.exp(statistics.fmean(math.log(r) for r in ratios))
     print(f"geometric mean of aot/onnxruntime: {geomean:.2f}; worst: {max(ratios):.2f} ({len(ratios)} models; "
           "GOP/s = 2 x MACs / time)")
+    if tuned_ratios:
+        geomean = math.exp(statistics.fmean(math.log(r) for r in tuned_ratios))
+        print(f"tuned: geometric mean of aot/onnxruntime {geomean:.2f} ({len(tuned_ratios)} models with records)")
     return ok
 
 
-def profile_table(label: str, model: onnx.ModelProto, min_time: float, peak: float, knobs: dict | None) -> None:
+def profile_table(label: str, model: onnx.ModelProto, min_time: float, peak: float, knobs: dict | None,
+                  records: Path | None = None) -> None:
+    log = records_file(records, label)
     result = bench(model, target="host", repeat=REPEAT, min_repeat_ms=min_time * 1e3 / REPEAT, profile=True,
-                   knobs=knobs)
+                   knobs=knobs, records=log)
     total = sum(s.ms for s in result.profile)
+    label += f" with {log}" if log else ""
     print(f"\nper-node profile: {label} on {result.target} (kernel times sum to {total:.3f} ms; the whole run "
           f"took {result.stats.median:.3f} ms with the hooks' clock reads)")
     rows = [("#", "op", "node", "MMACs", "ms", "%", "GFLOP/s")]
@@ -146,7 +179,13 @@ def main() -> int:
                         "for the MLPerf Tiny models, against scalar builds")
     parser.add_argument("--fma-units", type=int, default=2, help="FMA units per core, for the peak (default 2)")
     parser.add_argument("--knobs", type=Path, help="TOML knob overrides for every build")
+    parser.add_argument("--records", type=Path, metavar="DIR", help="also time the builds from tuning records "
+                        "DIR/<model>_<precision>_<target>.json, side by side")
+    parser.add_argument("--tune", metavar="DURATION", help="with --records: first tune each model without a "
+                        "records file for this long (e.g. 10m)")
     args = parser.parse_args()
+    if args.tune and not args.records:
+        parser.error("--tune needs --records DIR")
     unknown = [m for m in args.models + [p.split()[0] for p in args.profile] if m not in zoo.ZOO]
     if unknown:
         parser.error(f"unknown model(s) {', '.join(unknown)} (known: {', '.join(zoo.ZOO)})")
@@ -163,10 +202,12 @@ def main() -> int:
 
     labels = [f"{name} {precision}" for precision in args.precision or ["fp32", "int8"] for name in args.models]
     models = {label: model(label) for label in labels}
-    ok = latency_table(models, args.min_time, peak, knobs)
+    if args.tune:
+        tune_missing(models, args.records, args.tune)
+    ok = latency_table(models, args.min_time, peak, knobs, args.records)
     for label in args.profile:
         key = label if " " in label else f"{label} fp32"
-        profile_table(key, models.get(key) or model(key), args.min_time, peak, knobs)
+        profile_table(key, models.get(key) or model(key), args.min_time, peak, knobs, args.records)
     if args.insns:
         ok &= insns_table({label: m for label, m in models.items() if label.split()[0] in TINY}, knobs)
     return 0 if ok else 1

@@ -2,7 +2,7 @@
 and against Arm's CMSIS-NN.
 
     python benchmarks/instruction_counts.py [MODEL ...] [--target aarch64 ...] [--precision fp32|int8 ...]
-                                            [--no-scalar] [--layers]
+                                            [--no-scalar] [--layers] [--records DIR [--tune 10m]]
 
 Each model is built twice per target: with the target's knobs, and with `simd = false` (one lane, no
 integer SIMD, LLVM's vectorizers off; --no-scalar skips it). Both run once under qemu with the
@@ -10,6 +10,9 @@ instruction-counting plugin (aot/run/count.py); both outputs are checked against
 table gives the instructions the kernels executed, per multiply-accumulate, how many times fewer the
 SIMD build needs, the ratio to CMSIS-NN's published count where there is one (REFERENCE), and the
 code size of the kernels (text bytes of the object). --layers adds the instructions of each kernel.
+--records DIR adds the build from the tuning records DIR/<model>_<precision>_<target>.json (made first
+with --tune DURATION where missing: `aot tune` counting instructions per kernel) and its ratio to the
+default schedules' count.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from aot.api import quantization_steps  # noqa: E402
 from aot.codegen.elf import functions  # noqa: E402
 from aot.ops import macs  # noqa: E402
 from aot.run.count import count_instructions, count_kernel_instructions  # noqa: E402
+from aot.target import get_target  # noqa: E402
 
 TARGETS = ("aarch64", "armv7-neon", "cortex-m4", "cortex-m55")
 TINY = ("ds_cnn", "mobilenet_v1", "resnet8", "fc_autoencoder")
@@ -47,10 +51,11 @@ REFERENCE = {
 }
 
 
-def _count(model: onnx.ModelProto, target: str, knobs: dict, tmp: Path, layers: bool = False) -> dict:
+def _count(model: onnx.ModelProto, target: str, knobs: dict, tmp: Path, layers: bool = False,
+           records: Path | None = None) -> dict:
     """One build, run once: instructions, MACs, text bytes, whether the outputs match onnxruntime, and
     with `layers` the instructions and MACs of each kernel."""
-    artifact = aot.build(model, target=target, out_dir=tmp / "build", knobs=knobs)
+    artifact = aot.build(model, target=target, out_dir=tmp / "build", knobs=knobs, records=records)
     feeds = reference.random_inputs(model, 0)
     outputs, per_kernel = count_kernel_instructions(artifact, feeds) if layers else (None, {})
     if not layers:
@@ -63,6 +68,23 @@ def _count(model: onnx.ModelProto, target: str, knobs: dict, tmp: Path, layers: 
     return {"insns": sum(per_kernel.values()) if layers else insns, "macs": sum(kernel_macs.values()),
             "text": text, "ok": all(c.ok for c in comparisons),
             "layers": [(k, n, kernel_macs.get(k, 0)) for k, n in per_kernel.items()]}
+
+
+def records_path(records: Path, label: str, target: str) -> Path:
+    """Where the tuning records of a model ("resnet18 fp32") for a target are: DIR/<model>_<precision>_<target>.json."""
+    return records / f"{label.replace(' ', '_')}_{target}.json"
+
+
+def tune_missing(models: dict[str, onnx.ModelProto], records: Path, budget: str, target: str = "host") -> None:
+    """Tune each model that has no records file in `records` yet for `target`, for `budget`."""
+    from aot.tune import parse_budget, tune
+
+    records.mkdir(parents=True, exist_ok=True)
+    for label, model in models.items():
+        path = records_path(records, label, get_target(target).name)
+        if not path.exists():
+            print(f"tuning {label} for {target} for {budget} into {path}", file=sys.stderr)
+            tune(model, target, records=path, budget_s=parse_budget(budget))
 
 
 def _print(title: str, rows: list[tuple[str, ...]], left: int) -> None:
@@ -83,10 +105,13 @@ def _layer_table(target: str, label: str, run: dict) -> None:
 
 
 def insns_table(models: dict[str, onnx.ModelProto], knobs: dict | None = None,
-                targets: tuple[str, ...] = TARGETS, scalar: bool = True, layers: bool = False) -> bool:
+                targets: tuple[str, ...] = TARGETS, scalar: bool = True, layers: bool = False,
+                records: Path | None = None) -> bool:
     """Print the table; True if every output matched."""
     rows = [("target", "model", "MMACs", "M insns", "insns/MAC", "scalar M insns", "scalar/SIMD", "CMSIS-NN M",
              "vs CMSIS-NN", "text B", "check")]
+    if records is not None:
+        rows[0] = rows[0][:5] + ("tuned M insns", "tuned/default", "tuned vs CMSIS-NN") + rows[0][5:]
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
         for target in targets:
@@ -98,10 +123,21 @@ def insns_table(models: dict[str, onnx.ModelProto], knobs: dict | None = None,
                     rows.append((target, label, *["-"] * 8, str(err)[:50]))
                     continue
                 both_ok = run["ok"] and (base is None or base["ok"])
-                ok &= both_ok
                 insns, ref = run["insns"], REFERENCE.get((target, label))
+                tuned: tuple[str, ...] = ()
+                if records is not None:
+                    log = records_path(records, label, target)
+                    tuned = ("-", "-", "-")
+                    if log.exists():
+                        best = _count(model, target, dict(knobs or {}), Path(tmp), layers, log)
+                        both_ok &= best["ok"]
+                        tuned = (f"{best['insns'] / 1e6:.2f}", f"{best['insns'] / insns:.3f}",
+                                 f"{best['insns'] / ref:.3f}" if ref else "-")
+                        if layers:
+                            _layer_table(target, f"{label} tuned", best)
+                ok &= both_ok
                 rows.append((target, label, f"{run['macs'] / 1e6:.2f}", f"{insns / 1e6:.2f}",
-                             f"{insns / run['macs']:.2f}", f"{base['insns'] / 1e6:.2f}" if base else "-",
+                             f"{insns / run['macs']:.2f}", *tuned, f"{base['insns'] / 1e6:.2f}" if base else "-",
                              f"{base['insns'] / insns:.2f}x" if base else "-", f"{ref / 1e6:.2f}" if ref else "-",
                              f"{insns / ref:.3f}" if ref else "-", f"{run['text']}",
                              "ok" if both_ok else "MISMATCH"))
@@ -125,14 +161,24 @@ def main() -> int:
     parser.add_argument("--knobs", type=Path, help="TOML knob overrides for every build")
     parser.add_argument("--no-scalar", action="store_true", help="skip the scalar (simd = false) builds")
     parser.add_argument("--layers", action="store_true", help="also print the instructions of each kernel")
+    parser.add_argument("--records", type=Path, metavar="DIR", help="also count the builds from tuning records "
+                        "DIR/<model>_<precision>_<target>.json")
+    parser.add_argument("--tune", metavar="DURATION", help="with --records: first tune each model without a "
+                        "records file for this long (e.g. 10m)")
     args = parser.parse_args()
+    if args.tune and not args.records:
+        parser.error("--tune needs --records DIR")
     unknown = [m for m in args.models if m not in zoo.ZOO]
     if unknown:
         parser.error(f"unknown model(s) {', '.join(unknown)} (known: {', '.join(zoo.ZOO)})")
     models = {f"{name} {precision}": zoo.ZOO[name]() if precision == "fp32" else quantized(name)
               for precision in args.precision or ["fp32", "int8"] for name in args.models}
     knobs = aot.load_knobs(args.knobs) if args.knobs else None
-    return 0 if insns_table(models, knobs, tuple(args.target or TARGETS), not args.no_scalar, args.layers) else 1
+    targets = tuple(args.target or TARGETS)
+    if args.tune:
+        for target in targets:
+            tune_missing(models, args.records, args.tune, target)
+    return 0 if insns_table(models, knobs, targets, not args.no_scalar, args.layers, args.records) else 1
 
 
 if __name__ == "__main__":
