@@ -29,6 +29,7 @@ from aot.graph.passes import optimize
 from aot.knobs import Knobs, resolve, scalar_variant
 from aot.plan import budget
 from aot.program import Program, build_program, sharing_used
+from aot.schedule import RANKED
 from aot.target import Target, get_target, resized
 from aot.version import __version__
 
@@ -91,15 +92,50 @@ def build(model: str | os.PathLike | onnx.ModelProto, target: str | Target = "ho
     graph = optimize(graph, on_pass)
     lowering_target = tgt if schedule.simd else scalar_variant(tgt)
     limits = {**tgt.memory, **totals}
-    if "ram" in limits:     # over budget, the leading layers run in row bands (aot/plan/budget.py)
-        program, _ = budget.fit(graph, lowering_target, name, schedule, limits["ram"], loaded.label)
-    else:
-        program = build_program(graph, lowering_target, name, schedule)
+    program = _program(graph, lowering_target, name, schedule, limits, loaded.label)
+    if schedule.schedules.records and schedule.records_keep_workspace:
+        program, schedule = _records_within_workspace(program, graph, lowering_target, name, schedule, limits,
+                                                      loaded.label)
     _check_overrides_used(program, schedule)
     files = _render(program, tgt, loaded, limits, schedule)
     _write_atomically(dest, files)
     return Artifact(dest, name, tgt, program, loaded, json.loads(files["plan.json"]),
                     json.loads(files["metadata.json"]), files["report.txt"].decode())
+
+
+def _program(graph: Graph, target: Target, name: str, knobs: Knobs, limits: dict[str, int], label: str) -> Program:
+    if "ram" in limits:     # over budget, the leading layers run in row bands (aot/plan/budget.py)
+        return budget.fit(graph, target, name, knobs, limits["ram"], label)[0]
+    return build_program(graph, target, name, knobs)
+
+
+def _records_within_workspace(program: Program, graph: Graph, target: Target, name: str, knobs: Knobs,
+                              limits: dict[str, int], label: str) -> tuple[Program, Knobs]:
+    """A tuned schedule may give up what let its result overlap its input (weight panels outside read
+    the whole input for each panel). Where that grows the workspace past the untuned build's, the nodes
+    whose kernels lost an overlap the untuned plan used step down to their workload's next record (then
+    the default), until the workspace is no larger; failing that, the untuned build. Returns the
+    program and the knobs it was built with."""
+    every = {call.node.name: RANKED for call in program.calls}
+    untuned_knobs = dataclasses.replace(knobs, schedules=knobs.schedules.reranked(every))
+    untuned = _program(graph, target, name, untuned_knobs, limits, label)
+    if program.plan.size <= untuned.plan.size:
+        return program, knobs
+    default_reuse = {call.node.name: call.kernel.reuse for call in untuned.calls}
+    overlapped = {untuned.calls[step].node.name for step, *_ in sharing_used(untuned)}
+    for _ in range(RANKED):
+        weaker = [call.node.name for call in program.calls if call.kernel.schedule is not None
+                  and call.kernel.schedule.source == "records"
+                  and call.kernel.reuse != default_reuse.get(call.node.name)]
+        weaker = [n for n in weaker if n in overlapped] or weaker
+        if not weaker:
+            break
+        schedules = knobs.schedules
+        knobs = dataclasses.replace(knobs, schedules=schedules.reranked({n: schedules.rank(n) + 1 for n in weaker}))
+        program = _program(graph, target, name, knobs, limits, label)
+        if program.plan.size <= untuned.plan.size:
+            return program, knobs
+    return untuned, untuned_knobs
 
 
 def _check_overrides_used(program: Program, knobs: Knobs) -> None:

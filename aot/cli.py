@@ -173,6 +173,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", default="10m", help="stop after this long, e.g. 90s, 10m, 1h (default 10m)")
     p.add_argument("--trials", type=int, help="at most this many measurements per workload")
     p.add_argument("--jobs", type=int, help="measurements at once (default: 2 under an emulator, 1 when timing)")
+    p.add_argument("--search", choices=["climb", "random"], default="climb", help="climb: from the default "
+                   "schedule to better neighbours (default); random: the space in a shuffled order")
     p.add_argument("--accept-new-host-key", action="store_true", help="trust and record an unknown host key")
     _target_dir_option(p)
     _board_dir_option(p)
@@ -285,7 +287,7 @@ def _tune(args) -> int:
     board = load_board(args.board, args.board_dir) if args.board else None
     target = get_target(board.target if board else args.target, args.target_dir)
     results = tune(args.model, target, board, args.output, budget, args.trials, args.jobs, _shapes(args),
-                   _freeze(args), _knobs(args), args.accept_new_host_key,
+                   _freeze(args), _knobs(args), args.accept_new_host_key, search=args.search,
                    report=lambda line: print(f"aot: {line}", file=sys.stderr))
     unit = "instructions" if target.run_command and not board else "ms"
     rows = [("workload", "nodes", "trials", f"default {unit}", f"best {unit}", "best/default", "best schedule")]

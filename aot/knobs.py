@@ -37,6 +37,8 @@ class Knobs:
     simd: bool        # false: a scalar build (one lane, LLVM's vectorizers off), to measure SIMD against
     share_memory: bool = True   # outputs may overlap dying inputs where kernels allow it (false: the plain plan)
     reorder: bool = True        # run the kernels in the order searched for the smallest workspace (false: graph order)
+    # tuning records apply only where they do not grow the workspace (false: wherever they match)
+    records_keep_workspace: bool = True
     schedules: Overrides = Overrides()  # per node, per workload, from tuning records (aot/schedule.py)
 
     def describe(self) -> dict:

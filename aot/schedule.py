@@ -121,39 +121,48 @@ class Chosen:
 _FIELD_TYPES = {"mr": int, "nr": int, "loop": str}
 
 
+Fields = tuple[tuple[str, object], ...]
+
+
 @dataclass(frozen=True)
 class Overrides:
     """Schedule choices made outside the default rules: by node name, by workload key (both partial:
-    the fields given), and from tuning records (whole schedules, by workload key). Per node wins over
-    per workload, which wins over records."""
-    nodes: tuple[tuple[str, tuple[tuple[str, object], ...]], ...] = ()
-    workloads: tuple[tuple[str, tuple[tuple[str, object], ...]], ...] = ()
-    records: tuple[tuple[str, tuple[tuple[str, object], ...]], ...] = ()
+    the fields given), and from tuning records (whole schedules by workload key, best first). Per node
+    wins over per workload, which wins over records. A node takes its workload's best record unless
+    `ranks` moves it further down the list (past the end: no record), which the build does where the
+    best would grow the workspace."""
+    nodes: tuple[tuple[str, Fields], ...] = ()
+    workloads: tuple[tuple[str, Fields], ...] = ()
+    records: tuple[tuple[str, tuple[Fields, ...]], ...] = ()
     records_file: str = ""
+    ranks: tuple[tuple[str, int], ...] = ()
     _index: dict = field(default_factory=dict, compare=False, repr=False)
 
     @staticmethod
     def of(nodes: dict | None = None, workloads: dict | None = None, records: dict | None = None,
            records_file: str = "", source: str = "knobs") -> Overrides:
-        def frozen(table: dict | None, what: str) -> tuple:
-            out = []
-            for key, fields in sorted((table or {}).items()):
-                if not isinstance(fields, dict):
-                    raise OptionError(f"{source}: [{what}.{key}] must be a table of schedule fields")
-                for name, value in fields.items():
-                    if name == "template":
-                        continue
-                    kind = _FIELD_TYPES.get(name)
-                    if kind is None:
-                        raise OptionError(f"{source}: [{what}.{key}]: unknown schedule field '{name}' "
-                                          f"(fields: {', '.join(_FIELD_TYPES)})")
-                    if isinstance(value, bool) or not isinstance(value, kind):
-                        raise OptionError(f"{source}: [{what}.{key}]: '{name}' must be "
-                                          f"{'an integer' if kind is int else 'a string'}, not {value!r}")
-                out.append((key, tuple(sorted(fields.items()))))
-            return tuple(out)
-        return Overrides(frozen(nodes, "node"), frozen(workloads, "workload"), frozen(records, "records"),
-                         records_file)
+        """From tables {key: {field: value}}; records as {workload: [schedule fields, best first]}."""
+        def checked(fields: dict, where: str) -> Fields:
+            if not isinstance(fields, dict):
+                raise OptionError(f"{source}: {where} must be a table of schedule fields")
+            for name, value in fields.items():
+                if name == "template":
+                    continue
+                kind = _FIELD_TYPES.get(name)
+                if kind is None:
+                    raise OptionError(f"{source}: {where}: unknown schedule field '{name}' "
+                                      f"(fields: {', '.join(_FIELD_TYPES)})")
+                if isinstance(value, bool) or not isinstance(value, kind):
+                    raise OptionError(f"{source}: {where}: '{name}' must be "
+                                      f"{'an integer' if kind is int else 'a string'}, not {value!r}")
+            return tuple(sorted(fields.items()))
+
+        def table(rows: dict | None, what: str) -> tuple:
+            return tuple((key, checked(fields, f"[{what}.{key}]")) for key, fields in sorted((rows or {}).items()))
+
+        ranked = tuple((key, tuple(checked(f, f"records of {key}") for f in ranked))
+                       for key, ranked in sorted((records or {}).items()))
+        return Overrides(table(nodes, "node"), table(workloads, "workload"), ranked, records_file)
 
     def __bool__(self) -> bool:
         return bool(self.nodes or self.workloads or self.records)
@@ -162,12 +171,24 @@ class Overrides:
         """The fields to lay over the default schedule of `node` (of workload `workload`), and their source."""
         if not self._index:
             self._index.update({"node": dict(self.nodes), "workload": dict(self.workloads),
-                                "records": dict(self.records)})
-        for source, key in (("node", node), ("workload", workload), ("records", workload)):
+                                "records": dict(self.records), "ranks": dict(self.ranks)})
+        for source, key in (("node", node), ("workload", workload)):
             fields = self._index[source].get(key)
             if fields is not None:
                 return {k: v for k, v in fields if k != "template"}, source
+        ranked = self._index["records"].get(workload, ())
+        rank = self._index["ranks"].get(node, 0)
+        if rank < len(ranked):
+            return {k: v for k, v in ranked[rank] if k != "template"}, "records"
         return {}, "default"
+
+    def rank(self, node: str) -> int:
+        return dict(self.ranks).get(node, 0)
+
+    def reranked(self, ranks: dict[str, int]) -> Overrides:
+        """The same overrides with these nodes taking their workload's record at these ranks."""
+        merged = {**dict(self.ranks), **ranks}
+        return dataclasses.replace(self, ranks=tuple(sorted(merged.items())), _index={})
 
     def describe(self) -> dict:
         out: dict = {}
@@ -177,6 +198,8 @@ class Overrides:
             out["workload"] = {k: dict(v) for k, v in self.workloads}
         if self.records_file:
             out["records"] = {"file": self.records_file, "workloads": len(self.records)}
+            if self.ranks:      # nodes whose best record would have grown the workspace: the rank taken instead
+                out["records"]["ranks"] = {node: rank for node, rank in self.ranks}
         return out
 
 
@@ -229,15 +252,18 @@ def read_records(path: str | os.PathLike) -> list[dict]:
     return records
 
 
-def best_records(records: list[dict], target: str) -> dict[str, dict]:
-    """Per workload of `target`, the schedule of the cheapest measurement without error (ties: the
-    first in a fixed order, so the same records always give the same build)."""
-    best: dict[str, tuple] = {}
+RANKED = 4     # records kept per workload, best first: the build may step down them to keep the workspace
+
+
+def best_records(records: list[dict], target: str) -> dict[str, list[dict]]:
+    """Per workload of `target`, the schedules of the cheapest measurements without error, best first,
+    each schedule once (ties: a fixed order, so the same records always give the same build)."""
+    costs: dict[str, dict[str, float]] = {}
     for record in records:
         if record["target"] != target or record.get("error") or record.get("cost") is None:
             continue
-        schedule = record["schedule"]
-        rank = (float(record["cost"]), json.dumps(schedule, sort_keys=True))
-        if record["workload"] not in best or rank < best[record["workload"]][0]:
-            best[record["workload"]] = (rank, schedule)
-    return {key: dict(schedule) for key, (_, schedule) in sorted(best.items())}
+        schedule = json.dumps(record["schedule"], sort_keys=True)
+        seen = costs.setdefault(record["workload"], {})
+        seen[schedule] = min(float(record["cost"]), seen.get(schedule, float("inf")))
+    return {key: [json.loads(s) for s, _ in sorted(seen.items(), key=lambda kv: (kv[1], kv[0]))[:RANKED]]
+            for key, seen in sorted(costs.items())}

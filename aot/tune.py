@@ -54,6 +54,8 @@ from aot.schedule import TEMPLATES, Overrides, Schedule, check
 from aot.target import Target, get_target
 from aot.version import __version__
 
+SEARCHES = ("climb", "random")
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -319,8 +321,8 @@ class Progress:
         cost = self.default_cost if self.default_cost is not None else float(self.workload.macs)
         return cost * len(self.workload.nodes) / (1 + self.trials)
 
-    def next(self, target: Target) -> Schedule | None:
-        if self.best is not None:
+    def next(self, target: Target, climb: bool = True) -> Schedule | None:
+        if climb and self.best is not None:
             for s in neighbours(self.best[1], target):
                 if s not in self.tried and s in self.candidates:
                     return s
@@ -345,10 +347,14 @@ def tune(model, target: str | Target = "host", board: str | Board | None = None,
          records: str | os.PathLike = "records.json", budget_s: float = 600.0, trials: int | None = None,
          jobs: int | None = None, input_shapes: dict[str, tuple[int, ...]] | None = None,
          freeze: dict[str, FreezeValue] | None = None, knobs: dict | None = None,
-         accept_new_host_key: bool = False, seed: int = 0,
+         accept_new_host_key: bool = False, seed: int = 0, search: str = "climb",
          report: Callable[[str], None] | None = None) -> list[WorkloadResult]:
     """Tune `model`'s workloads for `target` (or `board`'s), appending records to `records`, for at most
-    `budget_s` seconds and `trials` measurements per workload. Returns each workload's outcome."""
+    `budget_s` seconds and `trials` measurements per workload. `search` is "climb" (from the default,
+    see above) or "random" (the space in a shuffled order, for comparison). Returns each workload's
+    outcome."""
+    if search not in SEARCHES:
+        raise OptionError(f"--search must be one of {', '.join(SEARCHES)}, not {search!r}")
     brd = load_board(board) if isinstance(board, str) else board
     tgt = get_target(brd.target) if brd else get_target(target) if isinstance(target, str) else target
     if tgt.os == "none" and not tgt.run_command:
@@ -434,7 +440,7 @@ def tune(model, target: str | Target = "host", board: str | Board | None = None,
         while True:
             over = time.monotonic() - start >= budget_s
             while not over and len(running) < parallel:
-                picked = _pick(states, tgt, trials, running)
+                picked = _pick(states, tgt, trials, running, search == "climb")
                 if picked is None:
                     break
                 state, schedule = picked
@@ -461,15 +467,15 @@ def tune(model, target: str | Target = "host", board: str | Board | None = None,
                            s.best[0] if s.best else None, s.best[1] if s.best else None) for s in states]
 
 
-def _pick(states: list[Progress], target: Target, trials: int | None,
-          running: dict) -> tuple[Progress, Schedule] | None:
+def _pick(states: list[Progress], target: Target, trials: int | None, running: dict,
+          climb: bool) -> tuple[Progress, Schedule] | None:
     """The next (workload, schedule) to measure: the workload that most deserves a trial, its next schedule."""
     busy = {id(state) for state, _ in running.values()}
     order = sorted(states, key=lambda s: (id(s) in busy, -s.weight()))
     for state in order:
         if state.default_cost is None or (trials is not None and state.trials >= trials):
             continue
-        schedule = state.next(target)
+        schedule = state.next(target, climb)
         if schedule is not None:
             return state, schedule
     return None

@@ -120,7 +120,7 @@ def test_records_apply_the_best_measurement_per_workload(tmp_path):
     key = schedules(aot.build(model, target="x86-64-avx2", out_dir=tmp_path / "probe"))["first"]["workload"]
     log = tmp_path / "records.json"
     rows = [record(key, "x86-64-avx2", 2.0, mr=4, nr=1, loop="pixels"),
-            record(key, "x86-64-avx2", 1.0, mr=3, nr=2, loop="weights"),
+            record(key, "x86-64-avx2", 1.0, mr=3, nr=2, loop="pixels"),
             record(key, "x86-64-avx2", 0.5, error="mismatch", mr=5, nr=1, loop="pixels"),
             record(key, "aarch64", 0.1, mr=8, nr=3, loop="pixels")]
     log.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -128,7 +128,7 @@ def test_records_apply_the_best_measurement_per_workload(tmp_path):
     chosen = schedules(first)
     for node in ("first", "second"):
         assert (chosen[node]["mr"], chosen[node]["nr"], chosen[node]["loop"], chosen[node]["source"]) == \
-               (3, 2, "weights", "records")
+               (3, 2, "pixels", "records")
     assert chosen["depthwise"]["source"] == "default"
     assert first.metadata["knobs"]["records"] == {"file": "records.json", "workloads": 1}
     again = aot.build(model, target="x86-64-avx2", out_dir=tmp_path / "b", records=log)
@@ -148,3 +148,32 @@ def test_records_for_another_target_only_are_an_error(tmp_path):
     log.write_text("{not json\n")
     proc = aot_cli("build", model, "--records", log, "-o", tmp_path / "out")
     assert proc.returncode == 1 and f"{log}:1: not a JSON record" in proc.stderr
+
+
+def chain_of_pointwise():
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="a"), helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], name="b"), helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("Conv", ["r2", "w3"], ["y"], name="c")]
+    inits = {k: rng.standard_normal((16, 16, 1, 1)).astype(np.float32) for k in ("w1", "w2", "w3")}
+    return make_model(nodes, {"x": (1, 16, 8, 8)}, {"y": None}, inits)
+
+
+def test_records_that_would_grow_the_workspace_step_down_to_the_next_record(tmp_path):
+    # weight panels outside read the whole input for each panel, so the result cannot overlap it
+    model = chain_of_pointwise()
+    untuned = aot.build(model, target="x86-64-avx2", out_dir=tmp_path / "u")
+    key = untuned.metadata["schedules"][0]["workload"]
+    log = tmp_path / "records.json"
+    log.write_text(json.dumps(record(key, "x86-64-avx2", 1.0, mr=4, nr=2, loop="weights")) + "\n"
+                   + json.dumps(record(key, "x86-64-avx2", 2.0, mr=3, nr=2, loop="pixels")) + "\n")
+    kept = aot.build(model, target="x86-64-avx2", out_dir=tmp_path / "k", records=log)
+    assert kept.plan["workspace_size"] <= untuned.plan["workspace_size"]
+    stepped = kept.metadata["knobs"]["records"]["ranks"]
+    assert stepped and all(rank == 1 for rank in stepped.values())
+    for s in kept.metadata["schedules"]:
+        assert s["source"] == "records" and s.get("loop") == ("pixels" if s["node"] in stepped else "weights")
+    grown = aot.build(model, target="x86-64-avx2", out_dir=tmp_path / "g", records=log,
+                      knobs={"records_keep_workspace": False})
+    assert all(s["loop"] == "weights" for s in grown.metadata["schedules"])
+    assert grown.plan["workspace_size"] > untuned.plan["workspace_size"]
