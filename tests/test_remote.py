@@ -223,3 +223,17 @@ def test_timing_harness_times_only_the_run_call(tmp_path):
     timed = source.split("double start = now_ns();")[1].split("elapsed = now_ns() - start;")[0]
     statements = [line.strip() for line in timed.strip().splitlines()]
     assert statements == ["for (i = 0; i < number; i++)", "net_run(&in, &out, workspace);"]
+
+
+def test_tune_on_a_board_times_there_and_cleans_up(sshd, tmp_path):
+    from aot.tune import tune
+
+    board = load_board(str(board_file(sshd, tmp_path)))
+    log = tmp_path / "records.json"
+    results = tune(tiny_model(), board=board, records=log, budget_s=120, trials=3)
+    import json
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert records and all(r["where"] == "board emulated-aarch64" and r["unit"] == "ms" for r in records)
+    assert all(r["target"] == "aarch64" and r["error"] is None and r["cost"] > 0 for r in records)
+    assert results[0].best_cost <= results[0].default_cost
+    assert leftovers(tmp_path / "remote-work") == []
