@@ -7,7 +7,9 @@ weight vectors. Weights are packed at compile time in exactly that read order, o
 of output channels. Depthwise convolution vectorizes along channels instead.
 
 Padding is handled without copies: output columns whose window stays inside the input take the
-fast path; the few border columns (and rows) clip their window with runtime loop bounds.
+fast path; the few border columns (and rows) clip their window with runtime loop bounds. Dense
+convolution may instead take its border columns in whole tiles (Columns, border "tiles"): each window
+tap of a tile at a constant column covers a range of its pixels known at compile time.
 """
 
 from __future__ import annotations
