@@ -25,6 +25,7 @@ from aot.errors import OptionError
 from aot.target import Target
 
 LOOPS = ("pixels", "weights")     # dense: pixel tiles outside (weights re-read per row), or weight panels outside
+BORDERS = ("clip", "tiles")       # dense: border columns one at a time, window clipped at run time; or in tiles
 
 
 @dataclass(frozen=True)
@@ -33,12 +34,13 @@ class Schedule:
     mr: int             # register tile: output pixels
     nr: int             # register tile: vectors of output channels (scalars for core-register tiles)
     loop: str = ""      # dense only: see LOOPS
+    border: str = ""    # dense only: see BORDERS
 
     @property
     def tag(self) -> str:
         """What the kernel's symbol says of it: `6x2`, `6x2_wouter` (`4` for a template with no nr)."""
         tile = f"{self.mr}x{self.nr}" if "nr" in TEMPLATES[self.template].fields else f"{self.mr}"
-        return tile + ("_wouter" if self.loop == "weights" else "")
+        return tile + ("_wouter" if self.loop == "weights" else "") + ("_btiles" if self.border == "tiles" else "")
 
     def describe(self) -> dict:
         """The template and the fields it reads."""
@@ -82,9 +84,10 @@ def _pairs_tile(s: Schedule, t: Target) -> tuple[int, int, str]:
 
 _TILES = tuple(range(1, 9))
 TEMPLATES = {t.name: t for t in (
-    Template("dense", ("mr", "nr", "loop"), {"mr": _TILES, "nr": (1, 2, 3, 4), "loop": LOOPS}, _vector_tile),
-    Template("dense_core", ("mr", "nr", "loop"), {"mr": (1, 2, 3, 4), "nr": (1, 2, 3, 4), "loop": LOOPS},
-             _core_tile),
+    Template("dense", ("mr", "nr", "loop", "border"),
+             {"mr": _TILES, "nr": (1, 2, 3, 4), "loop": LOOPS, "border": BORDERS}, _vector_tile),
+    Template("dense_core", ("mr", "nr", "loop", "border"),
+             {"mr": (1, 2, 3, 4), "nr": (1, 2, 3, 4), "loop": LOOPS, "border": BORDERS}, _core_tile),
     Template("depthwise", ("mr", "nr"), {"mr": _TILES, "nr": (1, 2, 3, 4)}, _depthwise_tile),
     Template("depthwise_pairs", ("mr",), {"mr": _TILES}, _pairs_tile),
     Template("rows", ("mr", "nr"), {"mr": (1, 2, 3, 4), "nr": (1, 2, 3, 4)}, _core_tile),
@@ -98,6 +101,8 @@ def check(schedule: Schedule, target: Target, where: str) -> None:
     template = TEMPLATES[schedule.template]
     if schedule.loop and schedule.loop not in LOOPS:
         raise OptionError(f"{where}: loop must be one of {', '.join(LOOPS)}, not {schedule.loop!r}")
+    if schedule.border and schedule.border not in BORDERS:
+        raise OptionError(f"{where}: border must be one of {', '.join(BORDERS)}, not {schedule.border!r}")
     if schedule.mr < 1 or schedule.nr < 1:
         raise OptionError(f"{where}: a {schedule.tag} tile is empty")
     need, have, what = template.registers(schedule, target)
@@ -118,7 +123,7 @@ class Chosen:
         return {"node": self.node, "workload": self.workload, "source": self.source, **self.schedule.describe()}
 
 
-_FIELD_TYPES = {"mr": int, "nr": int, "loop": str}
+_FIELD_TYPES = {"mr": int, "nr": int, "loop": str, "border": str}
 
 
 Fields = tuple[tuple[str, object], ...]

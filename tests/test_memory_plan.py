@@ -615,6 +615,42 @@ def test_every_loop_order_declares_only_what_it_allows(case, target, precision):
             assert kernel.reuse[0].shift <= 0
 
 
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+@pytest.mark.parametrize("case", ["dense-strided", "dense-dilated", "strides-past-the-window", "batch"])
+def test_border_tiles_declare_only_what_they_allow(case, precision):
+    """Dense convolutions with their border columns in whole tiles (conv.Columns, border "tiles"), front
+    to back and back to front, with and without leave to compute first pixels whole (which keeps the
+    clipped borders): their Reuse checked against their loops replayed."""
+
+    from kernel_trace import Trace
+
+    from aot.knobs import resolve
+    from aot.ops import LowerContext, lower
+    from aot.ops import conv as conv_ops
+    from aot.target import get_target
+    model = edge_conv(case) if precision == "fp32" else int8(edge_conv(case))
+    graph = aot.build(model, target="host", out_dir=None).program.graph
+    tgt = get_target("host")
+    node = next(n for n in graph.nodes if n.op == "Conv")
+    for backward in (False, True):
+        for whole in (frozenset(), frozenset({node.name})):
+            ctx = LowerContext(graph, tgt, "edge", resolve(tgt, {"mr": 4, "border_tiles": True}),
+                               frozenset({node.name} if backward else ()), whole)
+            kernel = lower(ctx, node, "edge_conv")
+            trace = Trace(kernel)
+            for reuse in kernel.reuse:
+                trace.check(reuse)
+            if not whole:       # the pixels come out in the order of the tiles Geometry.progress replays
+                g = conv_ops.geometry(graph, node)
+                cols = conv_ops.Columns.of(g, 4, "tiles")
+                rows = [(n, oh) for n in range(g.n) for oh in range(g.oh)]
+                expected = [(n * g.oh + oh) * g.ow + ow + i for n, oh in (rows[::-1] if backward else rows)
+                            for ow, width, _ in cols.tiles(0, False) for i in range(width)]
+                pixel_bytes = next(p for p in kernel.params if p.name == "out0").nbytes // (g.n * g.oh * g.ow)
+                stored = list(dict.fromkeys(lo // pixel_bytes for _, lo, _ in trace.writes["out0"]))
+                assert stored == expected
+
+
 def test_an_optimistic_declaration_is_caught_by_the_replay():
     """Claiming one input pixel more than the pointwise kernel's loops allow is caught."""
     from kernel_trace import Trace

@@ -133,6 +133,45 @@ def test_conv(case):
     check([n], {"x": shape}, {"y": None}, inits)
 
 
+# Border columns in whole tiles (conv.Columns, border="tiles"): rows of 1 to 14 columns (tiles of the
+# host's mr = 6 evened out: 4 + 3, 6 + 4 + 4, ...), windows reaching past both ends of a tile, pixels some
+# tap reads for and others not, strides and dilations that skip pixels, pads wider than the window.
+TILED_CASES = {
+    **{f"3x3_p1_w{w}": ((1, 5, 4, w), 16, (3, 3), 1, True, P1) for w in (1, 2, 3, 5, 7, 8, 9, 13, 14)},
+    "5x5_p2_w3": ((1, 3, 5, 3), 9, (5, 5), 1, True, P2),
+    "5x5_p2_w11": ((1, 3, 5, 11), 9, (5, 5), 1, True, P2),
+    "3x3_s2_p1_w14": ((1, 4, 6, 14), 8, (3, 3), 1, True, {**S2, **P1}),
+    "3x3_s3_p2_w13": ((1, 4, 7, 13), 8, (3, 3), 1, True, {"strides": [3, 3], "pads": [2, 2, 2, 2]}),
+    "3x3_dil2_p3_w9": ((1, 4, 6, 9), 8, (3, 3), 1, True, {"dilations": [2, 2], "pads": [3, 3, 3, 3]}),
+    "3x3_dil3_s2_p2_w15": ((1, 3, 8, 15), 8, (3, 3), 1, True,
+                           {"dilations": [3, 3], "strides": [2, 2], "pads": [2, 2, 2, 2]}),
+    "3x3_p3_wider_than_window": ((1, 3, 5, 4), 8, (3, 3), 1, True, {"pads": [3, 3, 3, 3]}),
+    "3x3_asym_pads_w10": ((1, 3, 5, 10), 8, (3, 3), 1, True, {"pads": [0, 2, 1, 0]}),
+    "1x7_p3_w12": ((1, 5, 3, 12), 7, (1, 7), 1, True, {"pads": [0, 3, 0, 3]}),
+    "7x7_s2_p3_w23": ((1, 3, 9, 23), 16, (7, 7), 1, True, {**S2, "pads": [3, 3, 3, 3]}),
+    "group2_p1_w7": ((1, 4, 5, 7), 6, (3, 3), 2, True, P1),
+    "batch2_p1_w7": ((2, 5, 4, 7), 24, (3, 3), 1, True, P1),
+}
+
+
+@pytest.mark.parametrize("mr", [None, 4, 7])
+@pytest.mark.parametrize("case", list(TILED_CASES), ids=list(TILED_CASES))
+def test_conv_border_tiles(case, mr, target, tmp_path):
+    """Without memory sharing, so that no kernel computes a careful prefix (which keeps clipped borders)."""
+    import aot
+    if mr is not None and target != "host":
+        pytest.skip("other tile widths on the host only")
+    shape, c_out, kernel, group, bias, attrs = TILED_CASES[case]
+    rng = np.random.default_rng(3)
+    n, inits = conv("conv", "x", "y", shape[1], c_out, kernel, rng, group=group, bias=bias, **attrs)
+    model = make_model([n], {"x": shape}, {"y": None}, inits)
+    knobs = {"share_memory": False, "border_tiles": True, **({"mr": mr} if mr else {})}
+    artifact = aot.build(model, target=target, knobs=knobs, out_dir=tmp_path)
+    assert [s["border"] for s in artifact.metadata["schedules"]] == ["tiles"]
+    result = aot.check(artifact, inputs=random_inputs(model))
+    assert result.ok, result.comparisons
+
+
 # --------------------------------------------------------------------------- Gemm / MatMul
 
 # id: (transA, transB, alpha, beta, bias shape or None, B constant)

@@ -7,14 +7,16 @@ weight vectors. Weights are packed at compile time in exactly that read order, o
 of output channels. Depthwise convolution vectorizes along channels instead.
 
 Padding is handled without copies: output columns whose window stays inside the input take the
-fast path; the few border columns (and rows) clip their window with runtime loop bounds.
+fast path; the few border columns (and rows) clip their window with runtime loop bounds. Dense
+convolution may instead take its border columns in whole tiles (Columns, border "tiles"): each window
+tap of a tile at a constant column covers a range of its pixels known at compile time.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -84,7 +86,7 @@ class Geometry:
         is (the end of all writes so far, the start of all reads still to come, this phase's included);
         back to front (the start of all writes so far, the end of all reads still to come)."""
         out_pixel, in_pixel = self.m * out_bytes, self.c * in_bytes
-        cols = Columns.of(self, order.mr)
+        cols = Columns.of(self, order.mr, order.border)
         writes, reads = [], []          # per phase: [lo, hi) in bytes, or None
         images = reversed(range(self.n)) if order.backward else range(self.n)
         for n in images:
@@ -94,9 +96,8 @@ class Geometry:
                 for ow, width, whole in cols.tiles(order.careful if n == oh == 0 else 0, order.columns_backward):
                     first = ((n * self.oh + oh) * self.ow + ow) * out_pixel
                     out = (first, first + width * out_pixel)
-                    taps = [o * self.stride[1] - self.pads[1] + t * self.dilation[1] for o in (ow, ow + width - 1)
-                            for t in range(self.kw)]
-                    taps = [c for c in taps if 0 <= c < self.w]
+                    taps = [(ow + i) * self.stride[1] - self.pads[1] + t * self.dilation[1]
+                            for t, i0, i1 in self.tap_pixels(ow, width) for i in (i0, i1 - 1)]
                     read = (((n * self.h + rows[0]) * self.w + min(taps)) * in_pixel,
                             ((n * self.h + rows[-1]) * self.w + max(taps) + 1) * in_pixel) if rows and taps else None
                     phases = [(None, read), (out, None)] if whole else [(out, read)]
@@ -104,6 +105,18 @@ class Geometry:
                         writes.append(w)
                         reads.append(r)
         return _checkpoints(writes, reads, order.backward)
+
+    def tap_pixels(self, ow0: int, width: int) -> list[tuple[int, int, int]]:
+        """(tap, first pixel, end pixel) of each column tap that reads inside the input for some of the
+        `width` output columns from ow0: the pixels [first, end) of the tile (a contiguous range)."""
+        s, out = self.stride[1], []
+        for t in range(self.kw):
+            off = t * self.dilation[1] - self.pads[1]       # output column o reads input column o * s + off
+            lo = max(ow0, -(off // s))                      # the first o with o * s + off >= 0
+            hi = min(ow0 + width, (self.w - 1 - off) // s + 1)
+            if lo < hi:
+                out.append((t, lo - ow0, hi - ow0))
+        return out
 
     def interior(self, axis: int) -> tuple[int, int]:
         """Output coordinates [lo, hi) whose whole window lies inside the input."""
@@ -157,26 +170,55 @@ class Order:
     mr: int
     backward: bool = False
     careful: int = 0
+    border: str = "clip"    # how Columns covers the border columns: "clip" or "tiles"
 
     @property
     def columns_backward(self) -> bool:
         return self.backward and self.careful > 0
 
 
+def _row_widths(ow: int, mr: int) -> list[int]:
+    """Widths of tiles covering a row of `ow` columns left to right: tiles of `mr`, the last two evened
+    out when the row is not a whole number of them (14 in tiles of 6: 6 + 4 + 4; 7: 4 + 3)."""
+    count = -(-ow // mr)
+    widths = [mr] * count
+    if count * mr > ow:
+        last = ow - (count - 2) * mr if count > 1 else ow      # the columns of the last two tiles (or one)
+        widths[-2:] = [last - last // 2, last // 2] if count > 1 else [last]
+    return widths
+
+
 @dataclass(frozen=True)
 class Columns:
-    """The tiles of one output row: interior columns (window inside the input) from `lo` in tiles of
-    `width` up to `full`, the rest of the interior up to `end` as one narrower tile, then every other
-    column alone, its window clipped at run time (one code copy for both sides)."""
+    """The tiles of one output row. With border "clip": interior columns (window inside the input) from
+    `lo` in tiles of `width` up to `full`, the rest of the interior up to `end` as one narrower tile, then
+    every other column alone, its window clipped at run time (one code copy for both sides). With border
+    "tiles": `runs` cover the row left to right in tiles of up to mr columns (_row_widths), each run
+    (first column, width, count, clipped); a clipped run is one tile that reaches into a border, at a
+    constant column, so each tap of its window covers a range of its pixels known at compile time
+    (Geometry.tap_pixels)."""
     lo: int
     width: int
     full: int
     end: int
     borders: int        # columns outside [lo, end)
+    runs: tuple[tuple[int, int, int, bool], ...] = ()
 
     @staticmethod
-    def of(g: Geometry, mr: int) -> Columns:
+    def of(g: Geometry, mr: int, border: str = "clip") -> Columns:
         lo, hi = g.interior(1)
+        if border == "tiles":
+            runs: list[tuple[int, int, int, bool]] = []
+            ow0 = 0
+            for width in _row_widths(g.ow, mr):
+                clipped = ow0 < lo or ow0 + width > hi
+                if runs and not clipped and not runs[-1][3] and runs[-1][1] == width:
+                    runs[-1] = (runs[-1][0], width, runs[-1][2] + 1, False)
+                else:
+                    runs.append((ow0, width, 1, clipped))
+                ow0 += width
+            return Columns(lo, mr, lo, lo, 0, tuple(runs))
+        assert border == "clip", border
         width = min(mr, hi - lo)
         full = lo + (hi - lo) // width * width if width else lo
         end = hi if hi - full > 1 else full
@@ -191,6 +233,10 @@ class Columns:
     def tiles(self, careful: int, backward: bool) -> list[tuple[int, int, bool]]:
         """(first column, width, computed whole) of each tile of a row in the order spatial_loops runs
         them (last to first if `backward`), the row's first `careful` pixels computed whole."""
+        if self.runs:
+            assert not careful
+            row = [(ow0 + k * width, width, False) for ow0, width, count, _ in self.runs for k in range(count)]
+            return row[::-1] if backward else row
         row = [(ow, 1, True) for ow in range(careful)]
         if self.full > self.lo:
             row += [(ow, self.width, False) for ow in range(max(careful, self.lo), self.full, self.width)]
@@ -206,11 +252,12 @@ TileFn = Callable[[int, Expr, Expr, Expr, Expr, Expr, Expr, Expr], None]
 def spatial_loops(b: Builder, g: Geometry, order: Order, tile: TileFn, whole: TileFn | None = None) -> None:
     """Emit loops over (n, oh, ow) calling tile(mr, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) per output tile,
     in `order` (see Order and Columns); whole(1, ...) computes each careful pixel. Row windows are clipped
-    only if some row needs it."""
+    only if some row needs it. With border "tiles", a tile reaching into a border comes at a constant
+    column ow0 (a Const) with kw_lo = kw_hi = None: its taps are Geometry.tap_pixels(ow0, width)."""
     row_lo, row_hi = g.interior(0)
-    cols = Columns.of(g, order.mr)
+    cols = Columns.of(g, order.mr, order.border)
     careful, descending = order.careful, order.columns_backward
-    assert careful == 0 or (whole is not None and cols.lo <= careful <= cols.full
+    assert careful == 0 or (whole is not None and not cols.runs and cols.lo <= careful <= cols.full
                             and (careful - cols.lo) % cols.width == 0)
     with b.loop("n", 0, g.n) as n:
         n = b.let("n", (g.n - 1) - n) if order.backward and g.n > 1 else n
@@ -263,7 +310,17 @@ def spatial_loops(b: Builder, g: Geometry, order: Order, tile: TileFn, whole: Ti
                     with b.loop("e", 0, cols.borders - skip) as e:
                         clipped(b.let("ow", cols.border((cols.borders - 1) - e)), tile)
 
-            phases = (whole_pixels, interior, leftover, borders)
+            def tiled() -> None:
+                for ow0, width, count, clip in cols.runs:
+                    if clip:
+                        tile(width, n, oh, const(ow0), kh_lo, kh_hi, None, None)
+                    elif count == 1:
+                        tile(width, n, oh, const(ow0), kh_lo, kh_hi, const(0), const(g.kw))
+                    else:
+                        with b.loop("ow", ow0, ow0 + count * width, width) as ow:
+                            tile(width, n, oh, ow, kh_lo, kh_hi, const(0), const(g.kw))
+
+            phases = (tiled,) if cols.runs else (whole_pixels, interior, leftover, borders)
             for phase in reversed(phases) if descending else phases:
                 phase()
 
@@ -543,6 +600,9 @@ def arith_form(arith: Arith) -> str:
 def lower_dense(ctx: LowerContext, node: Node, name: str, g: Geometry, groups: int, weight: np.ndarray,
                 arith: Arith, x: Buffer, out: Buffer, params: tuple[Buffer, ...], backward: bool = False,
                 whole: bool = False) -> Kernel:
+    """The schedule's `border` says how the columns whose window reaches into the padding are computed
+    (see Columns): "clip", one pixel at a time with the window clipped at run time, or "tiles", in tiles
+    as wide as the interior's, each tap's FMAs only for the pixels it reads inside the input."""
     cg, mg = g.c // groups, g.m // groups
     step = arith.group          # input channels per multiply-accumulate
     lanes = 1 if arith.scalar else ctx.target.lanes
@@ -552,17 +612,18 @@ def lower_dense(ctx: LowerContext, node: Node, name: str, g: Geometry, groups: i
     template = "dense_core" if core else "dense"
     weight_bytes = arith.weights(weight.reshape(-1)).nbytes
 
-    def loop_by_traffic(s: Schedule) -> Schedule:
-        if s.loop:
-            return s
-        panels = groups * sum(blk.count for blk in channel_blocks(mg, lanes, min(s.nr, -(-mg // lanes))))
-        outer = _weights_outer(g, weight_bytes, x.nbytes, panels, knobs.cache_kib * 1024)
-        return dataclasses.replace(s, loop="weights" if outer else "pixels")
+    def rules(s: Schedule) -> Schedule:
+        """The loop order by memory traffic; border columns in tiles (see Columns) unless the knobs say clip."""
+        if not s.loop:
+            panels = groups * sum(blk.count for blk in channel_blocks(mg, lanes, min(s.nr, -(-mg // lanes))))
+            outer = _weights_outer(g, weight_bytes, x.nbytes, panels, knobs.cache_kib * 1024)
+            s = dataclasses.replace(s, loop="weights" if outer else "pixels")
+        return s if s.border else dataclasses.replace(s, border="tiles" if knobs.border_tiles else "clip")
 
     chosen = ctx.schedule(node, workload(template, g, groups, x, arith_form(arith)),
                           Schedule(template, *((knobs.core_mr, knobs.core_nr) if core else (knobs.mr, knobs.nr))),
-                          loop_by_traffic)
-    mr, nr = chosen.schedule.mr, chosen.schedule.nr
+                          rules)
+    mr, nr, border = chosen.schedule.mr, chosen.schedule.nr, chosen.schedule.border
     blocks = channel_blocks(mg, lanes, min(nr, -(-mg // lanes)))
     packed, offsets = _pack_dense(weight, groups, blocks, step)
     wdata = arith.weights(packed)
@@ -577,23 +638,32 @@ def lower_dense(ctx: LowerContext, node: Node, name: str, g: Geometry, groups: i
         accumulated over one pass through the window, then stored."""
         accs = [[[b.local("acc", arith.init(ch0 + j * blk.lanes, blk.lanes)) for j in range(blk.nr)]
                  for _ in range(rows)] for blk, ch0, _ in items]
+        def tap(kh, ih, kw, pixels: range) -> None:
+            """One tap of the window for the tile's `pixels`, over the input channels."""
+            pixel0 = b.let("px", ((n * g.h + ih) * g.w + g.in_row(ow0 + pixels.start, 1) + kw * dx) * g.c
+                           + group * cg)
+            wrows = [b.let("wr", panel + (kh * g.kw + kw) * (cg * blk.width)) for blk, _, panel in items]
+            with b.loop("c", 0, cg, step) as c:
+                wv = [[b.let("wv", arith.load_w(wbuf.vec(wrow + c * blk.width + j * blk.lanes * step,
+                                                         blk.lanes * step))) for j in range(blk.nr)]
+                      for (blk, _, _), wrow in zip(items, wrows)]
+                for i in pixels:
+                    operands: dict[int, Expr] = {}      # one load per pixel and vector width
+                    for t, (blk, _, _) in enumerate(items):
+                        if blk.lanes not in operands:
+                            operands[blk.lanes] = b.let("a", arith.operand(
+                                x, pixel0 + (i - pixels.start) * g.stride[1] * g.c + c, blk.lanes))
+                        for j in range(blk.nr):
+                            b.assign(accs[t][i][j], arith.mac(accs[t][i][j], operands[blk.lanes], wv[t][j]))
+
         with b.loop("kh", kh_lo, kh_hi) as kh:
             ih = g.in_row(oh, 0) + kh * dy
-            with b.loop("kw", kw_lo, kw_hi) as kw:
-                pixel0 = b.let("px", ((n * g.h + ih) * g.w + g.in_row(ow0, 1) + kw * dx) * g.c + group * cg)
-                wrows = [b.let("wr", panel + (kh * g.kw + kw) * (cg * blk.width)) for blk, _, panel in items]
-                with b.loop("c", 0, cg, step) as c:
-                    wv = [[b.let("wv", arith.load_w(wbuf.vec(wrow + c * blk.width + j * blk.lanes * step,
-                                                             blk.lanes * step))) for j in range(blk.nr)]
-                          for (blk, _, _), wrow in zip(items, wrows)]
-                    for i in range(rows):
-                        operands: dict[int, Expr] = {}      # one load per pixel and vector width
-                        for t, (blk, _, _) in enumerate(items):
-                            if blk.lanes not in operands:
-                                operands[blk.lanes] = b.let("a", arith.operand(
-                                    x, pixel0 + i * g.stride[1] * g.c + c, blk.lanes))
-                            for j in range(blk.nr):
-                                b.assign(accs[t][i][j], arith.mac(accs[t][i][j], operands[blk.lanes], wv[t][j]))
+            if kw_lo is None:       # a border tile at a constant column: each tap for the pixels it fits
+                for kw, i0, i1 in g.tap_pixels(ow0.value, rows):
+                    tap(kh, ih, const(kw), range(i0, i1))
+            else:
+                with b.loop("kw", kw_lo, kw_hi) as kw:
+                    tap(kh, ih, kw, range(rows))
         for t, (blk, ch0, _) in enumerate(items):
             for i in range(rows):
                 base = ((n * g.oh + oh) * g.ow + ow0 + i) * g.m + ch0
@@ -609,7 +679,7 @@ def lower_dense(ctx: LowerContext, node: Node, name: str, g: Geometry, groups: i
                 with b.loop("cb", 0, blk.count) as cb:
                     ch0 = b.let("ch0", group * mg + blk.start + cb * blk.width)
                     panel = b.let("panel", group * group_stride + offsets[bi] + cb * (panel_size * blk.width))
-                    spatial_loops(b, g, Order(mr), lambda rows, *at, blk=blk, ch0=ch0, panel=panel:
+                    spatial_loops(b, g, Order(mr, border=border), lambda rows, *at, blk=blk, ch0=ch0, panel=panel:
                                   block_body([(blk, ch0, panel)], group, rows, *at))
         return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, None), chosen)
 
@@ -630,6 +700,8 @@ def lower_dense(ctx: LowerContext, node: Node, name: str, g: Geometry, groups: i
 
     order = row_order(g, mr, backward, x, out,
                       sum(blk.nr * blk.count for blk in blocks) if whole and groups == 1 else None)
+    if not order.careful:       # a careful prefix computes the left borders whole, one pixel at a time
+        order = replace(order, border=border)
     spatial_loops(b, g, order, tile, whole_pixel)
     return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, order), chosen)
 
