@@ -154,18 +154,18 @@ TILED_CASES = {
 }
 
 
-@pytest.mark.parametrize("mr", [None, 4, 7])
+@pytest.mark.parametrize("tile", [None, (4, 3), (7, 1)], ids=["default", "4x3", "7x1"])
 @pytest.mark.parametrize("case", list(TILED_CASES), ids=list(TILED_CASES))
-def test_conv_border_tiles(case, mr, target, tmp_path):
+def test_conv_border_tiles(case, tile, target, tmp_path):
     """Without memory sharing, so that no kernel computes a careful prefix (which keeps clipped borders)."""
     import aot
-    if mr is not None and target != "host":
-        pytest.skip("other tile widths on the host only")
+    if tile is not None and target != "host":
+        pytest.skip("other tiles on the host only")
     shape, c_out, kernel, group, bias, attrs = TILED_CASES[case]
     rng = np.random.default_rng(3)
     n, inits = conv("conv", "x", "y", shape[1], c_out, kernel, rng, group=group, bias=bias, **attrs)
     model = make_model([n], {"x": shape}, {"y": None}, inits)
-    knobs = {"share_memory": False, "border_tiles": True, **({"mr": mr} if mr else {})}
+    knobs = {"share_memory": False, "border_tiles": True, **({"mr": tile[0], "nr": tile[1]} if tile else {})}
     artifact = aot.build(model, target=target, knobs=knobs, out_dir=tmp_path)
     assert [s["border"] for s in artifact.metadata["schedules"]] == ["tiles"]
     result = aot.check(artifact, inputs=random_inputs(model))
