@@ -37,7 +37,7 @@ class Knobs:
     simd: bool        # false: a scalar build (one lane, LLVM's vectorizers off), to measure SIMD against
     share_memory: bool = True   # outputs may overlap dying inputs where kernels allow it (false: the plain plan)
     reorder: bool = True        # run the kernels in the order searched for the smallest workspace (false: graph order)
-    border_tiles: bool = False  # dense convolutions take their border columns in tiles (false: one at a time)
+    border_tiles: bool = True   # dense convolutions take their border columns in tiles (false: one at a time)
     # tuning records apply only where they do not grow the workspace (false: wherever they match)
     records_keep_workspace: bool = True
     schedules: Overrides = Overrides()  # per node, per workload, from tuning records (aot/schedule.py)
