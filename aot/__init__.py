@@ -14,8 +14,9 @@ from aot.errors import (
                         UnsupportedOpError,
 )
 from aot.knobs import Knobs, load_knobs
+from aot.tune import tune
 from aot.version import __version__
 
-__all__ = ["Artifact", "CheckResult", "Knobs", "build", "check", "load_knobs", "run", "AotError", "MismatchError",
+__all__ = ["Artifact", "CheckResult", "Knobs", "build", "check", "load_knobs", "run", "tune", "AotError", "MismatchError",
            "ModelError", "OptionError", "PlanError", "RunError", "ShapeError", "TargetError", "UnsupportedOpError",
            "__version__"]
