@@ -17,6 +17,7 @@ from aot.knobs import Knobs, load_knobs
 from aot.tune import tune
 from aot.version import __version__
 
-__all__ = ["Artifact", "CheckResult", "Knobs", "build", "check", "load_knobs", "run", "tune", "AotError", "MismatchError",
-           "ModelError", "OptionError", "PlanError", "RunError", "ShapeError", "TargetError", "UnsupportedOpError",
+__all__ = ["Artifact", "CheckResult", "Knobs", "build", "check", "load_knobs", "run", "tune", "AotError",
+           "MismatchError", "ModelError", "OptionError", "PlanError", "RunError", "ShapeError", "TargetError",
+           "UnsupportedOpError",
            "__version__"]

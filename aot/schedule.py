@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,10 +105,10 @@ def check(schedule: Schedule, target: Target, where: str) -> None:
     if schedule.border and schedule.border not in BORDERS:
         raise OptionError(f"{where}: border must be one of {', '.join(BORDERS)}, not {schedule.border!r}")
     if schedule.mr < 1 or schedule.nr < 1:
-        raise OptionError(f"{where}: a {schedule.tag} tile is empty")
+        raise OptionError(f"{where}: the {schedule.mr}x{schedule.nr} tile is empty")
     need, have, what = template.registers(schedule, target)
     if need > have:
-        raise OptionError(f"{where}: a {schedule.tag} {schedule.template} tile needs {need} {what}; "
+        raise OptionError(f"{where}: the {schedule.mr}x{schedule.nr} {schedule.template} tile needs {need} {what}; "
                           f"{target.name} has {have}")
 
 
@@ -261,14 +262,13 @@ RANKED = 4     # records kept per workload, best first: the build may step down 
 
 
 def best_records(records: list[dict], target: str) -> dict[str, list[dict]]:
-    """Per workload of `target`, the schedules of the cheapest measurements without error, best first,
-    each schedule once (ties: a fixed order, so the same records always give the same build)."""
-    costs: dict[str, dict[str, float]] = {}
+    """Per workload of `target`, the schedules measured without error, by the median of each one's
+    costs, best first (ties: a fixed order, so the same records always give the same build)."""
+    costs: dict[str, dict[str, list[float]]] = {}
     for record in records:
         if record["target"] != target or record.get("error") or record.get("cost") is None:
             continue
         schedule = json.dumps(record["schedule"], sort_keys=True)
-        seen = costs.setdefault(record["workload"], {})
-        seen[schedule] = min(float(record["cost"]), seen.get(schedule, float("inf")))
-    return {key: [json.loads(s) for s, _ in sorted(seen.items(), key=lambda kv: (kv[1], kv[0]))[:RANKED]]
-            for key, seen in sorted(costs.items())}
+        costs.setdefault(record["workload"], {}).setdefault(schedule, []).append(float(record["cost"]))
+    return {key: [json.loads(s) for s, _ in sorted(seen.items(), key=lambda kv: (statistics.median(kv[1]), kv[0]))
+                  [:RANKED]] for key, seen in sorted(costs.items())}

@@ -10,7 +10,9 @@ float tolerance) before its cost counts.
 The search, per workload, is a hill climb seeded at the default: the untried neighbours of the best
 schedule so far (one field one step away) come first, then the rest of the space in a fixed shuffled
 order. Trials go to the workload whose share of the model's cost is largest for the trials it had so
-far, so the layers that take the time get the most tries.
+far, so the layers that take the time get the most tries. A schedule's cost is the median of its
+measurements; when timing, the last fifth of the budget measures each workload's three leaders again,
+alternating with the default (the cheapest of many single timings is cheap partly by luck).
 
 Records are JSON lines appended as each measurement ends (so an interrupted run keeps its work): the
 workload, the target, the schedule, the cost and its unit, an error if the candidate failed, when it was
@@ -27,6 +29,7 @@ import json
 import os
 import random
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -294,8 +297,8 @@ class Progress:
     workload: Workload
     candidates: list[Schedule]
     tried: set = field(default_factory=set)             # schedules (measured, or equal code to one measured)
-    default_cost: float | None = None
-    best: tuple[float, Schedule] | None = None
+    costs: dict = field(default_factory=dict)           # schedule -> its costs measured (this run and earlier)
+    best: tuple[float, Schedule] | None = None          # the lowest median cost, and its schedule
     reference: dict[str, np.ndarray] | None = None
     fingerprints: dict[str, Schedule] = field(default_factory=dict)
     trials: int = 0                 # measured in this run
@@ -309,7 +312,7 @@ class Progress:
                 schedule = Schedule(**record["schedule"])
             except TypeError:
                 continue
-            if schedule == self.workload.default or schedule not in self.candidates:
+            if schedule not in self.candidates:
                 continue
             self.tried.add(schedule)
             self.earlier += 1
@@ -317,8 +320,20 @@ class Progress:
                 self.consider(float(record["cost"]), schedule)
 
     def consider(self, cost: float, schedule: Schedule) -> None:
-        if self.best is None or cost < self.best[0]:
-            self.best = (cost, schedule)
+        self.costs.setdefault(schedule, []).append(cost)
+        cost = statistics.median(self.costs[schedule])
+        if self.best is None or cost < self.best[0] or self.best[1] == schedule:
+            self.best = min(((statistics.median(c), s) for s, c in self.costs.items()), key=lambda b: b[0])
+
+    @property
+    def default_cost(self) -> float | None:
+        costs = self.costs.get(self.workload.default)
+        return statistics.median(costs) if costs else None
+
+    def leaders(self, count: int) -> list[Schedule]:
+        """The `count` schedules other than the default with the lowest median costs."""
+        ranked = sorted((statistics.median(c), s.tag, s) for s, c in self.costs.items() if s != self.workload.default)
+        return [s for _, _, s in ranked[:count]]
 
     def weight(self) -> float:
         cost = self.default_cost if self.default_cost is not None else float(self.workload.macs)
@@ -415,8 +430,8 @@ def tune(model, target: str | Target = "host", board: str | Board | None = None,
 
     def settle(state: Progress, schedule: Schedule, outcome: Outcome, logged: bool) -> None:
         state.trials += 1
-        if outcome.error is None and schedule == state.workload.default:
-            state.default_cost, state.reference = outcome.cost, outcome.outputs
+        if outcome.error is None and schedule == state.workload.default and state.reference is None:
+            state.reference = outcome.outputs
         elif outcome.error is None and state.reference is not None and outcome.outputs:
             why = same_outputs(outcome.outputs, state.reference)
             if why is not None:
@@ -434,14 +449,19 @@ def tune(model, target: str | Target = "host", board: str | Board | None = None,
             state.tried.add(default)
             previous = done.get(record_key(state.workload.key, tgt.name, default.describe()))
             outcome = measure(job(state, default))       # its outputs are needed even if logged
-            if previous is not None and previous.get("cost") is not None and outcome.error is None:
-                outcome = dataclasses.replace(outcome, cost=float(previous["cost"]))
-            settle(state, default, outcome, logged=previous is not None)
+            if previous is not None and outcome.error is None:
+                state.reference = outcome.outputs       # its earlier costs are in state.costs already
+                continue
+            settle(state, default, outcome, logged=False)
             if outcome.error is not None:
                 say(f"{state.workload.key}: the default schedule failed: {outcome.error}")
         running: dict[Future, tuple[Progress, Schedule]] = {}
+        # timings are noisy, and the cheapest of many single measurements is cheap partly by luck: the
+        # last fifth of the budget measures the leaders again, alternating with the default
+        confirm = method.kind == "time"
+        search_s = budget_s * (0.8 if confirm else 1.0)
         while True:
-            over = time.monotonic() - start >= budget_s
+            over = time.monotonic() - start >= search_s
             while not over and len(running) < parallel:
                 picked = _pick(states, tgt, trials, running, search == "climb")
                 if picked is None:
@@ -456,18 +476,38 @@ def tune(model, target: str | Target = "host", board: str | Board | None = None,
                 running[pool.submit(measure, candidate)] = (state, schedule)
             if not running:
                 break
-            finished, _ = wait(running, timeout=max(1.0, budget_s - (time.monotonic() - start)),
+            finished, _ = wait(running, timeout=max(1.0, search_s - (time.monotonic() - start)),
                                return_when=FIRST_COMPLETED)
             for future in finished:
                 state, schedule = running.pop(future)
                 settle(state, schedule, future.result(), logged=False)
-            if time.monotonic() - start >= budget_s and not finished:
+            if time.monotonic() - start >= search_s and not finished:
                 for future in running:
                     future.cancel()
                 break
+        if confirm:
+            _confirm(states, lambda st, sc: settle(st, sc, measure(job(st, sc)), logged=False),
+                     lambda: time.monotonic() - start < budget_s)
     bar.close()
     return [WorkloadResult(s.workload.key, s.workload.nodes, s.trials + s.earlier, s.default_cost,
                            s.best[0] if s.best else None, s.best[1] if s.best else None) for s in states]
+
+
+CONFIRM_LEADERS, CONFIRM_ROUNDS = 3, 3
+
+
+def _confirm(states: list[Progress], remeasure: Callable[[Progress, Schedule], None],
+             time_left: Callable[[], bool]) -> None:
+    """Measure each workload's leaders again, alternating with the default, costliest workloads first."""
+    for state in sorted(states, key=lambda s: -(s.default_cost or 0.0) * len(s.workload.nodes)):
+        if state.default_cost is None:
+            continue
+        leaders = state.leaders(CONFIRM_LEADERS)
+        for _ in range(CONFIRM_ROUNDS if leaders else 0):
+            for schedule in (state.workload.default, *leaders):
+                if not time_left():
+                    return
+                remeasure(state, schedule)
 
 
 def _pick(states: list[Progress], target: Target, trials: int | None, running: dict,

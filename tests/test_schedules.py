@@ -56,7 +56,8 @@ def test_every_templated_kernel_records_its_schedule_and_its_symbol_says_the_til
     knobs = artifact.metadata["knobs"]
     for s in chosen.values():
         assert s["source"] == "default"
-        assert s["kernel"].endswith(f"_{s['mr']}x{s['nr']}" + ("_wouter" if s.get("loop") == "weights" else ""))
+        assert s["kernel"].endswith(f"_{s['mr']}x{s['nr']}" + ("_wouter" if s.get("loop") == "weights" else "")
+                                    + ("_btiles" if s.get("border") == "tiles" else ""))
     assert (chosen["first"]["mr"], chosen["first"]["nr"]) == (knobs["mr"], knobs["nr"])
     symbols = subprocess.run(["nm", str(artifact.object)], capture_output=True, text=True).stdout
     assert all(s["kernel"] in symbols for s in chosen.values())
@@ -69,7 +70,7 @@ def test_per_node_and_per_workload_overrides(tmp_path):
     knobs = {"node": {"second": {"mr": 3, "nr": 1, "loop": "weights"}}, "workload": {key: {"mr": 2}}}
     chosen = schedules(aot.build(model, out_dir=tmp_path / "b", knobs=knobs))
     assert (chosen["second"]["mr"], chosen["second"]["nr"], chosen["second"]["loop"]) == (3, 1, "weights")
-    assert chosen["second"]["source"] == "node" and chosen["second"]["kernel"].endswith("_3x1_wouter")
+    assert chosen["second"]["source"] == "node" and chosen["second"]["kernel"].endswith("_3x1_wouter_btiles")
     assert chosen["first"]["mr"] == 2 and chosen["first"]["source"] == "workload"     # the node wins over it
     assert chosen["depthwise"]["source"] == "default"
     matches(model, knobs=knobs)
@@ -89,7 +90,7 @@ def test_knobs_file_tables_on_the_command_line(tmp_path):
     ({"node": {"nowhere": {"mr": 2}}}, "[node.nowhere]: no kernel with a schedule has that node"),
     ({"workload": {"dense 1x2x3": {"mr": 2}}}, "no kernel with a schedule has that workload"),
     ({"node": {"depthwise": {"loop": "weights"}}}, "the depthwise template has no loop"),
-    ({"node": {"first": {"mr": 8, "nr": 4}}}, "a 8x4 dense tile needs 37 vector registers"),
+    ({"node": {"first": {"mr": 8, "nr": 4}}}, "the 8x4 dense tile needs 37 vector registers"),
     ({"node": {"first": {"loop": "sideways"}}}, "loop must be one of pixels, weights"),
     ({"node": {"first": {"kc": 4}}}, "unknown schedule field 'kc'"),
     ({"node": {"first": {"mr": "4"}}}, "'mr' must be an integer"),
