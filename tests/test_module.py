@@ -174,3 +174,14 @@ def test_a_module_on_a_board_runs_and_times_over_ssh(sshd, tmp_path, model):  # 
         result = m.benchmark(repeat=2, number=1)
         assert result.where == "emulated-aarch64" and len(result.times_ms) == 2 and result.number == 1
     assert leftovers(tmp_path / "remote-work") == []
+
+
+@pytest.mark.qemu
+def test_a_bare_metal_build_runs_under_qemu_system_but_is_not_timed(model):
+    if shutil.which("arm-none-eabi-gcc") is None or shutil.which("qemu-system-arm") is None:
+        pytest.skip("the arm-none-eabi toolchain or qemu-system-arm is not installed")
+    with aot.compile(model, target="cortex-m4") as m:
+        x = image(6)
+        assert_close(m(x), onnxruntime_outputs(model, {"input": x}))
+        with pytest.raises(aot.RunError, match="timing needs a clock"):
+            m.benchmark()
