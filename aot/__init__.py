@@ -14,10 +14,11 @@ from aot.errors import (
                         UnsupportedOpError,
 )
 from aot.knobs import Knobs, load_knobs
+from aot.module import Module, TensorSpec, compile, load
 from aot.tune import tune
 from aot.version import __version__
 
-__all__ = ["Artifact", "CheckResult", "Knobs", "build", "check", "load_knobs", "run", "tune", "AotError",
-           "MismatchError", "ModelError", "OptionError", "PlanError", "RunError", "ShapeError", "TargetError",
-           "UnsupportedOpError",
+__all__ = ["Artifact", "CheckResult", "Knobs", "Module", "TensorSpec", "build", "check", "compile", "load",
+           "load_knobs", "run", "tune", "AotError", "MismatchError", "ModelError", "OptionError", "PlanError",
+           "RunError", "ShapeError", "TargetError", "UnsupportedOpError",
            "__version__"]
