@@ -118,6 +118,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="output directory (default: build/NAME)")
     p.add_argument("--name", help="C name prefix (default: the model's file name)")
     p.add_argument("--dump-graph", action="store_true", help="print the graph after import and after each pass")
+    p.add_argument("--emit", metavar="STAGES", help="also write these stages, comma-separated, "
+                   "into DIR: graph (NAME.graph.txt), kir (NAME.kir.txt: the kernels' loop IR), llvm (NAME.ll and "
+                   "NAME.opt.ll: LLVM IR before and after optimization), asm (NAME.s)")
     _memory_arg(p)
 
     p = sub.add_parser("run", help="build, run through the C entry point, compare with onnxruntime")
@@ -236,7 +239,8 @@ def _build(args) -> int:
     start = time.perf_counter()
     artifact = build(args.model, target=get_target(args.target, args.target_dir), out_dir=args.output, name=args.name,
                      input_shapes=_shapes(args), memory=args.memory, on_pass=dump if args.dump_graph else None,
-                     knobs=_knobs(args), freeze=_freeze(args), records=args.records)
+                     knobs=_knobs(args), freeze=_freeze(args), records=args.records,
+                     emit=args.emit)
     plan = artifact.plan
     split = " + ".join(f"{r['name']} {r['size']:,}" for r in plan.get("regions", ()))
     print(f"built {artifact.dir}/ for {artifact.target.name} in {time.perf_counter() - start:.2f} s: "

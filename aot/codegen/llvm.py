@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 import numpy as np
@@ -39,6 +40,15 @@ def target_machine(target: Target) -> llvm.TargetMachine:
     _init_llvm()
     return llvm.Target.from_triple(target.triple).create_target_machine(
         cpu=target.cpu, features=target.features, opt=3, reloc=target.reloc, codemodel="default")
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A module's object file and, as text, the stages that made it."""
+    object: bytes
+    ir: str             # the module as built, before optimization
+    optimized_ir: str   # after the O3 pipeline, before code generation
+    assembly: str       # the target assembly of the object's code
 
 
 def _splat_value(ty: ir.Type, value: int):
@@ -112,7 +122,10 @@ class ModuleBuilder:
 
     def optimized(self) -> llvm.ModuleRef:
         """The module parsed, verified and optimized at O3 for the target."""
-        mod = llvm.parse_assembly(str(self.module))
+        return self._optimize(str(self.module))
+
+    def _optimize(self, source: str) -> llvm.ModuleRef:
+        mod = llvm.parse_assembly(source)
         mod.verify()
         tuning = llvm.create_pipeline_tuning_options(speed_level=3)
         if not self.vectorize:
@@ -128,6 +141,17 @@ class ModuleBuilder:
 
     def emit_assembly(self) -> str:
         return self.tm.emit_assembly(self.optimized())
+
+    def compile(self) -> Compiled:
+        """The object and the texts of the stages that made it, from one optimization: its result is
+        printed before code generation (which rewrites the IR in place) and a copy of it goes to the
+        assembly printer after the object is emitted, so the object is the bytes emit_object gives."""
+        source = str(self.module)
+        mod = self._optimize(source)
+        optimized = str(mod)
+        copy = mod.clone()
+        obj = self.tm.emit_object(mod)
+        return Compiled(obj, source, optimized, self.tm.emit_assembly(copy))
 
 
 class _FunctionEmitter:
