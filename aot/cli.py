@@ -304,7 +304,7 @@ def _bisect(args, inputs, target) -> int:
     if not result.ok:
         first = result.first
         raise MismatchError(f"intermediate tensors differ from onnxruntime beyond the tolerance from node "
-                            f"'{first.node}' on")
+                            f"'{first.node}' on (its tensor is computed by aot's kernel for '{first.kernel}')")
     return 0
 
 

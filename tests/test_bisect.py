@@ -140,7 +140,7 @@ def test_cli_prints_the_table_and_writes_json(fp32_model, tmp_path, capsys):
     captured = capsys.readouterr()
     line = next(line for line in captured.out.splitlines() if "<- first divergence" in line)
     assert line.split()[1] == "add"
-    assert "from node 'add' on" in captured.err
+    assert "from node 'add' on (its tensor is computed by aot's kernel for 'add')" in captured.err
     data = json.loads(out.read_text())
     assert data["first_divergence"]["node"] == "add" and data["first_divergence"]["kernel"] == "add"
 
@@ -151,7 +151,7 @@ def test_cli_json_needs_bisect(fp32_model, tmp_path, capsys):
 
 
 @pytest.mark.qemu
-@pytest.mark.parametrize("target", ["cortex-m4"])
+@pytest.mark.parametrize("target", ["cortex-m4", "aarch64"])
 def test_int8_on_an_emulated_target(int8_model, target):
     tgt = get_target(target)
     if shutil.which(tgt.cc) is None or shutil.which(tgt.run_command[0]) is None:
