@@ -68,10 +68,15 @@ def check(model: str | os.PathLike | onnx.ModelProto | Artifact, inputs: dict[st
 def quantization_steps(program) -> dict[str, float]:
     """For outputs made by quantized arithmetic: the size of one step (1 for integer outputs). Other
     outputs (float, and integer or bool ones such as indices and masks) get no such allowance."""
-    graph = program.graph
+    return value_steps(program.graph, program.graph.outputs)
+
+
+def value_steps(graph, names) -> dict[str, float]:
+    """quantization_steps for any of the graph's values: 1 for a quantized integer tensor (its steps
+    are its codes), the scale of the Dequantize that made a float one; others are left out."""
     producers = graph.producers()
     steps = {}
-    for out in graph.outputs:
+    for out in names:
         if graph.values[out].quant is not None:
             steps[out] = 1.0
             continue

@@ -26,6 +26,7 @@ from aot.errors import OptionError
 from aot.frontend.onnx import FreezeValue, LoadedModel, load, to_graph
 from aot.graph.ir import Graph
 from aot.graph.passes import optimize
+from aot.graph.verify import verify
 from aot.knobs import Knobs, resolve, scalar_variant
 from aot.plan import budget
 from aot.program import Program, build_program, sharing_used
@@ -65,7 +66,8 @@ def build(model: str | os.PathLike | onnx.ModelProto, target: str | Target = "ho
           input_shapes: dict[str, tuple[int, ...]] | None = None, knobs: dict | None = None,
           memory: dict[str, int] | None = None, on_pass: Callable[[str, Graph], None] | None = None,
           freeze: dict[str, FreezeValue] | None = None, records: str | os.PathLike | None = None,
-          emit: str | Iterable[str] | None = ()) -> Artifact:
+          emit: str | Iterable[str] | None = (),
+          after_optimize: Callable[[Graph], Graph] | None = None) -> Artifact:
     """Compile an ONNX model (path or ModelProto) for `target` into `out_dir` (default build/NAME).
 
     `input_shapes` fixes dynamic input dimensions; `freeze` ({"sr": 16000}) binds inputs to constants
@@ -77,7 +79,8 @@ def build(model: str | os.PathLike | onnx.ModelProto, target: str | Target = "ho
     kernel's schedule; `records` (a log of `aot tune`) gives each workload the best schedule measured.
 
     `emit` ("graph", "kir", "llvm", "asm"; aot/stages.py) also writes those stages of the compilation as
-    readable files into the build directory.
+    readable files into the build directory. `after_optimize` rewrites the optimized graph before it is
+    lowered (aot.bisect adds outputs there).
     """
     emitted = stages.parse(emit)
     tgt = get_target(target) if isinstance(target, str) else target
@@ -95,6 +98,8 @@ def build(model: str | os.PathLike | onnx.ModelProto, target: str | Target = "ho
     if on_pass:
         on_pass("import", graph)
     graph = optimize(graph, on_pass)
+    if after_optimize is not None:
+        graph = verify(after_optimize(graph), "after_optimize")
     lowering_target = tgt if schedule.simd else scalar_variant(tgt)
     limits = {**tgt.memory, **totals}
     program = _program(graph, lowering_target, name, schedule, limits, loaded.label)

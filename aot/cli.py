@@ -132,6 +132,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="keep the build in this directory")
     p.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
     p.add_argument("--timeout", type=float, default=600.0, help="stop the program after this many seconds")
+    p.add_argument("--bisect", action="store_true", help="also compare the intermediate tensors, node by node "
+                   "in the model's order, and name the first node whose result is past the tolerance")
+    p.add_argument("--json", metavar="FILE", help="with --bisect: write the table of nodes to this file")
     _memory_arg(p)
 
     p = sub.add_parser("targets", help="list the target configs, or show one")
@@ -260,6 +263,10 @@ def _run(args) -> int:
         except (OSError, ValueError) as err:
             raise OptionError(f"--inputs {args.inputs}: cannot read it as .npz: {err}") from None
     target = get_target(args.target, args.target_dir)
+    if args.json and not args.bisect:
+        raise OptionError("--json writes the table of --bisect: give --bisect too")
+    if args.bisect:
+        return _bisect(args, inputs, target)
     result = api.check(args.model, inputs=inputs, target=target, input_shapes=_shapes(args),
                        out_dir=args.output, seed=args.seed, timeout=args.timeout, knobs=_knobs(args),
                        freeze=_freeze(args), memory=args.memory, records=args.records)
@@ -276,6 +283,32 @@ def _run(args) -> int:
     if not result.ok:
         raise MismatchError("outputs differ from onnxruntime beyond the tolerance (1e-4 of the output's scale, "
                             "or one quantization step for quantized outputs)")
+    return 0
+
+
+def _bisect(args, inputs, target) -> int:
+    from aot.bisect import bisect, summary, table, write_json
+
+    result = bisect(args.model, inputs=inputs, target=target, input_shapes=_shapes(args), out_dir=args.output,
+                    seed=args.seed, timeout=args.timeout, knobs=_knobs(args), freeze=_freeze(args),
+                    memory=args.memory, records=args.records)
+    if args.outputs:
+        Path(args.outputs).parent.mkdir(parents=True, exist_ok=True)
+        np.savez(args.outputs, **result.outputs)
+    if args.json:
+        write_json(result, args.json)
+    print(f"{os.path.basename(str(args.model))} on {target.name} vs onnxruntime, node by node "
+          "(steps: quantization steps; tolerance 1e-4 of a tensor's largest magnitude, or one step):")
+    for line in table(result):
+        print(f"  {_printable(line, keep_lines=False)}")
+    for name in result.reference_changed:
+        print(f"note: onnxruntime's output '{name}' changed once intermediate tensors were made outputs too "
+              "(its graph fusions differ); the table compares with that run")
+    print(_printable(summary(result), keep_lines=False))
+    if not result.ok:
+        first = result.first
+        raise MismatchError(f"intermediate tensors differ from onnxruntime beyond the tolerance from node "
+                            f"'{first.node}' on (its tensor is computed by aot's kernel for '{first.kernel}')")
     return 0
 
 

@@ -22,6 +22,9 @@ class Value:
     shape: tuple[int, ...]
     dtype: str = "float32"
     quant: QuantParams | None = None    # how an integer tensor encodes reals (set by lower_quantized)
+    # the model's 4-D value this one holds channels-last (set by to_nhwc: shape (N, H, W, C) of the
+    # model's (N, C, H, W)); "" for a value in the model's own layout
+    channels_last_of: str = ""
 
     @property
     def size(self) -> int:

@@ -17,7 +17,7 @@ import numpy as np
 
 from aot.errors import UnsupportedOpError
 from aot.graph.ir import Graph, Node
-from aot.kernel.ir import Buffer, Kernel, Reuse
+from aot.kernel.ir import Block, Buffer, Builder, Cast, Kernel, Reuse, const, maximum, minimum
 from aot.knobs import Knobs
 from aot.ops.registry import op_def
 from aot.schedule import Chosen, Schedule, choose
@@ -74,6 +74,8 @@ def lower(ctx: LowerContext, node: Node, name: str) -> Kernel:
     if definition.lower is None:
         raise UnsupportedOpError(f"node '{node.name}': no kernel for op {node.op}")
     kernel = definition.lower(ctx, node, name)
+    if node.name in PERTURB:
+        kernel = _perturbed(kernel, len(node.outputs), PERTURB[node.name])
     if definition.elementwise and "perm" not in node.attrs:     # a transposed result moves elements
         out = ctx.graph.values[node.outputs[0]]
         same = tuple(Reuse(i, exact=True) for i, name in enumerate(node.inputs)
@@ -81,6 +83,32 @@ def lower(ctx: LowerContext, node: Node, name: str) -> Kernel:
                      and np.dtype(ctx.graph.values[name].dtype).itemsize == np.dtype(out.dtype).itemsize)
         kernel = dataclasses.replace(kernel, reuse=kernel.reuse + same)
     return kernel
+
+
+# TEST ONLY: {node name: amount}. The kernel of a node named here adds `amount` to every element of its
+# first output after computing it (integer outputs: `amount` steps, saturated), so that tests can check
+# that `aot run --bisect` (aot/bisect.py) names the node where the results go wrong. No option or
+# file sets it; tests set it with tests/test_bisect.py's `perturbed` and clear it after the build.
+PERTURB: dict[str, float] = {}
+
+_INT_RANGES = {"i8": (-128, 127), "u8": (0, 255), "i16": (-(2**15), 2**15 - 1)}
+
+
+def _perturbed(kernel: Kernel, outputs: int, amount: float) -> Kernel:
+    """The kernel, then a loop adding `amount` to each element of its first output (see PERTURB)."""
+    out = kernel.params[len(kernel.params) - outputs]
+    b = Builder()
+    with b.loop("perturb", 0, out.size) as i:
+        if out.dtype == "f32":
+            b.store(out, i, out[i] + const(amount, "f32"))
+        else:
+            kind = "i64" if out.dtype == "i64" else "i32"
+            wide = Cast(out[i], kind) + const(round(amount), kind)
+            if out.dtype in _INT_RANGES:
+                lo, hi = _INT_RANGES[out.dtype]
+                wide = minimum(maximum(wide, const(lo, kind)), const(hi, kind))
+            b.store(out, i, Cast(wide, out.dtype))
+    return dataclasses.replace(kernel, body=Block(kernel.body.stmts + b.block().stmts))
 
 
 def macs(graph: Graph, node: Node) -> int:

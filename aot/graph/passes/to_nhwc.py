@@ -44,7 +44,7 @@ class _Layouts:
     def get_nhwc(self, name: str) -> str:
         if name not in self.nhwc:
             shape = _permute(self.rw.values[self.nchw[name]].shape, TO_NHWC)
-            out = self.rw.like(name + "_nhwc", self.nchw[name], shape)
+            out = self._channels_last(self.rw.like(name + "_nhwc", self.nchw[name], shape), name)
             self.rw.add("Transpose", name + "_to_nhwc", [self.nchw[name]], [out], perm=TO_NHWC)
             self.nhwc[name] = out
         return self.nhwc[name]
@@ -59,14 +59,19 @@ class _Layouts:
             self.nchw[name] = out
         return self.nchw[name]
 
+    def _channels_last(self, physical: str, name: str) -> str:
+        """Mark `physical` as holding the model's value `name` channels-last (for `aot run --bisect`)."""
+        self.rw.values[physical] = dataclasses.replace(self.rw.values[physical], channels_last_of=name)
+        return physical
+
     def produce_nhwc(self, name: str) -> str:
         """Name for the NHWC result of a node computing `name`."""
         shape = _permute(self.graph.shape(name), TO_NHWC)
         if name in self.graph.outputs:
-            physical = self.rw.like(name + "_nhwc", name, shape)
+            physical = self._channels_last(self.rw.like(name + "_nhwc", name, shape), name)
         else:
             physical = name
-            self.rw.values[name] = dataclasses.replace(self.graph.values[name], shape=shape)
+            self.rw.values[name] = dataclasses.replace(self.graph.values[name], shape=shape, channels_last_of=name)
         self.nhwc[name] = physical
         self.produced_nhwc.add(name)
         return physical
