@@ -36,6 +36,13 @@ def test_every_target_has_a_complete_knob_table(target):
     knobs = resolve(get_target(target))
     assert isinstance(knobs, Knobs) and knobs.simd is True
     assert knobs.mr * knobs.nr + knobs.nr + 1 <= max(get_target(target).vector_registers, 8) + 24
+    from aot.schedule import Schedule, check  # every default tile is one its template accepts
+    tgt = get_target(target)
+    for template, tile in (("dense", (knobs.mr, knobs.nr)), ("dense_core", (knobs.core_mr, knobs.core_nr)),
+                           ("depthwise", (knobs.dw_mr, knobs.dw_nr)), ("rows", (knobs.core_mr, knobs.core_nr)),
+                           ("depthwise_rows", (knobs.dw_mr, knobs.dw_nr)), ("depthwise_pairs", (knobs.dw_mr, 1)),
+                           ("direct", (knobs.mr, knobs.nr))):
+        check(Schedule(template, *tile), tgt, target)
 
 
 @pytest.mark.parametrize("knobs", [{"mr": 1, "nr": 1}, {"mr": 5, "nr": 2, "dw_mr": 3, "dw_nr": 1},
