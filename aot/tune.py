@@ -273,10 +273,6 @@ def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
 
 # --- records ---------------------------------------------------------------------------------------
 
-def record_key(workload: str, target: str, schedule: dict) -> str:
-    return json.dumps([workload, target, {k: v for k, v in sorted(schedule.items())}])
-
-
 def read_log(path: Path) -> list[dict]:
     from aot.schedule import read_records
     return read_records(path) if path.exists() else []
@@ -398,7 +394,6 @@ def tune(model, target: str | Target = "host", board: str | Board | None = None,
         raise OptionError(f"{loaded.label}: no kernel with a schedule to tune (convolutions, Gemm)")
     path = Path(records)
     earlier = read_log(path)
-    done = {record_key(r["workload"], r["target"], r["schedule"]): r for r in earlier}
     rng = random.Random(seed)
     states = []
     for w in found:
@@ -428,7 +423,7 @@ def tune(model, target: str | Target = "host", board: str | Board | None = None,
         with open(path, "a") as f:
             f.write(json.dumps(entry) + "\n")
 
-    def settle(state: Progress, schedule: Schedule, outcome: Outcome, logged: bool) -> None:
+    def settle(state: Progress, schedule: Schedule, outcome: Outcome) -> None:
         state.trials += 1
         if outcome.error is None and schedule == state.workload.default and state.reference is None:
             state.reference = outcome.outputs
@@ -436,8 +431,7 @@ def tune(model, target: str | Target = "host", board: str | Board | None = None,
             why = same_outputs(outcome.outputs, state.reference)
             if why is not None:
                 outcome = Outcome(None, f"wrong result: {why}")
-        if not logged:
-            log(state, schedule, outcome)
+        log(state, schedule, outcome)
         if outcome.error is None and outcome.cost is not None:
             state.consider(outcome.cost, schedule)
         bar.step(state, outcome)
@@ -447,12 +441,12 @@ def tune(model, target: str | Target = "host", board: str | Board | None = None,
         for state in states:
             default = state.workload.default
             state.tried.add(default)
-            previous = done.get(record_key(state.workload.key, tgt.name, default.describe()))
-            outcome = measure(job(state, default))       # its outputs are needed even if logged
-            if previous is not None and outcome.error is None:
+            measured_before = default in state.costs
+            outcome = measure(job(state, default))       # its outputs are needed even if measured before
+            if measured_before and outcome.error is None:
                 state.reference = outcome.outputs       # its earlier costs are in state.costs already
                 continue
-            settle(state, default, outcome, logged=False)
+            settle(state, default, outcome)
             if outcome.error is not None:
                 say(f"{state.workload.key}: the default schedule failed: {outcome.error}")
         running: dict[Future, tuple[Progress, Schedule]] = {}
@@ -480,13 +474,13 @@ def tune(model, target: str | Target = "host", board: str | Board | None = None,
                                return_when=FIRST_COMPLETED)
             for future in finished:
                 state, schedule = running.pop(future)
-                settle(state, schedule, future.result(), logged=False)
+                settle(state, schedule, future.result())
             if time.monotonic() - start >= search_s and not finished:
                 for future in running:
                     future.cancel()
                 break
         if confirm:
-            _confirm(states, lambda st, sc: settle(st, sc, measure(job(st, sc)), logged=False),
+            _confirm(states, lambda st, sc: settle(st, sc, measure(job(st, sc))),
                      lambda: time.monotonic() - start < budget_s)
     bar.close()
     return [WorkloadResult(s.workload.key, s.workload.nodes, s.trials + s.earlier, s.default_cost,
