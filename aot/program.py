@@ -157,6 +157,11 @@ def _place(graph: Graph, target: Target, name: str, knobs: Knobs, calls: list[Ca
             locations[v] = Location("constant", 0)
         elif v not in locations and root(v) in locations:
             locations[v] = dataclasses.replace(locations[root(v)], offset=root.offset(v))
+    for call in layout.calls:
+        for v in call.args:
+            if locations.get(v, Location("constant", 0)).kind == "constant":
+                raise InternalError(f"kernel {call.kernel.name} (node '{call.node.name}') would read '{v}' from no "
+                                    "buffer: a view of a constant was not folded")
     sizes = {b.name: b.size for b in layout.buffers}
     if placements:
         regions.verify(_steps(layout.calls, root), placements, sizes, align, layout.shared)

@@ -13,24 +13,26 @@ from onnx import helper
 
 import aot
 from aot.frontend.onnx import load, to_graph
-from aot.graph.ir import Graph
+from aot.graph.ir import Graph, Node, Value
 from aot.graph.passes import (
     PIPELINE,
     canonicalize,
     eliminate_dead_code,
     fold_batchnorm,
+    fold_constant_views,
     fold_constants,
     fold_transposes,
     fuse_epilogues,
+    optimize,
     to_nhwc,
 )
 from aot.graph.passes.fuse_epilogues import MAX_EPILOGUE
 from aot.graph.passes.to_nhwc import TO_NHWC
 
 try:
-    from oracle import make_model
+    from oracle import assert_matches_onnxruntime, make_model
 except ImportError:  # tests/ imported as a package
-    from tests.oracle import make_model
+    from tests.oracle import assert_matches_onnxruntime, make_model
 
 
 # --------------------------------------------------------------------------- helpers
@@ -218,6 +220,38 @@ def test_canonicalize_views():
         assert view.op == "Reshape" and view.inputs == (src,) and view.attrs == {"shape": shape}, view
         assert after.shape(out) == shape
     assert_numerics(model)
+
+
+def castlike_scalar_model(op="Mul"):
+    """`Constant(0.5) -> CastLike(c, x) -> op(c, x)`: the scalar an inlined function's body reads (LeakyRelu's
+    alpha in its expanded form); its Reshape view of the constant was once read as 0."""
+    nodes = [
+        helper.make_node("Constant", [], ["c"], value_float=0.5),
+        node("CastLike", ["c", "x"], ["cc"], name="castlike"),
+        node("Reshape", ["cc", "one"], ["cr"], name="reshape"),
+        node(op, ["cr", "x"], ["y"], name="op"),
+    ]
+    return make_model(nodes, {"x": (3, 4)}, {"y": (3, 4)}, {"one": i64([1])})
+
+
+@pytest.mark.parametrize("op", ["Mul", "Add", "Div", "Max"])
+def test_views_of_constants_are_constants(op):
+    model = castlike_scalar_model(op)
+    graph = optimize(imported(model))
+    assert [n.op for n in graph.nodes if n.op == "Reshape"] == [], graph.dump()
+    assert_matches_onnxruntime(model, {"x": np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)})
+
+
+def test_fold_constant_views_folds_views_of_views():
+    g = Graph("g", (Node("Reshape", "a", ("c",), ("v1",), {"shape": (2, 3)}),
+                    Node("Reshape", "b", ("v1",), ("v2",), {"shape": (6,)}),
+                    Node("Relu", "r", ("x",), ("y",))),
+              {"c": Value("c", (3, 2)), "v1": Value("v1", (2, 3)), "v2": Value("v2", (6,)),
+               "x": Value("x", (6,)), "y": Value("y", (6,))},
+              {"c": np.arange(6, dtype=np.float32).reshape(3, 2)}, ("x",), ("y", "v2"))
+    folded = fold_constant_views(g)
+    assert [n.name for n in folded.nodes] == ["r"]
+    np.testing.assert_array_equal(folded.constants["v2"], np.arange(6, dtype=np.float32))
 
 
 def test_canonicalize_unsupported_op_names_node_and_op(tmp_path):

@@ -144,7 +144,7 @@ define("Where", canonical=canonical_keep, lower=where, layout=Layout.FOLLOW, dty
        check=broadcast_shape)
 define("Cast", canonical=canonical_cast, lower=cast, layout=Layout.FOLLOW, dtypes=ALL_DTYPES, elementwise=True,
        check=same_shape)
-define("CastLike", canonical=canonical_cast, dtypes=ALL_DTYPES)
+define("CastLike", canonical=canonical_cast, dtypes=ALL_DTYPES, dtype_only=(1,))
 define("Mod", canonical=canonical_mod, lower=mod, layout=Layout.FOLLOW, dtypes=INTEGER | frozenset({"float32"}),
        check=broadcast_shape)
 define("NonZero", canonical=_refuse_nonzero, dtypes=ALL_DTYPES)

@@ -100,6 +100,7 @@ class OpDef:
     expand_qdq: Rule | None = None         # a QOperator op: rewrite as Dequantize -> op -> Quantize
     domain: str = ""                       # "" for the ONNX default domain
     shape_only: bool = False               # reads only its input's (static) shape: always folds (Shape, Size)
+    dtype_only: tuple[int, ...] = ()       # inputs of which it reads only the element type (CastLike's target)
     random: bool = False                   # its result is not a function of its inputs: never folded
     check: Callable[[Graph, Node], str | None] | None = None   # shape rule for Graph.verify: a problem or None
     operands: tuple[str, ...] = ()         # names of its inputs in order, for `operand`/`with_operands`

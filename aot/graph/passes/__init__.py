@@ -9,6 +9,7 @@ from aot.graph.passes.canonicalize import canonicalize
 from aot.graph.passes.concat_in_place import concat_in_place
 from aot.graph.passes.eliminate_dead_code import eliminate_dead_code
 from aot.graph.passes.fold_batchnorm import fold_batchnorm
+from aot.graph.passes.fold_constant_views import fold_constant_views
 from aot.graph.passes.fold_constants import fold_constants
 from aot.graph.passes.fuse_epilogues import fuse_epilogues
 from aot.graph.passes.lower_quantized import lower_quantized
@@ -21,12 +22,14 @@ PIPELINE: list[Pass] = [
     lower_quantized,      # QOperator and QDQ patterns -> integer ops; the rest runs in float
     fold_constants,       # evaluate constant subgraphs (shape arithmetic, weight transposes)
     canonicalize,         # ONNX ops -> aot's op set; refuse unsupported ops here
+    fold_constant_views,  # a view of a constant (CastLike of one becomes a Reshape) is a constant
     eliminate_dead_code,  # drop what no output needs before spending work on it
     fold_batchnorm,       # BN into the preceding Conv/Gemm weights, else Mul + Add
     to_nhwc,              # channels-last activations inside
     fuse_epilogues,       # bias, residual add and activations into their anchor
     fold_transposes,      # a layout change after a one-operand elementwise kernel: written by that kernel
     concat_in_place,      # a Concat of contiguous blocks: each producer writes its block of the result
+    fold_constant_views,  # views of constants the layout and fusion rewrites made
     eliminate_dead_code,  # drop constants and nodes the rewrites orphaned
 ]
 

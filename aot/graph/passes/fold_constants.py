@@ -31,14 +31,16 @@ def fold_constants(graph: Graph) -> Graph:
 
 
 def _foldable(node: Node, rw: Rewriter) -> bool:
-    """Computable now: every input a constant, or an op that reads only its input's static shape; never
-    an op whose result is random (the registry's `random` and `shape_only` facts)."""
+    """Computable now: every input a constant (but those of which it reads only the type), or an op that
+    reads only its input's static shape; never an op whose result is random (the registry's `random`,
+    `shape_only` and `dtype_only` facts)."""
     definition = op_def(node.op)
     if definition.random or node.attrs.get("domain"):
         return False
     if definition.shape_only:
         return True
-    return all(name in rw.constants for name in node.inputs if name)
+    return all(name in rw.constants for i, name in enumerate(node.inputs)
+               if name and i not in definition.dtype_only)
 
 
 def _to_onnx(node: Node) -> onnx.NodeProto:
