@@ -328,6 +328,21 @@ def test_nested_ifs_and_a_condition_from_a_shape_fold():
     _compare(model, {"x": x}, input_shapes={"x": (3, 4)})
 
 
+def test_nested_unnamed_ifs_get_distinct_node_names():
+    """Unnamed control-flow nodes are named by position: the inner If, inlined in a second round, lands
+    where the outer one stood, and the Identity naming its output must not repeat the outer one's."""
+    inner = helper.make_node("If", ["true"], ["inner_out"],
+                             then_branch=_branch("a", [helper.make_node("Neg", ["x"], ["n"])], "n", [2, 4]),
+                             else_branch=_branch("b", [helper.make_node("Abs", ["x"], ["m"])], "m", [2, 4]))
+    then = _branch("outer_then", [inner], "inner_out", [2, 4])
+    other = _branch("outer_else", [helper.make_node("Relu", ["x"], ["e"])], "e", [2, 4])
+    nodes = [helper.make_node("If", ["true"], ["o"], then_branch=then, else_branch=other),
+             helper.make_node("Sigmoid", ["o"], ["y"], name="sigmoid")]
+    model = _typed_model(nodes, [("x", F32, [2, 4])], [("y", F32, [2, 4])], [("true", np.array(True))])
+    x = np.random.default_rng(8).standard_normal((2, 4)).astype(np.float32)
+    _compare(model, {"x": x})
+
+
 def _loop_model(trip):
     """y = x; repeat `trip` times: y = y * 0.5 + i, collecting each y (a scan output)."""
     body = helper.make_graph(

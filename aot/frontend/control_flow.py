@@ -129,11 +129,12 @@ def _subgraph(node: onnx.NodeProto, name: str) -> onnx.GraphProto:
 
 
 def _all_names(g: onnx.GraphProto) -> set[str]:
-    """Every tensor name used anywhere in the graph, subgraphs included."""
+    """Every tensor and node name used anywhere in the graph, subgraphs included (the nodes inlining makes
+    are named fresh against both, so that a second round of inlining cannot repeat a node's name)."""
     names = {v.name for v in list(g.input) + list(g.output) + list(g.value_info)}
     names |= {t.name for t in g.initializer}
     for node in g.node:
-        names |= set(node.input) | set(node.output)
+        names |= set(node.input) | set(node.output) | {node.name}
         for attr in node.attribute:
             for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
                 names |= _all_names(sub)
