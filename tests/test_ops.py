@@ -399,6 +399,31 @@ LAYOUT_CASES = {
         {"x": (1, 3, 5, 6)},
         {"p": i64([0, 0, 1, 0, 0, 0, 2, 3])},
     ),
+    "pad_value_shape_1": (      # a one-element constant_value, as exported attention masks carry
+        [node("Pad", ["x", "p", "v"], ["y"])],
+        {"x": (2, 3, 4)},
+        {"p": i64([0, 0, 1, 0, 0, 2]), "v": np.array([-3.0], np.float32)},
+    ),
+    "pad_negative_crops": (
+        [node("Pad", ["x", "p"], ["y"])],
+        {"x": (1, 3, 5, 6)},
+        {"p": i64([0, -1, -2, 1, 0, 0, 1, -3])},
+    ),
+    "pad_negative_reflect": (
+        [node("Pad", ["x", "p"], ["y"], mode="reflect")],
+        {"x": (1, 3, 5, 6)},
+        {"p": i64([0, 0, -1, 2, 0, 0, 2, -1])},
+    ),
+    "pad_negative_edge": (
+        [node("Pad", ["x", "p"], ["y"], mode="edge")],
+        {"x": (1, 3, 5, 6)},
+        {"p": i64([0, 0, -2, 3, 0, 0, 1, -2])},
+    ),
+    "slice_empty_output": (     # C has no zero-length arrays: the harnesses must still compile
+        [node("Slice", ["x", "s", "e"], ["y"])],
+        {"x": (2, 3, 4)},
+        {"s": i64([2]), "e": i64([2])},
+    ),
     "softmax_2d_last": ([node("Softmax", ["x"], ["y"], axis=-1)], {"x": (3, 10)}, {}),
     "softmax_4d_last": ([node("Softmax", ["x"], ["y"], axis=-1)], {"x": X4}, {}),
     "softmax_4d_axis1": ([node("Softmax", ["x"], ["y"], axis=1)], {"x": X4}, {}),

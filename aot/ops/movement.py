@@ -207,16 +207,32 @@ def canonical_pad(rw: Rewriter, node: Node) -> None:
     pads = const_input(rw, node, 1, "pads")
     pads = tuple(int(p) for p in (pads if pads is not None else node.attrs.get("pads", (0,) * 2 * rank)))
     value = const_input(rw, node, 2, "the constant value")
-    value = float(value) if value is not None else float(node.attrs.get("value", 0.0))
+    if value is not None and value.size != 1:
+        raise refuse(node, f"the constant value has {value.size} elements; Pad takes one")
+    value = float(value.reshape(-1)[0]) if value is not None else float(node.attrs.get("value", 0.0))
     axes = const_input(rw, node, 3, "axes")
     if axes is not None:
         full = [0] * (2 * rank)
         for i, axis in enumerate(int(a) % rank for a in axes):
             full[axis], full[rank + axis] = pads[i], pads[len(axes) + i]
         pads = tuple(full)
-    if any(p < 0 for p in pads):
-        raise refuse(node, "negative pads (cropping) are not supported")
+    if any(p < 0 for p in pads):        # negative pads crop: a Slice first, then the positive pads
+        x = _crop(rw, node, x, pads)
+        pads = tuple(max(p, 0) for p in pads)
     rw.add("Pad", node.name, [x], node.outputs, pads=pads, mode=mode, value=value)
+
+
+def _crop(rw: Rewriter, node: Node, x: str, pads: tuple[int, ...]) -> str:
+    """`x` without the rows a negative pad removes at either end of each axis."""
+    shape = rw.values[x].shape
+    rank = len(shape)
+    begin = tuple(max(-p, 0) for p in pads[:rank])
+    kept = tuple(n - b - max(-e, 0) for n, b, e in zip(shape, begin, pads[rank:]))
+    if any(k < 0 for k in kept):
+        raise refuse(node, f"pads {list(pads)} crop more than the input's shape {list(shape)}")
+    out = rw.like(f"{x}_cropped", x, kept)
+    rw.add("Slice", node.name + "_crop", [x], [out], starts=begin, steps=(1,) * rank)
+    return out
 
 
 def canonical_slice(rw: Rewriter, node: Node) -> None:
