@@ -1,4 +1,5 @@
-"""Inputs for a model, the onnxruntime reference, and the comparison with aot's outputs."""
+"""Inputs for a model, the reference that runs it (onnxruntime, or the onnx package's reference
+evaluator when onnxruntime cannot), and the comparison with aot's outputs."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import numpy as np
 import onnx
 
 from aot.errors import OptionError, RunError
+from aot.ops.registry import op_def
 
 # fp32 tolerance: max |aot - reference| <= TOLERANCE * max|reference| for each output. An output that
 # comes out of quantized arithmetic may also differ by one quantization step (its `step`).
@@ -59,20 +61,89 @@ def validate_inputs(proto: onnx.ModelProto, inputs: dict[str, np.ndarray], label
     return result
 
 
+# What `aot run --reference` and `reference=` accept: onnxruntime (falling back to the onnx package's
+# reference evaluator for a model onnxruntime cannot load or run), the onnx package's evaluator alone,
+# or none (run aot and compare nothing).
+REFERENCES = ("onnxruntime", "onnx", "none")
+
+
+def check_reference(choice: str) -> str:
+    if choice not in REFERENCES:
+        raise OptionError(f"reference '{choice}' is not one of {', '.join(REFERENCES)}")
+    return choice
+
+
+@dataclass(frozen=True)
+class ReferenceRun:
+    """A reference's outputs, which reference computed them, and why onnxruntime did not (if it was
+    asked for but could not run the model: its error, one line)."""
+
+    outputs: dict[str, np.ndarray]
+    used: str                   # "onnxruntime" or "onnx"
+    fallback_reason: str = ""
+
+    def describe(self) -> str:
+        if not self.fallback_reason:
+            return self.used
+        return f"onnx.reference (onnxruntime cannot run the model: {self.fallback_reason})"
+
+
+def run_reference(proto: onnx.ModelProto, inputs: dict[str, np.ndarray], label: str = "the model",
+                  choice: str = "onnxruntime") -> ReferenceRun:
+    """The chosen reference's outputs for `inputs`. onnxruntime that cannot load or run the model
+    hands it to onnx.reference, and the result says so; a model neither can run is a RunError."""
+    if check_reference(choice) == "none":
+        raise OptionError("reference 'none' computes no outputs to compare with")
+    if choice == "onnx":
+        return ReferenceRun(onnx_reference_outputs(proto, inputs, label), "onnx")
+    try:
+        return ReferenceRun(reference_outputs(proto, inputs, label), "onnxruntime")
+    except _OnnxruntimeFailed as err:
+        try:
+            return ReferenceRun(onnx_reference_outputs(proto, inputs, label), "onnx", err.reason)
+        except RunError as second:
+            raise RunError(f"{err}; and {second}") from None
+
+
+class _OnnxruntimeFailed(RunError):
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+
 def reference_outputs(proto: onnx.ModelProto, inputs: dict[str, np.ndarray], label: str = "the model"
                       ) -> dict[str, np.ndarray]:
     """onnxruntime's outputs for `inputs`; a model onnxruntime cannot run is a RunError saying so."""
     try:
         import onnxruntime as ort
     except ImportError:
-        raise RunError("onnxruntime is needed for the reference check: pip install onnxruntime") from None
+        raise _OnnxruntimeFailed("onnxruntime is needed for the reference check: pip install onnxruntime",
+                                 "onnxruntime is not installed") from None
     try:
         session = _session(ort, proto.SerializeToString())
         names = [o.name for o in session.get_outputs()]
         return dict(zip(names, session.run(names, inputs)))
     except Exception as err:      # noqa: BLE001 - onnxruntime's own failures, reported as one line
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise RunError(f"{label}: the reference, onnxruntime, cannot run it: {first}") from None
+        first = _first_line(err)
+        raise _OnnxruntimeFailed(f"{label}: the reference, onnxruntime, cannot run it: {first}", first) from None
+
+
+def onnx_reference_outputs(proto: onnx.ModelProto, inputs: dict[str, np.ndarray], label: str = "the model"
+                           ) -> dict[str, np.ndarray]:
+    """The onnx package's reference evaluator's outputs (numpy, op by op as the ONNX spec reads)."""
+    from onnx.reference import ReferenceEvaluator
+
+    try:
+        names = [o.name for o in proto.graph.output]
+        results = ReferenceEvaluator(proto).run(names, inputs)
+    except Exception as err:      # noqa: BLE001 - the evaluator's failures, reported as one line
+        raise RunError(f"{label}: the reference, onnx.reference, cannot run it: {_first_line(err)}") from None
+    return {name: np.asarray(value) for name, value in zip(names, results)}
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 def _session(ort, model: bytes):
@@ -89,6 +160,7 @@ def _session(ort, model: bytes):
     def session(precise_uint8: bool):
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
+        options.log_severity_level = 3      # errors only: a refused model is reported once, by us
         options.add_session_config_entry("session.qdqisint8allowed", "1")
         options.add_session_config_entry("session.x64quantprecision", "1" if precise_uint8 else "0")
         return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
@@ -134,3 +206,21 @@ def compare(outputs: dict[str, np.ndarray], reference: dict[str, np.ndarray],
         off = int(np.count_nonzero(diff > step * 0.5)) if step else 0
         result.append(Comparison(name, max_abs, float(np.max(rel)) if rel.size else 0.0, scale, step, off, diff.size))
     return result
+
+
+def value_steps(graph, names) -> dict[str, float]:
+    """For values of the optimized graph made by quantized arithmetic, the size of one step: 1 for a
+    quantized integer tensor (its steps are its codes), the scale of the Dequantize that made a float
+    one. Other values (float, and integer or bool ones such as indices and masks) are left out."""
+    producers = graph.producers()
+    steps = {}
+    for out in names:
+        if graph.values[out].quant is not None:
+            steps[out] = 1.0
+            continue
+        node = producers.get(out)
+        while node is not None and op_def(node.op).moves_values and len(node.inputs) == 1:
+            node = producers.get(node.inputs[0])
+        if node is not None and node.op == "Dequantize":
+            steps[out] = node.attrs["scale"]
+    return steps
