@@ -115,7 +115,8 @@ def arbitrate(result: BisectResult) -> Arbitration:
 def judge(probed: Probed, row: Row, tensors: dict[str, np.ndarray]) -> Verdict:
     """The row's node (with what is fused before it) in float64, against aot's and the reference's result."""
     nodes, boundary = _piece(probed, row.tensor, tensors)
-    fused = tuple(n.name or n.op_type for n in nodes if row.tensor not in n.output and n.op_type != "Constant")
+    fused = tuple(n.name or n.op_type for n in nodes      # weights' Dequantize and such are not worth naming
+                  if row.tensor not in n.output and not all(o in probed.side.constant for o in n.output))
     base = Verdict(row.node, row.op, row.tensor, fused)
     try:
         exact = _evaluate(probed.proto, nodes, boundary, row.tensor)
@@ -177,8 +178,6 @@ class _Unevaluable(Exception):
 def _evaluate(proto: onnx.ModelProto, nodes: list[onnx.NodeProto], boundary: dict[str, np.ndarray],
               tensor: str) -> np.ndarray:
     """`tensor` computed by onnx.reference from `boundary`, every float value and constant in float64."""
-    from onnx.reference import ReferenceEvaluator
-
     feeds = {name: _f64(value) for name, value in boundary.items()}
     graph = helper.make_graph([_node_f64(n) for n in nodes], "arbitrate",
                               [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in feeds],
@@ -186,7 +185,7 @@ def _evaluate(proto: onnx.ModelProto, nodes: list[onnx.NodeProto], boundary: dic
     model = helper.make_model(graph, opset_imports=list(proto.opset_import), functions=list(proto.functions))
     model.ir_version = proto.ir_version
     try:
-        value = np.asarray(ReferenceEvaluator(model).run([tensor], feeds)[0])
+        value = np.asarray(checks.reference_evaluator(model).run([tensor], feeds)[0])
     except Exception as err:        # noqa: BLE001 - the evaluator's failure on float64, said in one line
         raise _Unevaluable(f"onnx.reference cannot evaluate it in float64: {checks._first_line(err)}") from None
     if value.dtype.kind == "f" and value.dtype != np.float64:
@@ -266,14 +265,14 @@ def lines(arbitration: Arbitration) -> list[str]:
     if arbitration.exhausted:
         text.append(f"still diverging after {MAX_NODES} nodes arbitrated: not arbitrated further")
     wrong = arbitration.wrong
+    won = [v for v in arbitration.verdicts if v.aot_wins]
+    corrected = {c.output: c for c in arbitration.comparisons}
     for c in arbitration.mismatches:
         head = f"output '{c.output}': aot differs from {ref} by {_number(c.max_abs)} beyond tolerance"
-        if arbitration.ok:
-            won = arbitration.verdicts[0] if arbitration.verdicts else None
-            more = len(arbitration.verdicts) - 1
-            why = (f"; at node '{won.node}' ({won.op}) evaluated in float64 {won.closeness()}"
-                   + (f" (and at {more} more node{'s' if more > 1 else ''})" if more else "") if won else "")
-            text.append(f"{head}{why}: passes")
+        if corrected[c.output].ok and won:
+            more = len(won) - 1
+            text.append(f"{head}; at node '{won[0].node}' ({won[0].op}) evaluated in float64 {won[0].closeness()}"
+                        + (f" (and at {more} more node{'s' if more > 1 else ''})" if more else "") + ": passes")
         elif wrong is not None and not wrong.unevaluated:
             text.append(f"{head}; at node '{wrong.node}' ({wrong.op}) evaluated in float64 "
                         f"{wrong.closeness().replace('the reference', ref)}: aot is wrong: fails")

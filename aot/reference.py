@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
+import onnx.version_converter
 
 from aot.errors import OptionError, RunError
 from aot.ops.registry import op_def
@@ -131,14 +132,35 @@ def reference_outputs(proto: onnx.ModelProto, inputs: dict[str, np.ndarray], lab
 def onnx_reference_outputs(proto: onnx.ModelProto, inputs: dict[str, np.ndarray], label: str = "the model"
                            ) -> dict[str, np.ndarray]:
     """The onnx package's reference evaluator's outputs (numpy, op by op as the ONNX spec reads)."""
-    from onnx.reference import ReferenceEvaluator
-
     try:
         names = [o.name for o in proto.graph.output]
-        results = ReferenceEvaluator(proto).run(names, inputs)
+        results = reference_evaluator(proto).run(names, inputs)
     except Exception as err:      # noqa: BLE001 - the evaluator's failures, reported as one line
         raise RunError(f"{label}: the reference, onnx.reference, cannot run it: {_first_line(err)}") from None
     return {name: np.asarray(value) for name, value in zip(names, results)}
+
+
+# onnx.reference implements some ops only from a later opset on (DequantizeLinear from 19, say): a model
+# of an older opset is converted to this one (onnx.version_converter) when that is all that stops it.
+NEWER_OPSET = 21
+
+
+def reference_evaluator(proto: onnx.ModelProto):
+    """onnx.reference.ReferenceEvaluator for the model, converted to NEWER_OPSET if the evaluator has
+    no implementation of one of its ops at the model's opset."""
+    from onnx.reference import ReferenceEvaluator
+
+    try:
+        return ReferenceEvaluator(proto)
+    except Exception as err:      # noqa: BLE001 - retried below, or raised as it is
+        opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), NEWER_OPSET)
+        if "No implementation for operator" not in str(err) or opset >= NEWER_OPSET:
+            raise
+        try:
+            converted = onnx.version_converter.convert_version(proto, NEWER_OPSET)
+        except Exception:         # noqa: BLE001 - the first error is the one to report
+            raise err from None
+        return ReferenceEvaluator(converted)
 
 
 def _first_line(err: Exception) -> str:
