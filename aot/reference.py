@@ -102,14 +102,25 @@ def run_reference(proto: onnx.ModelProto, inputs: dict[str, np.ndarray], label: 
     except _OnnxruntimeFailed as err:
         try:
             return ReferenceRun(onnx_reference_outputs(proto, inputs, label), "onnx", err.reason)
-        except RunError as second:
-            raise RunError(f"{err}; and {second}") from None
+        except _OnnxReferenceFailed as second:
+            raise RunError(f"{label}: neither reference can run it: onnxruntime: {err.reason}; "
+                           f"onnx.reference: {second.reason}") from None
 
 
-class _OnnxruntimeFailed(RunError):
+class _ReferenceFailed(RunError):
+    """A reference could not run the model; `reason` is its error's first line."""
+
     def __init__(self, message: str, reason: str):
         super().__init__(message)
         self.reason = reason
+
+
+class _OnnxruntimeFailed(_ReferenceFailed):
+    pass
+
+
+class _OnnxReferenceFailed(_ReferenceFailed):
+    pass
 
 
 def reference_outputs(proto: onnx.ModelProto, inputs: dict[str, np.ndarray], label: str = "the model"
@@ -136,7 +147,8 @@ def onnx_reference_outputs(proto: onnx.ModelProto, inputs: dict[str, np.ndarray]
         names = [o.name for o in proto.graph.output]
         results = reference_evaluator(proto).run(names, inputs)
     except Exception as err:      # noqa: BLE001 - the evaluator's failures, reported as one line
-        raise RunError(f"{label}: the reference, onnx.reference, cannot run it: {_first_line(err)}") from None
+        first = _first_line(err)
+        raise _OnnxReferenceFailed(f"{label}: the reference, onnx.reference, cannot run it: {first}", first) from None
     return {name: np.asarray(value) for name, value in zip(names, results)}
 
 
