@@ -101,9 +101,10 @@ def check(model: str | os.PathLike | onnx.ModelProto | Artifact, inputs: dict[st
     try:
         probed = bisect(model, inputs=feeds, target=artifact.target, input_shapes=input_shapes, timeout=timeout,
                         knobs=knobs, freeze=freeze, memory=memory, records=records, reference=ref.used)
+        arbitration = arbitrate_bisect(probed)
     except AotError as err:     # e.g. the copies of the intermediate tensors do not fit --memory
         return replace(result, not_arbitrated=f"the node-by-node run failed: {err}")
-    return replace(result, arbitration=arbitrate_bisect(probed))
+    return replace(result, arbitration=arbitration)
 
 
 def quantization_steps(program) -> dict[str, float]:

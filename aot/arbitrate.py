@@ -30,6 +30,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from aot import reference as checks
 from aot.bisect import BisectResult, Probed, Row, compare_rows
+from aot.errors import RunError
 
 # Nodes arbitrated in one model before giving up: each one aot wins costs a run of the reference.
 MAX_NODES = 8
@@ -72,11 +73,16 @@ class Arbitration:
     mismatches: list[checks.Comparison]     # aot's outputs past the tolerance of the reference's, as first run
     bisect: BisectResult = field(repr=False)
     exhausted: bool = False             # MAX_NODES nodes arbitrated and still a divergence
+    stopped: str = ""                   # the reference could not run on from a float64 value: why
 
     @property
     def ok(self) -> bool:
-        return (not self.exhausted and all(v.aot_wins for v in self.verdicts)
-                and all(c.ok for c in self.comparisons))
+        """Every divergence arbitrated in aot's favour, and the outputs within the tolerance of the
+        corrected reference's. Nothing to arbitrate is no verdict for aot: an output that differed while
+        no node's result did (the reference computing otherwise once its intermediate values are outputs)
+        is not passed."""
+        return (bool(self.verdicts) and not self.exhausted and not self.stopped
+                and all(v.aot_wins for v in self.verdicts) and all(c.ok for c in self.comparisons))
 
     @property
     def wrong(self) -> Verdict | None:
@@ -102,14 +108,23 @@ def arbitrate(result: BisectResult) -> Arbitration:
         if not verdict.aot_wins:
             break
         replaced[first.tensor] = verdict.exact.astype(tensors[first.tensor].dtype)
-        tensors = _rerun(probed, replaced, result.reference)
+        try:
+            tensors = _rerun(probed, replaced, result.reference)
+        except RunError as err:
+            return _finish(result, verdicts, tensors, stopped=str(err))
         rows = compare_rows(probed, tensors)
     exhausted = any(r.first for r in rows) and len(verdicts) == MAX_NODES and verdicts[-1].aot_wins
+    return _finish(result, verdicts, tensors, exhausted=exhausted)
+
+
+def _finish(result: BisectResult, verdicts: list[Verdict], tensors: dict[str, np.ndarray], **flags) -> Arbitration:
+    """The arbitration, with aot's outputs compared with the reference's as first run and as corrected."""
+    probed = result.probed
     steps = checks.value_steps(probed.graph, [n for n in result.outputs if n in probed.graph.values])
     comparisons = checks.compare(result.outputs, {n: tensors[n] for n in result.outputs}, steps)
     before = checks.compare(result.outputs, {n: probed.reference[n] for n in result.outputs}, steps)
     return Arbitration(result.reference, tuple(verdicts), comparisons, [c for c in before if not c.ok], result,
-                       exhausted)
+                       **flags)
 
 
 def judge(probed: Probed, row: Row, tensors: dict[str, np.ndarray]) -> Verdict:
@@ -261,7 +276,10 @@ def lines(arbitration: Arbitration) -> list[str]:
     ref = "onnx.reference" if arbitration.reference == "onnx" else arbitration.reference
     text = [verdict_line(v, ref) for v in arbitration.verdicts]
     if not arbitration.verdicts:
-        text.append(f"no node's result differs from {ref}'s past the tolerance in the node-by-node run")
+        text.append(f"no node's result differs from {ref}'s past the tolerance in the node-by-node run "
+                    f"({ref} computes otherwise once its intermediate values are outputs): nothing to arbitrate")
+    if arbitration.stopped:
+        text.append(f"not arbitrated further: {arbitration.stopped}")
     if arbitration.exhausted:
         text.append(f"still diverging after {MAX_NODES} nodes arbitrated: not arbitrated further")
     wrong = arbitration.wrong

@@ -284,3 +284,16 @@ def test_bisect_arbitrates_its_first_divergence(files, capsys):
         assert main(["run", str(files["logits"]), "--bisect"]) == 1
     err = capsys.readouterr().err
     assert "in float64 onnxruntime is closer at node 'sig': aot is wrong there" in err
+
+
+def test_nothing_arbitrated_is_no_pass():
+    """Outputs that differed while no node's result did (onnxruntime computing otherwise once its
+    intermediate values are outputs) are not passed by an arbitration that judged nothing."""
+    from aot.arbitrate import Arbitration
+
+    differs = checks.Comparison("y", max_abs=1.0, max_rel=1.0, scale=1.0)
+    agrees = checks.Comparison("y", max_abs=0.0, max_rel=0.0, scale=1.0)
+    assert not differs.ok and agrees.ok
+    arbitration = Arbitration("onnxruntime", (), [agrees], [differs], bisect=None)
+    assert not arbitration.ok
+    assert lines(arbitration)[-1] == "output 'y': aot differs from onnxruntime by 1 beyond tolerance: fails"
