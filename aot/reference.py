@@ -83,11 +83,6 @@ class ReferenceRun:
     used: str                   # "onnxruntime" or "onnx"
     fallback_reason: str = ""
 
-    def describe(self) -> str:
-        if not self.fallback_reason:
-            return self.used
-        return f"onnx.reference (onnxruntime cannot run the model: {self.fallback_reason})"
-
 
 def run_reference(proto: onnx.ModelProto, inputs: dict[str, np.ndarray], label: str = "the model",
                   choice: str = "onnxruntime") -> ReferenceRun:
@@ -136,7 +131,7 @@ def reference_outputs(proto: onnx.ModelProto, inputs: dict[str, np.ndarray], lab
         names = [o.name for o in session.get_outputs()]
         return dict(zip(names, session.run(names, inputs)))
     except Exception as err:      # noqa: BLE001 - onnxruntime's own failures, reported as one line
-        first = _first_line(err)
+        first = first_line(err)
         raise _OnnxruntimeFailed(f"{label}: the reference, onnxruntime, cannot run it: {first}", first) from None
 
 
@@ -145,9 +140,10 @@ def onnx_reference_outputs(proto: onnx.ModelProto, inputs: dict[str, np.ndarray]
     """The onnx package's reference evaluator's outputs (numpy, op by op as the ONNX spec reads)."""
     try:
         names = [o.name for o in proto.graph.output]
-        results = reference_evaluator(proto).run(names, inputs)
+        with np.errstate(all="ignore"):     # as onnxruntime, NaN and inf without a warning
+            results = reference_evaluator(proto).run(names, inputs)
     except Exception as err:      # noqa: BLE001 - the evaluator's failures, reported as one line
-        first = _first_line(err)
+        first = first_line(err)
         raise _OnnxReferenceFailed(f"{label}: the reference, onnx.reference, cannot run it: {first}", first) from None
     return {name: np.asarray(value) for name, value in zip(names, results)}
 
@@ -175,7 +171,8 @@ def reference_evaluator(proto: onnx.ModelProto):
         return ReferenceEvaluator(converted)
 
 
-def _first_line(err: Exception) -> str:
+def first_line(err: Exception) -> str:
+    """An exception's message as one line (the first of its text), or its type's name."""
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
 
