@@ -252,6 +252,19 @@ def _rerun(probed: Probed, replaced: dict[str, np.ndarray], reference: str) -> d
     return {**run.outputs, **replaced}
 
 
+def to_json(arbitration: Arbitration) -> dict:
+    """The verdicts as plain values (infinities as None), for `aot run --bisect --json`."""
+    def clean(v: float) -> float | None:
+        return v if math.isfinite(v) else None
+
+    return {"ok": arbitration.ok, "reference": arbitration.reference, "stopped": arbitration.stopped or None,
+            "exhausted": arbitration.exhausted,
+            "verdicts": [{"node": v.node, "op": v.op, "tensor": v.tensor, "fused": list(v.fused),
+                          "aot_error": clean(v.aot_error), "reference_error": clean(v.reference_error),
+                          "tolerance": v.tolerance, "aot_wins": v.aot_wins, "unevaluated": v.unevaluated or None}
+                         for v in arbitration.verdicts]}
+
+
 # --- the text -------------------------------------------------------------------------------------
 
 def _number(value: float) -> str:

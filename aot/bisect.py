@@ -402,9 +402,10 @@ def summary(result: BisectResult) -> str:
             f"tolerance {_number(first.tolerance)}")
 
 
-def write_json(result: BisectResult, path: str | os.PathLike) -> None:
+def write_json(result: BisectResult, path: str | os.PathLike, extra: dict | None = None) -> None:
+    """The table as JSON, with `extra` keys (the float64 arbitration of a divergence)."""
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(result.to_json(), indent=2) + "\n")
+        Path(path).write_text(json.dumps({**result.to_json(), **(extra or {})}, indent=2) + "\n")
     except OSError as err:
         raise OptionError(f"--json {path}: cannot write it: {err.strerror or err}") from None

@@ -377,9 +377,11 @@ def _bisect(args, inputs, target) -> int:
     print(_printable(summary(result), keep_lines=False))
     if result.ok:
         return 0
-    from aot.arbitrate import arbitrate
+    from aot.arbitrate import arbitrate, to_json
 
     arbitration = arbitrate(result)
+    if args.json:
+        write_json(result, args.json, {"arbitration": to_json(arbitration)})
     _print_arbitration(arbitration)
     if not arbitration.ok:
         first = result.first

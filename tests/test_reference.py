@@ -6,6 +6,7 @@ where onnxruntime is the inaccurate side the run passes and says so; where aot i
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
 import sys
 
@@ -275,8 +276,13 @@ def test_bench_compares_with_the_fallback(files):
     assert none.reference == "none" and none.comparisons == []
 
 
-def test_bisect_arbitrates_its_first_divergence(files, capsys):
-    assert main(["run", str(files["logits"]), "--bisect"]) == 0
+def test_bisect_arbitrates_its_first_divergence(files, capsys, tmp_path):
+    table = tmp_path / "bisect.json"
+    assert main(["run", str(files["logits"]), "--bisect", "--json", str(table)]) == 0
+    data = json.loads(table.read_text())
+    assert data["first_divergence"]["node"] == "sig" and data["arbitration"]["ok"] is True
+    (verdict,) = data["arbitration"]["verdicts"]
+    assert verdict["node"] == "sig" and verdict["aot_wins"] and verdict["aot_error"] < verdict["reference_error"]
     out = capsys.readouterr().out
     assert "DIVERGES  <- first divergence" in out          # the table shows onnxruntime's disagreement
     assert "at node 'sig' (Sigmoid; with conv before it in aot's kernel) evaluated in float64 aot is" in out
