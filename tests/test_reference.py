@@ -303,3 +303,26 @@ def test_nothing_arbitrated_is_no_pass():
     arbitration = Arbitration("onnxruntime", (), [agrees], [differs], bisect=None)
     assert not arbitration.ok
     assert lines(arbitration)[-1] == "output 'y': aot differs from onnxruntime by 1 beyond tolerance: fails"
+
+
+def test_a_built_artifact_is_not_arbitrated(files, tmp_path):
+    artifact = aot.build(files["logits"], out_dir=tmp_path / "build")
+    result = aot.check(artifact)
+    assert not result.ok and result.arbitration is None
+    assert "given a built artifact" in result.not_arbitrated
+
+
+@pytest.mark.qemu
+def test_arbitration_on_an_emulated_target(files):
+    import shutil
+
+    from aot.target import get_target
+
+    target = get_target("cortex-m4")
+    if shutil.which(target.cc) is None or shutil.which(target.run_command[0]) is None:
+        pytest.skip("no toolchain or emulator for cortex-m4")
+    result = aot.check(files["logits_pool"], target="cortex-m4")
+    assert result.ok and [v.node for v in result.arbitration.verdicts] == ["sig"]
+    with perturbed("pool", 1e-8):
+        result = aot.check(files["logits_pool"], target="cortex-m4")
+    assert not result.ok and result.arbitration.wrong.node == "pool"
