@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx
 
 from aot import reference as checks
+from aot.arbitrate import Arbitration
+from aot.arbitrate import arbitrate as arbitrate_bisect
+from aot.bisect import bisect
 from aot.build import Artifact, build
+from aot.errors import AotError
 from aot.frontend.onnx import FreezeValue
-from aot.ops.registry import op_def
 from aot.run import local
 
 
@@ -42,50 +45,72 @@ class CheckResult:
     artifact_dir: str
     inputs: dict[str, np.ndarray]
     outputs: dict[str, np.ndarray]
-    reference: dict[str, np.ndarray]
-    comparisons: list[checks.Comparison]
+    reference: dict[str, np.ndarray]        # empty with reference="none"
+    comparisons: list[checks.Comparison]    # empty with reference="none"
+    reference_used: str = "onnxruntime"     # onnxruntime, onnx (onnx.reference) or none
+    fallback_reason: str = ""               # why onnxruntime, asked for, could not run the model
+    arbitration: Arbitration | None = None  # outputs differed: which side float64 found closer
+    not_arbitrated: str = ""                # outputs differed but were not arbitrated: why
+
+    @property
+    def compared(self) -> bool:
+        return self.reference_used != "none"
 
     @property
     def ok(self) -> bool:
-        return all(c.ok for c in self.comparisons)
+        """No output past the tolerance, or each divergence arbitrated in aot's favour; True when
+        nothing was compared (reference="none": see `compared`)."""
+        if all(c.ok for c in self.comparisons):
+            return True
+        return self.arbitration is not None and self.arbitration.ok
+
+    @property
+    def mismatches(self) -> list[checks.Comparison]:
+        return [c for c in self.comparisons if not c.ok]
 
 
 def check(model: str | os.PathLike | onnx.ModelProto | Artifact, inputs: dict[str, np.ndarray] | None = None,
           target: str = "host", input_shapes: dict[str, tuple[int, ...]] | None = None,
           out_dir: str | os.PathLike | None = None, seed: int = 0, timeout: float = 600.0,
           knobs: dict | None = None, freeze: dict[str, FreezeValue] | None = None,
-          memory: dict[str, int] | None = None, records: str | os.PathLike | None = None) -> CheckResult:
-    """Run the compiled model and onnxruntime on the same inputs and compare every output; onnxruntime
-    runs the model with the `freeze` values as constants too."""
+          memory: dict[str, int] | None = None, records: str | os.PathLike | None = None,
+          reference: str = "onnxruntime", arbitrate: bool = True) -> CheckResult:
+    """Run the compiled model and the reference on the same inputs and compare every output; the
+    reference runs the model with the `freeze` values as constants too.
+
+    `reference`: "onnxruntime" (default; a model onnxruntime cannot load or run goes to onnx.reference,
+    and `fallback_reason` says why), "onnx" (onnx.reference), or "none" (run only, compare nothing).
+    Outputs past the tolerance are arbitrated in float64 (aot.arbitrate) unless `arbitrate` is False:
+    the model is built again with its intermediate tensors as outputs, and the first diverging node
+    is evaluated in float64; where aot is the closer side, the check passes."""
+    checks.check_reference(reference)
     outputs, artifact, feeds = _execute(model, inputs, target, input_shapes, out_dir, seed, timeout, knobs,
                                         freeze, memory, records)
+    if reference == "none":
+        return CheckResult(str(artifact.dir), feeds, outputs, {}, [], "none")
     proto, frozen = artifact.model.reference()
-    reference = checks.reference_outputs(proto, {**feeds, **frozen}, artifact.model.label)
+    ref = checks.run_reference(proto, {**feeds, **frozen}, artifact.model.label, reference)
     steps = quantization_steps(artifact.program)
-    return CheckResult(str(artifact.dir), feeds, outputs, reference, checks.compare(outputs, reference, steps))
+    result = CheckResult(str(artifact.dir), feeds, outputs, ref.outputs, checks.compare(outputs, ref.outputs, steps),
+                         ref.used, ref.fallback_reason)
+    if result.ok or not arbitrate:
+        return result
+    if isinstance(model, Artifact):
+        return replace(result, not_arbitrated="given a built artifact, which cannot be rebuilt with its "
+                       "intermediate tensors as outputs: pass the model instead")
+    try:
+        probed = bisect(model, inputs=feeds, target=artifact.target, input_shapes=input_shapes, timeout=timeout,
+                        knobs=knobs, freeze=freeze, memory=memory, records=records, reference=ref.used)
+        arbitration = arbitrate_bisect(probed)
+    except AotError as err:     # e.g. the copies of the intermediate tensors do not fit --memory
+        return replace(result, not_arbitrated=f"the node-by-node run failed: {err}")
+    return replace(result, arbitration=arbitration)
 
 
 def quantization_steps(program) -> dict[str, float]:
     """For outputs made by quantized arithmetic: the size of one step (1 for integer outputs). Other
     outputs (float, and integer or bool ones such as indices and masks) get no such allowance."""
-    return value_steps(program.graph, program.graph.outputs)
-
-
-def value_steps(graph, names) -> dict[str, float]:
-    """quantization_steps for any of the graph's values: 1 for a quantized integer tensor (its steps
-    are its codes), the scale of the Dequantize that made a float one; others are left out."""
-    producers = graph.producers()
-    steps = {}
-    for out in names:
-        if graph.values[out].quant is not None:
-            steps[out] = 1.0
-            continue
-        node = producers.get(out)
-        while node is not None and op_def(node.op).moves_values and len(node.inputs) == 1:
-            node = producers.get(node.inputs[0])
-        if node is not None and node.op == "Dequantize":
-            steps[out] = node.attrs["scale"]
-    return steps
+    return checks.value_steps(program.graph, program.graph.outputs)
 
 
 def _execute(model, inputs, target, input_shapes, out_dir, seed, timeout, knobs=None, freeze=None, memory=None,

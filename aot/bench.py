@@ -3,7 +3,8 @@
 The timing harness (aot/data/runtime_c/timing.c.j2) times only `NAME_run`, with TVM time_evaluator's semantics:
 `warmup` untimed runs, then `repeat` measurements, each the mean of `number` back-to-back runs, and
 `number` raised until a measurement lasts at least `min_repeat_ms`. The outputs of the last run are
-fetched and compared with onnxruntime on the same inputs.
+fetched and compared with the reference (onnxruntime, or onnx.reference when onnxruntime cannot run the
+model; see aot.reference) on the same inputs. A mismatch is not arbitrated here: `aot run` does that.
 """
 
 from __future__ import annotations
@@ -81,9 +82,12 @@ class BenchResult:
     comparisons: list = field(default_factory=list)
     profile: list[StepTime] = field(default_factory=list)
     macs: int = 0
+    reference: str = "onnxruntime"      # what the outputs were compared with: onnxruntime, onnx or none
+    fallback_reason: str = ""           # why onnxruntime, asked for, could not run the model
 
     @property
     def ok(self) -> bool:
+        """All outputs within tolerance; True when nothing was compared (reference "none")."""
         return all(c.ok for c in self.comparisons)
 
 
@@ -119,14 +123,18 @@ def bench(model, board: str | Board | None = None, target: str | Target | None =
           knobs: dict | None = None, input_shapes: dict[str, tuple[int, ...]] | None = None,
           freeze: dict[str, FreezeValue] | None = None, target_dirs: Sequence[str | os.PathLike] = (),
           board_dirs: Sequence[str | os.PathLike] = (), memory: dict[str, int] | None = None,
-          records: str | os.PathLike | None = None) -> BenchResult:
+          records: str | os.PathLike | None = None, reference: str = "onnxruntime") -> BenchResult:
     """Build `model` for the board's target (or `target`), time it there and check its outputs.
     `input_shapes`, `freeze`, `memory`, `knobs` and `records` are as for aot.build. Board and target names
     are looked up in `board_dirs` and `target_dirs` first (see aot.remote.board and aot.target); a board's
     memory regions, if it declares any, replace its target's.
 
     With `profile`, the wrapper is compiled with its timing hooks and the result lists each kernel
-    call's mean time (the hooks' clock reads add a little to the total)."""
+    call's mean time (the hooks' clock reads add a little to the total).
+
+    `reference` is what the outputs are compared with, as for aot.check (without its arbitration):
+    onnxruntime (onnx.reference if onnxruntime cannot run the model), onnx, or none."""
+    checks.check_reference(reference)
     brd = load_board(board, board_dirs) if isinstance(board, str) else board
     tgt = get_target(brd.target if brd else (target or "host"), target_dirs)
     if brd and brd.regions:
@@ -160,12 +168,16 @@ def bench(model, board: str | Board | None = None, target: str | Target | None =
         times, final_number = _parse_times(stdout)
         outputs = {t.onnx_name: np.fromfile(work / f"output_{t.index}.bin", dtype=t.dtype).reshape(t.shape)
                    for t in outs}
-        proto, frozen = artifact.model.reference()
-        reference = checks.reference_outputs(proto, {**feeds, **frozen}, artifact.model.label)
-        comparisons = checks.compare(outputs, reference, quantization_steps(artifact.program))
+        comparisons, used, reason = [], "none", ""
+        if reference != "none":
+            proto, frozen = artifact.model.reference()
+            ref = checks.run_reference(proto, {**feeds, **frozen}, artifact.model.label, reference)
+            comparisons = checks.compare(outputs, ref.outputs, quantization_steps(artifact.program))
+            used, reason = ref.used, ref.fallback_reason
         return BenchResult(artifact.model.label, artifact.model.sha256, where, tgt.name, emulated, final_number,
                            times, Stats.of(times), comparisons, _parse_profile(stdout, artifact) if profile else [],
-                           sum(node_macs(artifact.program.graph, c.node) for c in artifact.program.calls))
+                           sum(node_macs(artifact.program.graph, c.node) for c in artifact.program.calls),
+                           used, reason)
 
 
 def run_on_board(brd: Board, files: list[Path], args: list[str], out_names: list[str], work: Path,

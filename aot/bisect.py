@@ -1,9 +1,10 @@
-"""`aot run --bisect`: where the compiled model's results part from onnxruntime's, node by node.
+"""`aot run --bisect`: where the compiled model's results part from the reference's, node by node.
 
 The model is built as usual, and then each optimized-graph value that holds a value of the ONNX model
 (under its ONNX name, or channels-last under a name to_nhwc marked with `channels_last_of`) is copied
 into an extra output of the build right after it is computed. onnxruntime runs the model given, with
-the same values added to its graph outputs; aot's tensors are put back in the model's layout (NHWC
+the same values added to its graph outputs (or the reference chosen: onnx.reference, directly or
+when onnxruntime cannot run the model); aot's tensors are put back in the model's layout (NHWC
 to NCHW) and compared with onnxruntime's: integer tensors of quantized arithmetic in steps (their
 codes), float ones in absolute error against the tolerance of `aot run` (1e-4 of the tensor's largest
 magnitude, or one step for a tensor a Dequantize made).
@@ -32,7 +33,6 @@ import numpy as np
 import onnx
 
 from aot import reference as checks
-from aot.api import value_steps
 from aot.build import build
 from aot.errors import OptionError
 from aot.frontend.onnx import FreezeValue, load
@@ -75,6 +75,22 @@ class Row:
 
 
 @dataclass(frozen=True)
+class Probed:
+    """What a bisect run leaves for comparing again against other reference tensors (aot.arbitrate
+    does, with a node's result replaced by its float64 value): the model's side, aot's graph and probes,
+    aot's tensors by ONNX name (in the model's layout), the reference's, and what the reference ran."""
+
+    side: _OnnxSide
+    graph: Graph
+    probes: dict[str, tuple[str, bool, str]]
+    ours: dict[str, np.ndarray]
+    reference: dict[str, np.ndarray]
+    proto: onnx.ModelProto          # the model the reference runs (probed values not yet added)
+    feeds: dict[str, np.ndarray]    # its inputs, frozen ones included
+    label: str
+
+
+@dataclass(frozen=True)
 class BisectResult:
     model: str
     target: str
@@ -84,6 +100,9 @@ class BisectResult:
     # graph outputs onnxruntime computed differently once the intermediate values were made outputs too
     # (its fusions changed); the comparison then holds for that run of onnxruntime
     reference_changed: tuple[str, ...] = ()
+    reference: str = "onnxruntime"  # the reference that ran: onnxruntime or onnx (onnx.reference)
+    fallback_reason: str = ""       # why onnxruntime, asked for, did not (its error)
+    probed: Probed | None = field(default=None, repr=False, compare=False)
 
     @property
     def first(self) -> Row | None:
@@ -104,6 +123,7 @@ class BisectResult:
                 "tolerance": {"float": f"{checks.TOLERANCE:g} of the tensor's largest magnitude",
                               "quantized": "one step"},
                 "first_divergence": None if first is None else rows[first.index],
+                "reference": self.reference, "fallback_reason": self.fallback_reason or None,
                 "reference_changed": list(self.reference_changed), "rows": rows}
 
 
@@ -111,10 +131,14 @@ def bisect(model: str | os.PathLike | onnx.ModelProto, inputs: dict[str, np.ndar
            target: str = "host", input_shapes: dict[str, tuple[int, ...]] | None = None,
            out_dir: str | os.PathLike | None = None, seed: int = 0, timeout: float = 600.0,
            knobs: dict | None = None, freeze: dict[str, FreezeValue] | None = None,
-           memory: dict[str, int] | None = None, records: str | os.PathLike | None = None) -> BisectResult:
+           memory: dict[str, int] | None = None, records: str | os.PathLike | None = None,
+           reference: str = "onnxruntime") -> BisectResult:
     """Build the model with its intermediate tensors as extra outputs, run it (natively or under the
-    target's emulator) and onnxruntime on the same inputs (random with `seed` unless given), and
-    compare node by node (see the module's docstring). The options are aot.run's."""
+    target's emulator) and the reference (see aot.reference.run_reference) on the same inputs (random
+    with `seed` unless given), and compare node by node (see the module's docstring). The options are
+    aot.run's."""
+    if checks.check_reference(reference) == "none":
+        raise OptionError("--bisect compares with a reference: give --reference onnxruntime or onnx")
     if isinstance(model, (str, os.PathLike)):
         model = os.fspath(model)
     loaded = load(model, input_shapes, freeze)
@@ -135,20 +159,28 @@ def bisect(model: str | os.PathLike | onnx.ModelProto, inputs: dict[str, np.ndar
                  else checks.validate_inputs(proto, inputs, artifact.model.label))
         got = local.run(artifact, feeds, timeout)
     reference_proto, frozen = artifact.model.reference()
-    plain = checks.reference_outputs(reference_proto, {**feeds, **frozen}, loaded.label)
+    feeds_all = {**feeds, **frozen}
+    first = checks.run_reference(reference_proto, feeds_all, loaded.label, reference)
+    plain = first.outputs
     exposed = [name for name in probes if name not in plain]
     widened = onnx_model.with_outputs(reference_proto, exposed)
-    reference = checks.reference_outputs(widened, {**feeds, **frozen}, loaded.label)
-    changed = tuple(name for name in plain if not _same(plain[name], reference[name]))
+    tensors = checks.run_reference(widened, feeds_all, loaded.label, first.used).outputs
+    changed = tuple(name for name in plain if not _same(plain[name], tensors[name]))
 
     graph = artifact.program.graph
     ours = {}
     for name, (_, channels_last, output) in probes.items():
         array = got[output]
         ours[name] = array.transpose(TO_NCHW) if channels_last else array
-    rows = _rows(onnx_model, graph, probes, ours, reference)
+    probed = Probed(onnx_model, graph, probes, ours, tensors, reference_proto, feeds_all, loaded.label)
     outputs = {name: got[name] for name in graph.outputs if name in plain}
-    return BisectResult(loaded.label, artifact.target.name, rows, feeds, outputs, changed)
+    return BisectResult(loaded.label, artifact.target.name, compare_rows(probed, tensors), feeds, outputs, changed,
+                        first.used, first.fallback_reason, probed)
+
+
+def compare_rows(probed: Probed, reference: dict[str, np.ndarray]) -> tuple[Row, ...]:
+    """aot's tensors compared node by node with `reference` (ONNX value -> tensor)."""
+    return _rows(probed.side, probed.graph, probed.probes, probed.ours, reference)
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
@@ -227,7 +259,7 @@ def _rows(side: _OnnxSide, graph: Graph, probes: dict[str, tuple[str, bool, str]
           reference: dict[str, np.ndarray]) -> tuple[Row, ...]:
     producers = graph.producers()
     model_nodes = set(side.names)
-    steps = value_steps(graph, [value for value, _, _ in probes.values()])
+    steps = checks.value_steps(graph, [value for value, _, _ in probes.values()])
 
     def kernel_of(value: str) -> tuple[str, str]:
         node = producers.get(value)
@@ -269,7 +301,7 @@ def _compare(index: int, node: str, op: str, tensor: str, value: str, ours: np.n
              step: float | None, graph: Graph, kernel: tuple[str, str]) -> Row:
     base = Row(index, node, op, tensor, *kernel)
     if ours.shape != ref.shape:
-        return _replace(base, note=f"aot's tensor {value} has shape {list(ours.shape)}, onnxruntime's "
+        return _replace(base, note=f"aot's tensor {value} has shape {list(ours.shape)}, the reference's "
                         f"{list(ref.shape)}: not compared")
     c = checks.compare({tensor: ours}, {tensor: ref}, {tensor: step} if step else None)[0]
     quant = graph.values[value].quant
@@ -370,9 +402,10 @@ def summary(result: BisectResult) -> str:
             f"tolerance {_number(first.tolerance)}")
 
 
-def write_json(result: BisectResult, path: str | os.PathLike) -> None:
+def write_json(result: BisectResult, path: str | os.PathLike, extra: dict | None = None) -> None:
+    """The table as JSON, with `extra` keys (the float64 arbitration of a divergence)."""
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(result.to_json(), indent=2) + "\n")
+        Path(path).write_text(json.dumps({**result.to_json(), **(extra or {})}, indent=2) + "\n")
     except OSError as err:
         raise OptionError(f"--json {path}: cannot write it: {err.strerror or err}") from None

@@ -15,6 +15,7 @@ from aot import api
 from aot.build import build
 from aot.errors import AotError, MismatchError, OptionError, RunError
 from aot.knobs import load_knobs
+from aot.reference import check_reference
 from aot.target import all_targets, get_target, host_target_name, parse_size, target_text
 from aot.version import __version__
 
@@ -123,12 +124,19 @@ def _parser() -> argparse.ArgumentParser:
                    "NAME.opt.ll: LLVM IR before and after optimization), asm (NAME.s)")
     _memory_arg(p)
 
-    p = sub.add_parser("run", help="build, run through the C entry point, compare with onnxruntime")
+    p = sub.add_parser("run", help="build, run through the C entry point, compare with onnxruntime (or "
+                       "--reference)")
     _common(p)
     p.add_argument("--inputs", help=".npz file with one array per model input (default: random, seed 0: "
                    "standard-normal floats, integers in [0, 4), random bools; pass real indices, ids and "
                    "masks here)")
-    p.add_argument("--outputs", help="write the compiled model's outputs to this .npz file")
+    p.add_argument("--outputs", help="write the compiled model's outputs to this .npz file (with --reference "
+                   "none, by default MODEL.outputs.npz in the current directory)")
+    p.add_argument("--reference", default="onnxruntime", metavar="onnxruntime|onnx|none",
+                   help="what to compare with: onnxruntime (default; a model it cannot load or run goes to "
+                   "onnx.reference, and the output says so), onnx (onnx.reference), or none (run and write the "
+                   "outputs only). Outputs past the tolerance are arbitrated in float64 at the first diverging "
+                   "node: where aot is the closer side, the run passes")
     p.add_argument("-o", "--output", help="keep the build in this directory")
     p.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
     p.add_argument("--timeout", type=float, default=600.0, help="stop the program after this many seconds")
@@ -155,6 +163,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--min-repeat-ms", type=float, default=0.0)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--json", help="write every measurement and the check to this file")
+    p.add_argument("--reference", default="onnxruntime", metavar="onnxruntime|onnx|none",
+                   help="what the outputs are compared with, as for `aot run` (a mismatch is not arbitrated "
+                   "here: `aot run` does that)")
     _memory_arg(p)
     p.add_argument("--build-dir", help="build here (and keep it) instead of a temporary directory")
     p.add_argument("--accept-new-host-key", action="store_true", help="trust and record an unknown host key")
@@ -265,25 +276,83 @@ def _run(args) -> int:
     target = get_target(args.target, args.target_dir)
     if args.json and not args.bisect:
         raise OptionError("--json writes the table of --bisect: give --bisect too")
+    check_reference(args.reference)
     if args.bisect:
         return _bisect(args, inputs, target)
     result = api.check(args.model, inputs=inputs, target=target, input_shapes=_shapes(args),
                        out_dir=args.output, seed=args.seed, timeout=args.timeout, knobs=_knobs(args),
-                       freeze=_freeze(args), memory=args.memory, records=args.records)
+                       freeze=_freeze(args), memory=args.memory, records=args.records, reference=args.reference)
+    model = os.path.basename(str(args.model))
+    if not result.compared:
+        return _run_only(args, result, model, target.name)
     if args.outputs:
-        Path(args.outputs).parent.mkdir(parents=True, exist_ok=True)
-        np.savez(args.outputs, **result.outputs)
-    print(f"{os.path.basename(str(args.model))} on {target.name} vs onnxruntime:")
+        _save_outputs(args.outputs, result.outputs)
+    _say_fallback(result.fallback_reason)
+    ref = _reference_name(result.reference_used)
+    print(f"{model} on {target.name} vs {ref}:")
     for c in result.comparisons:
-        status = "ok" if c.ok else "MISMATCH"
+        status = "ok" if c.ok else "MISMATCH" + (": arbitrated below" if result.arbitration else "")
         quantized = (f"; {c.off_by_one} of {c.size} elements one quantization step ({c.step:.3g}) off"
                      if c.step else "")
         print(f"  {c.output}: max abs error {c.max_abs:.3g} (output scale {c.scale:.3g}), "
               f"max rel error {c.max_rel:.3g}{quantized}: {status}")
+    if result.arbitration is not None:
+        _print_arbitration(result.arbitration)
     if not result.ok:
-        raise MismatchError("outputs differ from onnxruntime beyond the tolerance (1e-4 of the output's scale, "
-                            "or one quantization step for quantized outputs)")
+        raise MismatchError(_mismatch_message(ref, result.arbitration, result.not_arbitrated))
     return 0
+
+
+def _reference_name(used: str) -> str:
+    return "onnx.reference" if used == "onnx" else used
+
+
+def _say_fallback(reason: str) -> None:
+    if reason:
+        print(f"note: onnxruntime cannot run the model ({_printable(reason, keep_lines=False)}); "
+              "the reference is onnx.reference instead")
+
+
+def _save_outputs(path: str, outputs: dict[str, np.ndarray]) -> None:
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        np.savez(path, **outputs)
+    except OSError as err:
+        raise OptionError(f"--outputs {path}: cannot write it: {err.strerror or err}") from None
+
+
+def _run_only(args, result, model: str, target: str) -> int:
+    """--reference none: the outputs written and described, nothing compared."""
+    path = args.outputs or f"{Path(str(args.model)).stem}.outputs.npz"
+    _save_outputs(path, result.outputs)
+    print(f"{model} on {target}: run, not compared (--reference none); outputs written to {path}")
+    for name, value in result.outputs.items():
+        stats = (f", min {np.min(value):.4g}, max {np.max(value):.4g}" if value.size and value.dtype.kind in "fiu"
+                 else "")
+        print(f"  {_printable(name, keep_lines=False)}: {value.dtype} {list(value.shape)}{stats}")
+    return 0
+
+
+def _print_arbitration(arbitration) -> None:
+    from aot.arbitrate import lines
+
+    print(f"arbitration in float64 (node by node, from the first node whose result differs from "
+          f"{_reference_name(arbitration.reference)}'s):")
+    for line in lines(arbitration):
+        print(f"  {_printable(line, keep_lines=False)}")
+
+
+def _mismatch_message(ref: str, arbitration, not_arbitrated: str) -> str:
+    wrong = arbitration.wrong if arbitration is not None else None
+    if wrong is not None and not wrong.unevaluated:
+        return (f"outputs differ from {ref} beyond the tolerance, and at node '{wrong.node}' ({wrong.op}) "
+                f"{ref} is closer to the float64 value: aot is wrong there")
+    if wrong is not None:
+        return (f"outputs differ from {ref} beyond the tolerance from node '{wrong.node}' ({wrong.op}) on, "
+                f"which could not be arbitrated: {wrong.unevaluated}")
+    why = f" (not arbitrated: {not_arbitrated})" if not_arbitrated else ""
+    return (f"outputs differ from {ref} beyond the tolerance (1e-4 of the output's scale, or one quantization "
+            f"step for quantized outputs){why}")
 
 
 def _bisect(args, inputs, target) -> int:
@@ -291,24 +360,37 @@ def _bisect(args, inputs, target) -> int:
 
     result = bisect(args.model, inputs=inputs, target=target, input_shapes=_shapes(args), out_dir=args.output,
                     seed=args.seed, timeout=args.timeout, knobs=_knobs(args), freeze=_freeze(args),
-                    memory=args.memory, records=args.records)
+                    memory=args.memory, records=args.records, reference=args.reference)
     if args.outputs:
-        Path(args.outputs).parent.mkdir(parents=True, exist_ok=True)
-        np.savez(args.outputs, **result.outputs)
+        _save_outputs(args.outputs, result.outputs)
     if args.json:
         write_json(result, args.json)
-    print(f"{os.path.basename(str(args.model))} on {target.name} vs onnxruntime, node by node "
+    _say_fallback(result.fallback_reason)
+    ref = _reference_name(result.reference)
+    print(f"{os.path.basename(str(args.model))} on {target.name} vs {ref}, node by node "
           "(steps: quantization steps; tolerance 1e-4 of a tensor's largest magnitude, or one step):")
     for line in table(result):
         print(f"  {_printable(line, keep_lines=False)}")
     for name in result.reference_changed:
-        print(f"note: onnxruntime's output '{name}' changed once intermediate tensors were made outputs too "
+        print(f"note: {ref}'s output '{name}' changed once intermediate tensors were made outputs too "
               "(its graph fusions differ); the table compares with that run")
     print(_printable(summary(result), keep_lines=False))
-    if not result.ok:
+    if result.ok:
+        return 0
+    from aot.arbitrate import arbitrate, to_json
+
+    arbitration = arbitrate(result)
+    if args.json:
+        write_json(result, args.json, {"arbitration": to_json(arbitration)})
+    _print_arbitration(arbitration)
+    if not arbitration.ok:
         first = result.first
-        raise MismatchError(f"intermediate tensors differ from onnxruntime beyond the tolerance from node "
-                            f"'{first.node}' on (its tensor is computed by aot's kernel for '{first.kernel}')")
+        wrong = arbitration.wrong
+        verdict = (f"; in float64 {ref} is closer at node '{wrong.node}': aot is wrong there"
+                   if wrong is not None and not wrong.unevaluated else "")
+        raise MismatchError(f"intermediate tensors differ from {ref} beyond the tolerance from node "
+                            f"'{first.node}' on (its tensor is computed by aot's kernel for '{first.kernel}')"
+                            f"{verdict}")
     return 0
 
 
@@ -350,6 +432,7 @@ def _bench(args) -> int:
     from aot.bench import bench
     from aot.remote.board import load_board
 
+    check_reference(args.reference)
     boards = [load_board(b, args.board_dir) for b in args.board] or [None]
     target = None if args.board else get_target(args.target or "host", args.target_dir)   # else the board's
     results = []
@@ -360,11 +443,13 @@ def _bench(args) -> int:
                                  min_repeat_ms=args.min_repeat_ms, warmup=args.warmup, build_dir=args.build_dir,
                                  timeout=args.timeout, accept_new_host_key=args.accept_new_host_key,
                                  knobs=_knobs(args), profile=args.profile, input_shapes=_shapes(args),
-                                 freeze=_freeze(args), memory=args.memory, records=args.records))
+                                 freeze=_freeze(args), memory=args.memory, records=args.records,
+                                 reference=args.reference))
     rows = [("model", "board", "target", "number", "min ms", "median ms", "mean ms", "p90 ms", "stddev ms", "check")]
     for r in results:
         s = r.stats
-        check = "ok" if r.ok else "MISMATCH"
+        check = ("not compared" if r.reference == "none" else ("ok" if r.ok else "MISMATCH")
+                 + (" (vs onnx.reference)" if r.reference == "onnx" else ""))
         rows.append((r.model, r.where, r.target + (" (emulated)" if r.emulated else ""), str(r.number),
                      *(f"{v:.4f}" for v in (s.min, s.median, s.mean, s.p90, s.stddev)), check))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -372,12 +457,17 @@ def _bench(args) -> int:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
     if any(r.emulated for r in results):
         print("(emulated: times come from an emulator and are not the device's real-time latency)")
+    for r in results:
+        if r.fallback_reason:
+            print(f"note: {r.model}: onnxruntime cannot run it ({_printable(r.fallback_reason, keep_lines=False)}); "
+                  "its outputs were compared with onnx.reference")
     for r in results if args.profile else ():
         _print_profile(r)
     if args.json:
         _write_json(args.json, results)
     if not all(r.ok for r in results):
-        raise MismatchError("outputs differ from onnxruntime beyond the tolerance")
+        raise MismatchError("outputs differ from the reference beyond the tolerance (`aot run MODEL` arbitrates "
+                            "in float64 which side is right)")
     return 0
 
 
@@ -404,6 +494,7 @@ def _write_json(path: str, results) -> None:
     data = {"aot": __version__, "llvm": llvm_version(), "results": [
         {"model": r.model, "model_sha256": r.model_sha256, "board": r.where, "target": r.target,
          "emulated": r.emulated, "number": r.number, "repeat_ms": r.times_ms, "stats_ms": dataclasses.asdict(r.stats),
+         "reference": r.reference,
          "check": [{"output": c.output, "max_abs": c.max_abs, "scale": c.scale, "ok": c.ok} for c in r.comparisons],
          "profile": [dataclasses.asdict(step) for step in r.profile]}
         for r in results]}

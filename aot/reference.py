@@ -1,4 +1,5 @@
-"""Inputs for a model, the onnxruntime reference, and the comparison with aot's outputs."""
+"""Inputs for a model, the reference that runs it (onnxruntime, or the onnx package's reference
+evaluator when onnxruntime cannot), and the comparison with aot's outputs."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
+import onnx.version_converter
 
 from aot.errors import OptionError, RunError
+from aot.ops.registry import op_def
 
 # fp32 tolerance: max |aot - reference| <= TOLERANCE * max|reference| for each output. An output that
 # comes out of quantized arithmetic may also differ by one quantization step (its `step`).
@@ -59,20 +62,119 @@ def validate_inputs(proto: onnx.ModelProto, inputs: dict[str, np.ndarray], label
     return result
 
 
+# What `aot run --reference` and `reference=` accept: onnxruntime (falling back to the onnx package's
+# reference evaluator for a model onnxruntime cannot load or run), the onnx package's evaluator alone,
+# or none (run aot and compare nothing).
+REFERENCES = ("onnxruntime", "onnx", "none")
+
+
+def check_reference(choice: str) -> str:
+    if choice not in REFERENCES:
+        raise OptionError(f"reference '{choice}' is not one of {', '.join(REFERENCES)}")
+    return choice
+
+
+@dataclass(frozen=True)
+class ReferenceRun:
+    """A reference's outputs, which reference computed them, and why onnxruntime did not (if it was
+    asked for but could not run the model: its error, one line)."""
+
+    outputs: dict[str, np.ndarray]
+    used: str                   # "onnxruntime" or "onnx"
+    fallback_reason: str = ""
+
+
+def run_reference(proto: onnx.ModelProto, inputs: dict[str, np.ndarray], label: str = "the model",
+                  choice: str = "onnxruntime") -> ReferenceRun:
+    """The chosen reference's outputs for `inputs`. onnxruntime that cannot load or run the model
+    hands it to onnx.reference, and the result says so; a model neither can run is a RunError."""
+    if check_reference(choice) == "none":
+        raise OptionError("reference 'none' computes no outputs to compare with")
+    if choice == "onnx":
+        return ReferenceRun(onnx_reference_outputs(proto, inputs, label), "onnx")
+    try:
+        return ReferenceRun(reference_outputs(proto, inputs, label), "onnxruntime")
+    except _OnnxruntimeFailed as err:
+        try:
+            return ReferenceRun(onnx_reference_outputs(proto, inputs, label), "onnx", err.reason)
+        except _OnnxReferenceFailed as second:
+            raise RunError(f"{label}: neither reference can run it: onnxruntime: {err.reason}; "
+                           f"onnx.reference: {second.reason}") from None
+
+
+class _ReferenceFailed(RunError):
+    """A reference could not run the model; `reason` is its error's first line."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+class _OnnxruntimeFailed(_ReferenceFailed):
+    pass
+
+
+class _OnnxReferenceFailed(_ReferenceFailed):
+    pass
+
+
 def reference_outputs(proto: onnx.ModelProto, inputs: dict[str, np.ndarray], label: str = "the model"
                       ) -> dict[str, np.ndarray]:
     """onnxruntime's outputs for `inputs`; a model onnxruntime cannot run is a RunError saying so."""
     try:
         import onnxruntime as ort
     except ImportError:
-        raise RunError("onnxruntime is needed for the reference check: pip install onnxruntime") from None
+        raise _OnnxruntimeFailed("onnxruntime is needed for the reference check: pip install onnxruntime",
+                                 "onnxruntime is not installed") from None
     try:
         session = _session(ort, proto.SerializeToString())
         names = [o.name for o in session.get_outputs()]
         return dict(zip(names, session.run(names, inputs)))
     except Exception as err:      # noqa: BLE001 - onnxruntime's own failures, reported as one line
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise RunError(f"{label}: the reference, onnxruntime, cannot run it: {first}") from None
+        first = first_line(err)
+        raise _OnnxruntimeFailed(f"{label}: the reference, onnxruntime, cannot run it: {first}", first) from None
+
+
+def onnx_reference_outputs(proto: onnx.ModelProto, inputs: dict[str, np.ndarray], label: str = "the model"
+                           ) -> dict[str, np.ndarray]:
+    """The onnx package's reference evaluator's outputs (numpy, op by op as the ONNX spec reads)."""
+    try:
+        names = [o.name for o in proto.graph.output]
+        with np.errstate(all="ignore"):     # as onnxruntime, NaN and inf without a warning
+            results = reference_evaluator(proto).run(names, inputs)
+    except Exception as err:      # noqa: BLE001 - the evaluator's failures, reported as one line
+        first = first_line(err)
+        raise _OnnxReferenceFailed(f"{label}: the reference, onnx.reference, cannot run it: {first}", first) from None
+    return {name: np.asarray(value) for name, value in zip(names, results)}
+
+
+# onnx.reference implements some ops only from a later opset on (DequantizeLinear from 19, say): a model
+# of an older opset is converted to this one (onnx.version_converter) when that is all that stops it.
+NEWER_OPSET = 21
+
+
+def reference_evaluator(proto: onnx.ModelProto):
+    """onnx.reference.ReferenceEvaluator for the model, converted to NEWER_OPSET if the evaluator has
+    no implementation of one of its ops at the model's opset."""
+    from onnx.reference import ReferenceEvaluator
+
+    try:
+        return ReferenceEvaluator(proto)
+    except Exception as err:      # noqa: BLE001 - retried below, or raised as it is
+        opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), NEWER_OPSET)
+        if "No implementation for operator" not in str(err) or opset >= NEWER_OPSET:
+            raise
+        try:
+            converted = onnx.version_converter.convert_version(proto, NEWER_OPSET)
+        except Exception:         # noqa: BLE001 - the first error is the one to report
+            raise err from None
+        return ReferenceEvaluator(converted)
+
+
+def first_line(err: Exception) -> str:
+    """An exception's message as one line (the first of its text), or its type's name."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 def _session(ort, model: bytes):
@@ -89,6 +191,7 @@ def _session(ort, model: bytes):
     def session(precise_uint8: bool):
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
+        options.log_severity_level = 3      # errors only: a refused model is reported once, by us
         options.add_session_config_entry("session.qdqisint8allowed", "1")
         options.add_session_config_entry("session.x64quantprecision", "1" if precise_uint8 else "0")
         return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
@@ -134,3 +237,21 @@ def compare(outputs: dict[str, np.ndarray], reference: dict[str, np.ndarray],
         off = int(np.count_nonzero(diff > step * 0.5)) if step else 0
         result.append(Comparison(name, max_abs, float(np.max(rel)) if rel.size else 0.0, scale, step, off, diff.size))
     return result
+
+
+def value_steps(graph, names) -> dict[str, float]:
+    """For values of the optimized graph made by quantized arithmetic, the size of one step: 1 for a
+    quantized integer tensor (its steps are its codes), the scale of the Dequantize that made a float
+    one. Other values (float, and integer or bool ones such as indices and masks) are left out."""
+    producers = graph.producers()
+    steps = {}
+    for out in names:
+        if graph.values[out].quant is not None:
+            steps[out] = 1.0
+            continue
+        node = producers.get(out)
+        while node is not None and op_def(node.op).moves_values and len(node.inputs) == 1:
+            node = producers.get(node.inputs[0])
+        if node is not None and node.op == "Dequantize":
+            steps[out] = node.attrs["scale"]
+    return steps
