@@ -163,16 +163,21 @@ def test_resize_refusals():
 
 # --------------------------------------------------------------------------- ConvTranspose
 
-def conv_transpose(shape, c_out, kernel, group=1, bias=True, seed=0, **attrs):
+def conv_transpose(shape, c_out, kernel, group=1, bias=True, seed=0, computed=(), **attrs):
+    """ConvTranspose with random weights; the operands named in `computed` ("w", "b") are graph inputs
+    fed at run time instead of initializers."""
     rng = np.random.default_rng(seed)
     c_in = shape[1]
-    inits = {"w": randn(rng, (c_in, c_out // group, *kernel), 0.5)}
+    params = {"w": randn(rng, (c_in, c_out // group, *kernel), 0.5)}
     ins = ["x", "w"]
     if bias:
-        inits["b"] = randn(rng, (c_out,))
+        params["b"] = randn(rng, (c_out,))
         ins.append("b")
-    return run([node("ConvTranspose", ins, ["y"], kernel_shape=list(kernel), group=group, **attrs)],
-               {"x": shape}, {"y": None}, inits, opset=17, seed=seed)
+    inits = {k: v for k, v in params.items() if k not in computed}
+    fed = {k: v for k, v in params.items() if k in computed}
+    model = make_model([node("ConvTranspose", ins, ["y"], kernel_shape=list(kernel), group=group, **attrs)],
+                       {"x": shape, **{k: v.shape for k, v in fed.items()}}, {"y": None}, inits, opset=17)
+    return assert_matches_onnxruntime(model, {"x": randn(rng, shape), **fed})
 
 
 CONV_TRANSPOSE_CASES = {
@@ -210,10 +215,35 @@ def test_conv_transpose_1d():
     conv_transpose((2, 3, 5), 6, (4,), group=3, strides=[3], output_padding=[2])
 
 
-def test_conv_transpose_refuses_computed_weight():
-    model = make_model([node("ConvTranspose", ["x", "w"], ["y"])], {"x": (1, 2, 3, 3), "w": (2, 2, 3, 3)},
-                       {"y": (1, 2, 5, 5)})
-    with pytest.raises(UnsupportedOpError, match="weight must be a constant"):
+@pytest.mark.parametrize("case", list(CONV_TRANSPOSE_CASES))
+def test_conv_transpose_computed_weight_and_bias(case):
+    """The same cases with the weight and bias fed at run time (the direct kernel)."""
+    shape, c_out, kernel, group, bias, attrs = CONV_TRANSPOSE_CASES[case]
+    conv_transpose(shape, c_out, kernel, group, bias, computed=("w", "b"), **attrs)
+
+
+@pytest.mark.parametrize("computed", [("w",), ("b",)])
+def test_conv_transpose_computed_weight_or_bias(computed):
+    conv_transpose((1, 4, 4, 5), 6, (3, 3), 2, True, computed=computed, strides=[2, 2], pads=[1, 1, 0, 0],
+                   output_padding=[1, 0])
+    conv_transpose((2, 3, 5), 6, (4,), group=3, computed=computed, strides=[3], output_padding=[2])
+
+
+def test_conv_transpose_1d_computed_weight():
+    conv_transpose((1, 4, 7), 3, (3,), computed=("w", "b"), strides=[2], pads=[1, 0], dilations=[2])
+    conv_transpose((2, 3, 5), 6, (4,), group=3, bias=False, computed=("w",), strides=[3], output_padding=[2])
+
+
+@pytest.mark.parametrize("where", QEMU[1:])
+def test_conv_transpose_computed_weight_on_arm(where):
+    conv_transpose((1, 6, 4, 5), 8, (3, 3), 2, computed=("w", "b"), strides=[2, 2], pads=[1, 1, 1, 1],
+                   output_padding=[1, 1])
+
+
+def test_conv_transpose_3d_is_refused():
+    model = make_model([node("ConvTranspose", ["x", "w"], ["y"])], {"x": (1, 2, 3, 3, 3), "w": (2, 2, 2, 2, 2)},
+                       {"y": None})
+    with pytest.raises(UnsupportedOpError, match="3-D transposed convolution is not supported"):
         aot.build(model, target="host")
 
 
