@@ -6,6 +6,14 @@ Interpolation is separable: along each resized axis an output coordinate reads T
 coordinates, its rounding for nearest, edge clamping), which the ONNX reference agrees with. The op
 follows its input's layout: after a convolution a 4-D resize over H and W runs channels-last and is
 vectorized along channels; otherwise along the innermost axis when that one is not resized.
+
+Scales fed at run time, with the output's shape static (declared by the model), are read by the kernel:
+where a transformation uses the scale (asymmetric, the half_pixel family, and nearest "simple"), the
+kernel computes an axis's source coordinates, indices and weights from it per output coordinate, in
+float32 with the same formulas; where it does not (align_corners, tf_crop_and_resize) the tables come
+from the declared sizes at compile time, as do those of sizes fed at run time (the sizes of a valid
+model are its output's shape). A scale whose output size differs from the declared shape is the
+model's error: onnxruntime would give another shape.
 """
 
 from __future__ import annotations
@@ -16,9 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from aot.graph.ir import Graph, Node, Rewriter
-from aot.kernel.ir import Buffer, Builder, Cast, Expr, Kernel, fma
+from aot.kernel.ir import Buffer, Builder, Cast, Expr, Kernel, binop, const, fma, maximum, minimum, select
 from aot.ops import LowerContext
-from aot.ops.registry import AxisAttr, Layout, define
+from aot.ops.registry import FLOAT, AxisAttr, Layout, define
 from aot.ops.rewrite import const_input, refuse
 
 _MODES = ("nearest", "linear", "cubic")
@@ -36,6 +44,20 @@ class Taps:
     index: np.ndarray           # (out, T) int64, inside [0, in)
     weight: np.ndarray | None   # (out, T) float32
     keep: np.ndarray | None     # (out,) float32 of 0 and 1
+
+
+@dataclass(frozen=True)
+class FedTaps:
+    """One resized axis whose scale the kernel reads at run time: element `at` of its input 1."""
+
+    at: int
+    in_len: int
+    out_len: int
+    spec: Spec
+
+    @property
+    def count(self) -> int:
+        return {"nearest": 1, "linear": 2, "cubic": 4}[self.spec.mode]
 
 
 @dataclass(frozen=True)
@@ -131,6 +153,112 @@ def axis_taps(spec: Spec, in_len: int, out_len: int, scale: np.float32, roi: tup
     return Taps(np.clip(raw, 0, last), weight.astype(np.float32), keep)
 
 
+# --- taps at run time (scales fed at run time) ------------------------------------------------------
+
+F32 = "f32"
+
+
+def _f(value: float) -> Expr:
+    return const(value, F32)
+
+
+def _trunc(x: Expr) -> Expr:
+    return Cast(Cast(x, "idx"), F32)
+
+
+def _floor(b: Builder, x: Expr) -> Expr:
+    t = b.let("t", _trunc(x))
+    return t - select(binop("lt", x, t), _f(1.0), _f(0.0))
+
+
+def _ceil(b: Builder, x: Expr) -> Expr:
+    t = b.let("t", _trunc(x))
+    return t + select(binop("gt", x, t), _f(1.0), _f(0.0))
+
+
+def _abs(x: Expr) -> Expr:
+    return maximum(x, _f(0.0) - x)
+
+
+def fed_coord(b: Builder, fed: FedTaps, scale: Expr, o: Expr) -> Expr:
+    """Output coordinate o's position in the input, as source_coords computes it (float32, the same
+    order of operations)."""
+    x = b.let("x", Cast(o, F32))
+    t = fed.spec.transform
+    if t == "asymmetric":
+        return b.let("xs", x / scale)
+    if t == "pytorch_half_pixel" and fed.out_len <= 1:
+        return _f(0.0)
+    centre = b.let("xs", (x + _f(0.5)) / scale)
+    if t in ("half_pixel", "pytorch_half_pixel"):
+        return b.let("xs", centre - _f(0.5))
+    assert t == "half_pixel_symmetric", t        # the others do not read the scale (see canonical_resize)
+    adjustment = b.let("adj", _f(fed.out_len) / (scale * _f(fed.in_len)))
+    offset = b.let("off", _f(fed.in_len) / _f(2.0) * (_f(1.0) - adjustment))
+    return b.let("xs", offset + centre - _f(0.5))
+
+
+def _fed_nearest(b: Builder, fed: FedTaps, scale: Expr, xs: Expr) -> Expr:
+    """The nearest input coordinate (float32 holding an integer), as _nearest_index rounds."""
+    mode = fed.spec.nearest
+    if mode == "floor":
+        return _floor(b, xs)
+    if mode == "ceil":
+        return _ceil(b, xs)
+    if mode == "simple":
+        return select(binop("lt", scale, _f(1.0)), _ceil(b, xs), _trunc(xs))
+    away = b.let("r", _trunc(_abs(xs) + _f(0.5)))
+    away = b.let("r", select(binop("lt", xs, _f(0.0)), _f(0.0) - away, away))     # C's round()
+    if mode == "round_prefer_ceil":
+        return away
+    half = binop("eq", xs, _trunc(xs) + _f(0.5))
+    return select(half, _floor(b, xs), away)
+
+
+def fed_taps(b: Builder, fed: FedTaps, scale: Expr, o: Expr) -> tuple[list[Expr], list[Expr | None]]:
+    """The input indices (within [0, in)) and weights of output coordinate o, computed at run time as
+    axis_taps computes them at compile time."""
+    xs = fed_coord(b, fed, scale, o)
+    last = fed.in_len - 1
+
+    def clamp(i: Expr) -> Expr:
+        return b.let("i", minimum(maximum(i, 0), last))
+
+    if fed.spec.mode == "nearest":
+        return [clamp(Cast(_fed_nearest(b, fed, scale, xs), "idx"))], [None]
+    if fed.spec.mode == "linear":
+        x = b.let("xc", minimum(maximum(xs, _f(0.0)), _f(float(last))))
+        i1 = b.let("i1", minimum(Cast(x, "idx"), last))
+        i2 = b.let("i2", minimum(i1 + 1, last))
+        same = binop("eq", i1, i2)
+        d1 = select(same, _f(0.5), _abs(x - Cast(i1, F32)))
+        d2 = select(same, _f(0.5), _abs(x - Cast(i2, F32)))
+        return [i1, i2], [b.let("w", d2), b.let("w", d1)]
+    return _fed_cubic(b, fed, xs, last, clamp)
+
+
+def _fed_cubic(b: Builder, fed: FedTaps, xs: Expr, last: int, clamp) -> tuple[list[Expr], list[Expr | None]]:
+    """Keys' cubic weights of the 4 neighbours at offsets -1..2 (as _cubic, in float32)."""
+    a = fed.spec.cubic_a
+    base = b.let("base", _floor(b, xs))
+    ratio = b.let("ratio", xs - base)
+    first = b.let("i0", Cast(base, "idx") - 1)
+    raw = [first + k for k in range(4)]
+    weights = []
+    for k, d in enumerate((ratio + _f(1.0), ratio, _f(1.0) - ratio, _f(2.0) - ratio)):
+        d = b.let("d", d)
+        near = ((_f(a + 2) * d - _f(a + 3)) * d) * d + _f(1.0)
+        far = ((_f(a) * d - _f(5 * a)) * d + _f(8 * a)) * d - _f(4 * a)
+        w = select(binop("le", d, _f(1.0)), near, far)
+        if fed.spec.exclude_outside:
+            w = select(binop("lt", raw[k], 0), _f(0.0), select(binop("gt", raw[k], last), _f(0.0), w))
+        weights.append(b.let("w", w))
+    if fed.spec.exclude_outside:
+        total = b.let("sum", weights[0] + weights[1] + weights[2] + weights[3])
+        weights = [b.let("w", w / total) for w in weights]
+    return [clamp(i) for i in raw], list(weights)
+
+
 # --- kernel ------------------------------------------------------------------------------------------
 
 def _strides(shape) -> list[int]:
@@ -161,22 +289,39 @@ class _Axis:
     keep: Buffer | None
 
 
+@dataclass
+class _FedAxis:
+    """Per resized axis whose scale is read at run time: how to compute its taps, the input stride."""
+
+    fed: FedTaps
+    scale: Expr
+    stride: int
+    keep: None = None       # no extrapolation: tf_crop_and_resize does not read the scale
+
+    @property
+    def taps(self) -> int:
+        return self.fed.count
+
+
 def resize(ctx: LowerContext, node: Node, name: str) -> Kernel:
     ins, outs, params = ctx.io(node)
     in_shape, out_shape, taps = _merge_axes(ctx.graph.shape(node.inputs[0]), ctx.graph.shape(node.outputs[0]),
                                             node.attrs["taps"])
     strides = _strides(in_shape)
-    axes: list[_Axis | None] = []
+    b = Builder()
+    axes: list[_Axis | _FedAxis | None] = []
     for t, stride in zip(taps, strides):
         if t is None:
             axes.append(None)
+            continue
+        if isinstance(t, FedTaps):      # the scale read once, the taps computed per output coordinate
+            axes.append(_FedAxis(t, b.let("scale", ins[1][t.at]), stride))
             continue
         offset = ctx.const((t.index * stride).astype(np.int32), "ix")
         weight = ctx.const(t.weight, "wt") if t.weight is not None else None
         keep = ctx.const(t.keep, "keep") if t.keep is not None else None
         axes.append(_Axis(t.index.shape[1], offset, weight, keep))
     extrapolation = float(node.attrs.get("extrapolation_value", 0.0))
-    b = Builder()
     x, out = ins[0], outs[0]
     out_strides = _strides(out_shape)
     lanes = ctx.target.lanes
@@ -223,11 +368,15 @@ def resize(ctx: LowerContext, node: Node, name: str) -> Kernel:
     return Kernel(name, params, b.block())
 
 
-def _taps_at(b: Builder, axis: _Axis, o: Expr, terms, keep: Expr | None):
+def _taps_at(b: Builder, axis: _Axis | _FedAxis, o: Expr, terms, keep: Expr | None):
     """Extend every (offset, weight) term by this axis's taps at output coordinate o."""
-    offsets = [b.let("src", Cast(axis.offset[o * axis.taps + k], "idx")) for k in range(axis.taps)]
-    weights = [b.let("w", axis.weight[o * axis.taps + k]) if axis.weight is not None else None
-               for k in range(axis.taps)]
+    if isinstance(axis, _FedAxis):
+        indices, weights = fed_taps(b, axis.fed, axis.scale, o)
+        offsets = [b.let("src", i * axis.stride) for i in indices]
+    else:
+        offsets = [b.let("src", Cast(axis.offset[o * axis.taps + k], "idx")) for k in range(axis.taps)]
+        weights = [b.let("w", axis.weight[o * axis.taps + k]) if axis.weight is not None else None
+                   for k in range(axis.taps)]
     new_terms = []
     for off, wt in terms:
         for src, w in zip(offsets, weights):
@@ -261,17 +410,42 @@ def _spec(node: Node, opset: int) -> Spec:
                 bool(node.attrs.get("exclude_outside", 0)))
 
 
+def _fed(rw: Rewriter, node: Node, index: int) -> str:
+    """The node's input `index` when it is computed (fed at run time) and not empty, else ''."""
+    name = node.inputs[index] if len(node.inputs) > index else ""
+    if not name or name in rw.constants or 0 in rw.values[name].shape:
+        return ""
+    return name
+
+
+def _scales_index(rw: Rewriter, node: Node) -> int | None:
+    """Which input holds the scales: 1 for Upsample and opset-10 Resize, 2 from opset 11; None for an
+    Upsample of opset 7, whose scales are an attribute."""
+    if node.op == "Upsample" or rw.graph.opset < 11:
+        return None if "scales" in node.attrs else 1
+    return 2
+
+
 def _sizes_and_scales(rw: Rewriter, node: Node, rank: int, in_shape: tuple[int, ...], axes: list[int]
                       ) -> tuple[list[int], list[np.float32]]:
-    """Output sizes and per-axis scales (float32, as onnxruntime uses them) from the node's inputs."""
-    if node.op == "Upsample" or rw.graph.opset < 11:
-        scales = node.attrs.get("scales")
-        if scales is None:
-            scales = const_input(rw, node, 1, "scales")
-        scales_arr, sizes_arr = np.asarray(scales, np.float32), None
+    """Output sizes and per-axis scales (float32, as onnxruntime uses them) from the node's inputs. Sizes
+    fed at run time are the declared output's; scales fed at run time give the declared output's sizes
+    and out/in as scales, which only the transformations that do not read the scale may use."""
+    declared = rw.values[node.outputs[0]].shape
+    scales_at = _scales_index(rw, node)
+    if scales_at is None:
+        scales_arr, sizes_arr = np.asarray(node.attrs["scales"], np.float32), None
+    elif scales_at == 1:
+        sizes_arr = np.asarray([declared[a] for a in axes]) if _fed(rw, node, 1) else None
+        scales_arr = None if sizes_arr is not None else const_input(rw, node, 1, "scales")
     else:
-        scales_arr = const_input(rw, node, 2, "scales")
-        sizes_arr = const_input(rw, node, 3, "sizes")
+        sizes_arr = np.asarray([declared[a] for a in axes]) if _fed(rw, node, 2) or _fed(rw, node, 3) else None
+        if _fed(rw, node, 3) and node.attrs.get("keep_aspect_ratio_policy", "stretch") != "stretch":
+            raise refuse(node, "sizes fed at run time with keep_aspect_ratio_policy other than stretch: the "
+                               "output's shape does not tell the sizes (freeze them)")
+        scales_arr = None if sizes_arr is not None else const_input(rw, node, 2, "scales")
+        if sizes_arr is None:
+            sizes_arr = const_input(rw, node, 3, "sizes")
         if scales_arr is not None and scales_arr.size == 0:
             scales_arr = None
         if sizes_arr is not None and sizes_arr.size == 0:
@@ -300,8 +474,31 @@ def _sizes_and_scales(rw: Rewriter, node: Node, rank: int, in_shape: tuple[int, 
     return full_size, full_scale
 
 
+# transformations whose coordinates read the scale (nearest "simple" reads it too, with asymmetric)
+_READS_SCALE = ("asymmetric", "half_pixel", "pytorch_half_pixel", "half_pixel_symmetric")
+
+
+def _fed_scales(rw: Rewriter, node: Node, spec: Spec, sizes: list[int], in_shape, axes: list[int]
+                ) -> tuple[str, dict[int, FedTaps]]:
+    """The scales input fed at run time and the axes whose taps the kernel computes from it (none when
+    the scales are constant, or the transformation does not read them). An axis of length 1 both sides
+    reads element 0 whatever the scale."""
+    at = _scales_index(rw, node)
+    name = _fed(rw, node, at) if at is not None else ""
+    if not name or spec.transform not in _READS_SCALE or (at == 2 and _fed(rw, node, 3)):
+        return "", {}
+    if len(rw.values[name].shape) != 1 or rw.values[name].shape[0] != len(axes):
+        raise refuse(node, f"scales of shape {list(rw.values[name].shape)} do not give one scale per axis "
+                           f"({len(axes)})")
+    fed = {axis: FedTaps(i, in_shape[axis], sizes[axis], spec) for i, axis in enumerate(axes)
+           if not in_shape[axis] == sizes[axis] == 1}
+    return name, fed
+
+
 def canonical_resize(rw: Rewriter, node: Node) -> None:
     x, y = node.inputs[0], node.outputs[0]
+    if rw.values[x].dtype != "float32":
+        raise refuse(node, f"input '{x}' is {rw.values[x].dtype}; only float32 is resized")
     in_shape = rw.values[x].shape
     rank = len(in_shape)
     spec = _spec(node, rw.graph.opset)
@@ -312,15 +509,19 @@ def canonical_resize(rw: Rewriter, node: Node) -> None:
     if any(s == 0 for s in sizes):
         raise refuse(node, "an empty output is not supported")
     roi = _roi(rw, node, rank, axes) if spec.transform == "tf_crop_and_resize" else None
-    taps = []
+    scales_name, fed = _fed_scales(rw, node, spec, sizes, in_shape, axes)
+    taps: list[Taps | FedTaps | None] = []
     for axis in range(rank):
         identity = sizes[axis] == in_shape[axis] and scales[axis] == 1 and (roi is None or roi[axis] == (0, 1))
-        taps.append(None if identity else axis_taps(spec, in_shape[axis], sizes[axis], scales[axis],
-                                                    roi[axis] if roi else (0.0, 1.0)))
+        if axis in fed:
+            taps.append(fed[axis])
+        else:
+            taps.append(None if identity else axis_taps(spec, in_shape[axis], sizes[axis], scales[axis],
+                                                        roi[axis] if roi else (0.0, 1.0)))
     if all(t is None for t in taps):
         rw.add("Copy", node.name, [x], [y])
         return
-    rw.add("Resize", node.name, [x], [y], taps=tuple(taps),
+    rw.add("Resize", node.name, [x, scales_name] if fed else [x], [y], taps=tuple(taps),
            extrapolation_value=float(node.attrs.get("extrapolation_value", 0.0)))
 
 
@@ -341,11 +542,17 @@ def check_resize(graph: Graph, node: Node) -> str | None:
     for axis, (t, i, o) in enumerate(zip(node.attrs["taps"], x, y)):
         if t is None and i != o:
             return f"axis {axis} is not resized but changes from {i} to {o}"
+        if isinstance(t, FedTaps):
+            if (t.in_len, t.out_len) != (i, o):
+                return f"the run-time taps of axis {axis} map {t.out_len} outputs into {t.in_len} inputs, not " \
+                       f"{o} into {i}"
+            continue
         if t is not None and (t.index.shape[0] != o or t.index.max() >= i):
             return f"the table of axis {axis} does not map {o} outputs into {i} inputs"
     return None
 
 
+# int64 for sizes fed at run time (canonical_resize refuses any other input that is not float32)
 define("Resize", canonical=canonical_resize, lower=resize, layout=Layout.FOLLOW,
-       axis_attrs={"taps": AxisAttr.PER_AXIS}, check=check_resize)
+       axis_attrs={"taps": AxisAttr.PER_AXIS}, check=check_resize, dtypes=FLOAT | frozenset({"int64"}))
 define("Upsample", canonical=canonical_resize)
