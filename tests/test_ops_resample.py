@@ -155,8 +155,10 @@ def test_upsample():
 def test_resize_refusals():
     with pytest.raises(UnsupportedOpError, match="antialias"):
         resize((1, 1, 4, 4), scales=[1, 1, 0.5, 0.5], mode="linear", antialias=1)
-    with pytest.raises(UnsupportedOpError, match="keep_aspect_ratio_policy other than stretch"):
-        resize_fed((1, 3, 6, 8), sizes=[9, 10], axes=[2, 3], mode="linear", keep_aspect_ratio_policy="not_larger")
+    model = make_model([node("Resize", ["x", "", "scales"], ["y"])], {"x": (1, 1, 4, 4), "scales": (3,)},
+                       {"y": (1, 1, 8, 8)})
+    with pytest.raises(UnsupportedOpError, match=r"scales of shape \[3\] is not 4 values"):
+        aot.build(model, target="host")
 
 
 # --------------------------------------------------------------------------- Resize, scales or sizes fed
@@ -174,14 +176,16 @@ def fed_at_run_time(model, names):
     return model
 
 
-def resize_fed(shape, scales=None, sizes=None, opset=19, tol=1e-4, seed=0, op="Resize", **attrs):
-    """A Resize (or Upsample) whose scales or sizes are graph inputs fed at run time; the output's shape
-    is declared, from ONNX inference on the same model with them constant."""
+def resize_fed(shape, scales=None, sizes=None, roi=None, opset=19, tol=1e-4, seed=0, op="Resize", **attrs):
+    """A Resize (or Upsample) whose scales or sizes, and roi if given, are graph inputs fed at run time;
+    the output's shape is declared, from ONNX inference on the same model with them constant."""
     inits = {"scales": f32(scales)} if scales is not None else {"sizes": i64(sizes)}
     if op == "Upsample" or opset < 11:
         ins = ["x", "scales"]
     else:
-        ins = ["x", "", "scales"] if scales is not None else ["x", "", "", "sizes"]
+        if roi is not None:
+            inits["roi"] = f32(roi)
+        ins = ["x", "roi" if roi is not None else "", *(["scales"] if scales is not None else ["", "sizes"])]
     model = fed_at_run_time(make_model([node(op, ins, ["y"], **attrs)], {"x": shape}, {"y": None}, inits,
                                        opset=opset), set(inits))
     rng = np.random.default_rng(seed)
@@ -247,6 +251,25 @@ def test_resize_fed_scales_on_targets(where):
 def test_resize_fed_sizes(mode):
     resize_fed((1, 2, 5, 7), sizes=[1, 2, 8, 4], mode=mode)
     resize_fed((1, 3, 6, 8), sizes=[9, 5], axes=[2, 3], mode=mode, opset=18)
+
+
+@pytest.mark.parametrize("policy", ["not_larger", "not_smaller"])
+@pytest.mark.parametrize("transform", ["half_pixel", "align_corners"])
+def test_resize_fed_sizes_keep_aspect_ratio(policy, transform):
+    """The common scale, picked at run time from the sizes, decides the coordinates."""
+    resize_fed((1, 3, 6, 8), sizes=[9, 10], axes=[2, 3], mode="linear", keep_aspect_ratio_policy=policy,
+               coordinate_transformation_mode=transform)
+    resize_fed((1, 2, 5, 7), sizes=[1, 2, 3, 9], mode="nearest", keep_aspect_ratio_policy=policy)
+
+
+@pytest.mark.parametrize("where", QEMU)
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+def test_resize_fed_roi_tf_crop_and_resize(mode, where):
+    """A roi fed at run time: coordinates and the extrapolation mask computed by the kernel."""
+    resize_fed((1, 2, 6, 7), sizes=[1, 2, 5, 4], roi=[0, 0, -0.2, 0.3, 1, 1, 0.8, 1.4], mode=mode,
+               coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=2.5)
+    resize_fed((2, 3, 6, 7), scales=[0.8, 1.5], roi=[0.1, 0.9, 0.2, 0.8], axes=[2, 3], mode=mode, opset=18,
+               coordinate_transformation_mode="tf_crop_and_resize")
 
 
 # --------------------------------------------------------------------------- ConvTranspose

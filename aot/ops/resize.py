@@ -7,13 +7,14 @@ coordinates, its rounding for nearest, edge clamping), which the ONNX reference 
 follows its input's layout: after a convolution a 4-D resize over H and W runs channels-last and is
 vectorized along channels; otherwise along the innermost axis when that one is not resized.
 
-Scales fed at run time, with the output's shape static (declared by the model), are read by the kernel:
-where a transformation uses the scale (asymmetric, the half_pixel family, and nearest "simple"), the
-kernel computes an axis's source coordinates, indices and weights from it per output coordinate, in
-float32 with the same formulas; where it does not (align_corners, tf_crop_and_resize) the tables come
-from the declared sizes at compile time, as do those of sizes fed at run time (the sizes of a valid
-model are its output's shape). A scale whose output size differs from the declared shape is the
-model's error: onnxruntime would give another shape.
+Scales, sizes or roi fed at run time, with the output's shape static (declared by the model), are read
+by the kernel where they decide the coordinates: a scale where the transformation uses it (asymmetric,
+the half_pixel family, nearest "simple"; from sizes, the common scale of keep_aspect_ratio_policy), a
+roi for tf_crop_and_resize. The kernel then computes an axis's source coordinates, indices and weights
+per output coordinate, in float32 with the compile-time formulas. Otherwise the tables come from the
+declared shape at compile time (sizes fed with the stretch policy are the output's shape in a valid
+model; align_corners reads only sizes). A scale or size that gives another output size than the
+declared one is the model's error: onnxruntime would give another shape.
 """
 
 from __future__ import annotations
@@ -48,12 +49,16 @@ class Taps:
 
 @dataclass(frozen=True)
 class FedTaps:
-    """One resized axis whose scale the kernel reads at run time: element `at` of its input 1."""
+    """One resized axis whose taps the kernel computes at run time from a scale or roi fed at run time;
+    the inputs are named by their position among the Resize node's inputs."""
 
-    at: int
     in_len: int
     out_len: int
     spec: Spec
+    # how to read the scale: ("scales", input, element); ("sizes", input, ((element, in_len), ...), policy)
+    # for keep_aspect_ratio_policy's common scale; () when the transformation does not read it
+    scale: tuple = ()
+    roi: tuple[int, int, int] | None = None     # (input, start element, end element): tf_crop_and_resize
 
     @property
     def count(self) -> int:
@@ -180,11 +185,41 @@ def _abs(x: Expr) -> Expr:
     return maximum(x, _f(0.0) - x)
 
 
-def fed_coord(b: Builder, fed: FedTaps, scale: Expr, o: Expr) -> Expr:
+def _fed_scale(b: Builder, ins: list, source: tuple) -> Expr | None:
+    """The scale an axis reads, loaded (and for keep_aspect_ratio_policy picked) once per kernel."""
+    if not source:
+        return None
+    if source[0] == "scales":
+        return b.let("scale", ins[source[1]][source[2]])
+    _, at, pairs, policy = source
+    pick = minimum if policy == "not_larger" else maximum
+    scale = None
+    for element, in_len in pairs:      # float32(size) / float32(in), as _sizes_and_scales computes it
+        ratio = Cast(ins[at][element], F32) / _f(float(in_len))
+        scale = ratio if scale is None else pick(scale, ratio)
+    return b.let("scale", scale)
+
+
+def _fed_roi(b: Builder, ins: list, roi: tuple[int, int, int] | None) -> tuple[Expr, Expr] | None:
+    if roi is None:
+        return None
+    at, start, end = roi
+    return b.let("roi0", ins[at][start]), b.let("roi1", ins[at][end])
+
+
+def fed_coord(b: Builder, fed: FedTaps, scale: Expr | None, roi: tuple[Expr, Expr] | None, o: Expr) -> Expr:
     """Output coordinate o's position in the input, as source_coords computes it (float32, the same
     order of operations)."""
     x = b.let("x", Cast(o, F32))
     t = fed.spec.transform
+    if t in ("align_corners", "tf_crop_and_resize"):      # computed here only for a roi fed at run time
+        assert roi is not None, t
+        start, end = roi
+        if fed.out_len > 1:
+            return b.let("xs", start * _f(fed.in_len - 1)
+                         + x * (end - start) * _f(fed.in_len - 1) / _f(fed.out_len - 1))
+        return b.let("xs", _f(0.5) * (start + end) * _f(fed.in_len - 1))
+    assert scale is not None, t
     if t == "asymmetric":
         return b.let("xs", x / scale)
     if t == "pytorch_half_pixel" and fed.out_len <= 1:
@@ -215,12 +250,22 @@ def _fed_nearest(b: Builder, fed: FedTaps, scale: Expr, xs: Expr) -> Expr:
     return select(half, _floor(b, xs), away)
 
 
-def fed_taps(b: Builder, fed: FedTaps, scale: Expr, o: Expr) -> tuple[list[Expr], list[Expr | None]]:
+def fed_taps(b: Builder, fed: FedTaps, scale: Expr | None, roi: tuple[Expr, Expr] | None, o: Expr
+             ) -> tuple[list[Expr], list[Expr | None], Expr | None]:
     """The input indices (within [0, in)) and weights of output coordinate o, computed at run time as
-    axis_taps computes them at compile time."""
-    xs = fed_coord(b, fed, scale, o)
+    axis_taps computes them at compile time, and with a roi, 1.0 or 0.0 where the output takes the
+    extrapolation value."""
+    xs = fed_coord(b, fed, scale, roi, o)
     last = fed.in_len - 1
+    keep = None
+    if roi is not None:
+        outside = binop("lt", xs, _f(0.0))
+        keep = b.let("keep", select(outside, _f(0.0), select(binop("gt", xs, _f(float(last))), _f(0.0), _f(1.0))))
+    return (*_fed_indices(b, fed, scale, xs, last), keep)
 
+
+def _fed_indices(b: Builder, fed: FedTaps, scale: Expr | None, xs: Expr, last: int
+                 ) -> tuple[list[Expr], list[Expr | None]]:
     def clamp(i: Expr) -> Expr:
         return b.let("i", minimum(maximum(i, 0), last))
 
@@ -294,9 +339,9 @@ class _FedAxis:
     """Per resized axis whose scale is read at run time: how to compute its taps, the input stride."""
 
     fed: FedTaps
-    scale: Expr
+    scale: Expr | None
+    roi: tuple[Expr, Expr] | None
     stride: int
-    keep: None = None       # no extrapolation: tf_crop_and_resize does not read the scale
 
     @property
     def taps(self) -> int:
@@ -315,7 +360,7 @@ def resize(ctx: LowerContext, node: Node, name: str) -> Kernel:
             axes.append(None)
             continue
         if isinstance(t, FedTaps):      # the scale read once, the taps computed per output coordinate
-            axes.append(_FedAxis(t, b.let("scale", ins[1][t.at]), stride))
+            axes.append(_FedAxis(t, _fed_scale(b, ins, t.scale), _fed_roi(b, ins, t.roi), stride))
             continue
         offset = ctx.const((t.index * stride).astype(np.int32), "ix")
         weight = ctx.const(t.weight, "wt") if t.weight is not None else None
@@ -371,8 +416,10 @@ def resize(ctx: LowerContext, node: Node, name: str) -> Kernel:
 def _taps_at(b: Builder, axis: _Axis | _FedAxis, o: Expr, terms, keep: Expr | None):
     """Extend every (offset, weight) term by this axis's taps at output coordinate o."""
     if isinstance(axis, _FedAxis):
-        indices, weights = fed_taps(b, axis.fed, axis.scale, o)
+        indices, weights, fed_keep = fed_taps(b, axis.fed, axis.scale, axis.roi, o)
         offsets = [b.let("src", i * axis.stride) for i in indices]
+        if fed_keep is not None:
+            keep = fed_keep if keep is None else b.let("keep", keep * fed_keep)
     else:
         offsets = [b.let("src", Cast(axis.offset[o * axis.taps + k], "idx")) for k in range(axis.taps)]
         weights = [b.let("w", axis.weight[o * axis.taps + k]) if axis.weight is not None else None
@@ -382,7 +429,7 @@ def _taps_at(b: Builder, axis: _Axis | _FedAxis, o: Expr, terms, keep: Expr | No
         for src, w in zip(offsets, weights):
             weight = w if wt is None else (wt if w is None else b.let("ww", wt * w))
             new_terms.append((off + src, weight))
-    if axis.keep is not None:
+    if isinstance(axis, _Axis) and axis.keep is not None:
         k = b.let("keep", axis.keep[o])
         keep = k if keep is None else b.let("keep", keep * k)
     return new_terms, keep
@@ -428,28 +475,20 @@ def _scales_index(rw: Rewriter, node: Node) -> int | None:
 
 def _sizes_and_scales(rw: Rewriter, node: Node, rank: int, in_shape: tuple[int, ...], axes: list[int]
                       ) -> tuple[list[int], list[np.float32]]:
-    """Output sizes and per-axis scales (float32, as onnxruntime uses them) from the node's inputs. Sizes
-    fed at run time are the declared output's; scales fed at run time give the declared output's sizes
-    and out/in as scales, which only the transformations that do not read the scale may use."""
+    """Output sizes and per-axis scales (float32, as onnxruntime uses them) from the node's inputs. With
+    scales or sizes fed at run time: the declared output's sizes and out/in as scales, which only the
+    tables that do not read the scale use (see _fed_sources)."""
     declared = rw.values[node.outputs[0]].shape
     scales_at = _scales_index(rw, node)
+    if scales_at is not None and (_fed(rw, node, scales_at) or (scales_at == 2 and _fed(rw, node, 3))):
+        return list(declared), [np.float32(o) / np.float32(i) for o, i in zip(declared, in_shape)]
     if scales_at is None:
         scales_arr, sizes_arr = np.asarray(node.attrs["scales"], np.float32), None
     elif scales_at == 1:
-        sizes_arr = np.asarray([declared[a] for a in axes]) if _fed(rw, node, 1) else None
-        scales_arr = None if sizes_arr is not None else const_input(rw, node, 1, "scales")
+        scales_arr, sizes_arr = const_input(rw, node, 1, "scales"), None
     else:
-        sizes_arr = np.asarray([declared[a] for a in axes]) if _fed(rw, node, 2) or _fed(rw, node, 3) else None
-        if _fed(rw, node, 3) and node.attrs.get("keep_aspect_ratio_policy", "stretch") != "stretch":
-            raise refuse(node, "sizes fed at run time with keep_aspect_ratio_policy other than stretch: the "
-                               "output's shape does not tell the sizes (freeze them)")
-        scales_arr = None if sizes_arr is not None else const_input(rw, node, 2, "scales")
-        if sizes_arr is None:
-            sizes_arr = const_input(rw, node, 3, "sizes")
-        if scales_arr is not None and scales_arr.size == 0:
-            scales_arr = None
-        if sizes_arr is not None and sizes_arr.size == 0:
-            sizes_arr = None
+        scales_arr = _constant_or_empty(rw, node, 2, "scales")
+        sizes_arr = _constant_or_empty(rw, node, 3, "sizes")
     full_scale = [np.float32(1)] * rank
     full_size = list(in_shape)
     if sizes_arr is None:
@@ -462,10 +501,8 @@ def _sizes_and_scales(rw: Rewriter, node: Node, rank: int, in_shape: tuple[int, 
     for axis, s in zip(axes, sizes_arr):
         full_size[axis] = int(s)
         full_scale[axis] = np.float32(int(s)) / np.float32(in_shape[axis])
-    policy = node.attrs.get("keep_aspect_ratio_policy", "stretch")
+    policy = _policy(node)
     if policy != "stretch":
-        if policy not in ("not_larger", "not_smaller"):
-            raise refuse(node, f"keep_aspect_ratio_policy '{policy}' is not supported")
         pick = min if policy == "not_larger" else max
         scale = pick(full_scale[a] for a in axes)
         for axis in axes:
@@ -474,25 +511,78 @@ def _sizes_and_scales(rw: Rewriter, node: Node, rank: int, in_shape: tuple[int, 
     return full_size, full_scale
 
 
+def _constant_or_empty(rw: Rewriter, node: Node, index: int, what: str) -> np.ndarray | None:
+    """A constant input, None when absent or empty (a computed empty tensor included)."""
+    name = node.inputs[index] if len(node.inputs) > index else ""
+    if name and name not in rw.constants and 0 in rw.values[name].shape:
+        return None
+    array = const_input(rw, node, index, what)
+    return None if array is None or array.size == 0 else array
+
+
+def _policy(node: Node) -> str:
+    policy = node.attrs.get("keep_aspect_ratio_policy", "stretch")
+    if policy not in ("stretch", "not_larger", "not_smaller"):
+        raise refuse(node, f"keep_aspect_ratio_policy '{policy}' is not supported")
+    return policy
+
+
 # transformations whose coordinates read the scale (nearest "simple" reads it too, with asymmetric)
 _READS_SCALE = ("asymmetric", "half_pixel", "pytorch_half_pixel", "half_pixel_symmetric")
 
 
-def _fed_scales(rw: Rewriter, node: Node, spec: Spec, sizes: list[int], in_shape, axes: list[int]
-                ) -> tuple[str, dict[int, FedTaps]]:
-    """The scales input fed at run time and the axes whose taps the kernel computes from it (none when
-    the scales are constant, or the transformation does not read them). An axis of length 1 both sides
-    reads element 0 whatever the scale."""
+def _per_axis(rw: Rewriter, node: Node, name: str, what: str, count: int) -> None:
+    shape = rw.values[name].shape
+    if shape != (count,):
+        raise refuse(node, f"{what} of shape {list(shape)} is not {count} values")
+
+
+def _fed_sources(rw: Rewriter, node: Node, spec: Spec, axes: list[int]) -> tuple[dict[int, tuple], dict[int, str]]:
+    """Per axis, what its taps read at run time: the scale source (input name, element...) and the roi
+    (input name, start, end); empty when everything is known now."""
     at = _scales_index(rw, node)
-    name = _fed(rw, node, at) if at is not None else ""
-    if not name or spec.transform not in _READS_SCALE or (at == 2 and _fed(rw, node, 3)):
-        return "", {}
-    if len(rw.values[name].shape) != 1 or rw.values[name].shape[0] != len(axes):
-        raise refuse(node, f"scales of shape {list(rw.values[name].shape)} do not give one scale per axis "
-                           f"({len(axes)})")
-    fed = {axis: FedTaps(i, in_shape[axis], sizes[axis], spec) for i, axis in enumerate(axes)
-           if not in_shape[axis] == sizes[axis] == 1}
-    return name, fed
+    scales, sizes = (_fed(rw, node, at) if at is not None else ""), (_fed(rw, node, 3) if at == 2 else "")
+    roi = _fed(rw, node, 1) if at == 2 and spec.transform == "tf_crop_and_resize" else ""
+    scale_source: dict[int, tuple] = {}
+    if spec.transform in _READS_SCALE and sizes and _policy(node) != "stretch":
+        _per_axis(rw, node, sizes, "sizes", len(axes))
+        pairs = tuple((i, rw.values[node.inputs[0]].shape[a]) for i, a in enumerate(axes))
+        scale_source = {a: ("sizes", sizes, pairs, _policy(node)) for a in axes}
+    elif spec.transform in _READS_SCALE and scales and not sizes:
+        _per_axis(rw, node, scales, "scales", len(axes))
+        scale_source = {a: ("scales", scales, i) for i, a in enumerate(axes)}
+    roi_source = {}
+    if roi:
+        _per_axis(rw, node, roi, "roi", 2 * len(axes))
+        roi_source = {a: (roi, i, len(axes) + i) for i, a in enumerate(axes)}
+    return scale_source, roi_source
+
+
+def _fed_taps(rw: Rewriter, node: Node, spec: Spec, sizes: list[int], axes: list[int]
+              ) -> tuple[list[str], dict[int, FedTaps]]:
+    """The inputs a Resize reads besides x, and the axes whose taps it computes at run time. An axis of
+    length 1 both sides reads element 0 whatever its scale and roi."""
+    scale_source, roi_source = _fed_sources(rw, node, spec, axes)
+    in_shape = rw.values[node.inputs[0]].shape
+    extra: list[str] = []
+
+    def position(name: str) -> int:
+        if name not in extra:
+            extra.append(name)
+        return 1 + extra.index(name)
+
+    fed = {}
+    for axis in sorted(set(scale_source) | set(roi_source)):
+        if in_shape[axis] == sizes[axis] == 1:
+            continue
+        scale = scale_source.get(axis, ())
+        if scale:
+            scale = (scale[0], position(scale[1]), *scale[2:])
+        roi = roi_source.get(axis)
+        if roi:
+            roi = (position(roi[0]), roi[1], roi[2])
+        fed[axis] = FedTaps(in_shape[axis], sizes[axis], spec, scale, roi)
+    return extra, fed
 
 
 def canonical_resize(rw: Rewriter, node: Node) -> None:
@@ -508,20 +598,22 @@ def canonical_resize(rw: Rewriter, node: Node) -> None:
         raise refuse(node, f"computed output shape {sizes} differs from the model's {list(rw.values[y].shape)}")
     if any(s == 0 for s in sizes):
         raise refuse(node, "an empty output is not supported")
-    roi = _roi(rw, node, rank, axes) if spec.transform == "tf_crop_and_resize" else None
-    scales_name, fed = _fed_scales(rw, node, spec, sizes, in_shape, axes)
+    extra, fed = _fed_taps(rw, node, spec, sizes, axes)
+    roi = None
+    if spec.transform == "tf_crop_and_resize" and not _fed(rw, node, 1):
+        roi = _roi(rw, node, rank, axes)
     taps: list[Taps | FedTaps | None] = []
     for axis in range(rank):
-        identity = sizes[axis] == in_shape[axis] and scales[axis] == 1 and (roi is None or roi[axis] == (0, 1))
         if axis in fed:
             taps.append(fed[axis])
-        else:
-            taps.append(None if identity else axis_taps(spec, in_shape[axis], sizes[axis], scales[axis],
-                                                        roi[axis] if roi else (0.0, 1.0)))
+            continue
+        identity = sizes[axis] == in_shape[axis] and scales[axis] == 1 and (roi is None or roi[axis] == (0, 1))
+        taps.append(None if identity else axis_taps(spec, in_shape[axis], sizes[axis], scales[axis],
+                                                    roi[axis] if roi else (0.0, 1.0)))
     if all(t is None for t in taps):
         rw.add("Copy", node.name, [x], [y])
         return
-    rw.add("Resize", node.name, [x, scales_name] if fed else [x], [y], taps=tuple(taps),
+    rw.add("Resize", node.name, [x, *extra] if fed else [x], [y], taps=tuple(taps),
            extrapolation_value=float(node.attrs.get("extrapolation_value", 0.0)))
 
 
