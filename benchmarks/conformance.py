@@ -33,8 +33,8 @@ two figures:
                       ONNX inference cannot tell the output's shape without their values. A build that
                       runs but gives wrong numbers is final: freezing never hides a mismatch.
 
-Every output must have the expected dtype and shape and be
-close by the case's rtol and atol (`np.testing.assert_allclose` semantics, NaN equal to NaN). A case ends as
+Every output must have the expected dtype and shape and be close by the case's rtol and atol
+(`np.testing.assert_allclose` semantics, NaN equal to NaN). A case ends as
 
     pass       every output matches
     mismatch   ran, wrong numbers (with the largest absolute error), or the wrong dtype or shape
