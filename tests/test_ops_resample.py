@@ -159,6 +159,14 @@ def test_resize_refusals():
                        {"y": (1, 1, 8, 8)})
     with pytest.raises(UnsupportedOpError, match=r"scales of shape \[3\] is not 4 values"):
         aot.build(model, target="host")
+    # int64 is admitted for sizes fed at run time, not for the data
+    graph = helper.make_graph([node("Resize", ["x", "", "", "sizes"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.INT64, [1, 1, 2, 2]),
+                               helper.make_tensor_value_info("sizes", TensorProto.INT64, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT64, [1, 1, 4, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=8)
+    with pytest.raises(UnsupportedOpError, match="input 'x' is int64"):
+        aot.build(model, target="host")
 
 
 # --------------------------------------------------------------------------- Resize, scales or sizes fed
