@@ -1,5 +1,7 @@
 """The ONNX backend node tests (benchmarks/conformance.py): a fixed subset that passes today, one case per
-test, and the selection rule. The cases are generated locally by the installed onnx package."""
+test, the selection rule (expanded variants included unless asked), and the two figures (passed with
+the freezing rule, passed with every input fed at run time). The cases are generated locally by the
+installed onnx package."""
 
 from functools import cache
 
@@ -31,13 +33,18 @@ PASSING = [
     "test_onehot_with_axis",
 ]
 
-# The selection's size for the onnx versions it was counted with.
-SELECTED = {"1.23.2": 618}
+# Cases that pass with every input fed at run time, as the test gives them (no freezing).
+PASSING_UNFROZEN = ["test_relu", "test_softmax_axis_0_expanded", "test_convtranspose_pads", "test_lstm_with_peepholes",
+                    "test_gru_with_initial_bias", "test_rnn_seq_length", "test_layer_normalization_4d_axis1_expanded",
+                    "test_resize_downsample_scales_linear", "test_resize_tf_crop_and_resize"]
+
+# The selection's size for the onnx versions it was counted with: (with expanded variants, without).
+SELECTED = {"1.23.2": (820, 618)}
 
 
 @cache
-def selection() -> tuple[list[conformance.Case], dict[str, int]]:
-    cases, removed = conformance.select()
+def selection(expanded: bool = True) -> tuple[list[conformance.Case], dict[str, int]]:
+    cases, removed = conformance.select(expanded)
     return cases, dict(removed)
 
 
@@ -52,25 +59,47 @@ def test_case_passes(name):
     assert result.passed, f"{name} ({result.op}): {result.status}: {result.message} (max abs error {result.max_abs})"
 
 
-def test_selection_rule():
-    cases, removed = selection()
+@pytest.mark.parametrize("name", PASSING_UNFROZEN)
+def test_case_passes_unfrozen(name):
+    result = conformance.run_case(case_by_name()[name])
+    assert result.passed_unfrozen and result.frozen == () and result.unfrozen == "", result
+
+
+def test_a_case_passing_only_frozen_records_why_it_failed_unfrozen():
+    """test_constant_pad feeds its pads at run time, which aot refuses; frozen, it passes. It counts in
+    the figure with freezing only."""
+    result = conformance.run_case(case_by_name()["test_constant_pad"])
+    assert result.passed and not result.passed_unfrozen and "pads" in result.frozen, result
+    assert result.unfrozen.startswith("refused: ") and "pads" in result.unfrozen, result.unfrozen
+    assert conformance.reason_unfrozen(result).startswith("refused: input 'pads'"), result.unfrozen
+
+
+@pytest.mark.parametrize("expanded", [True, False])
+def test_selection_rule(expanded):
+    cases, removed = selection(expanded)
     names = [c.name for c in cases]
     assert names == sorted(set(names))
     assert len(cases) + sum(removed.values()) == len(conformance.onnx_cases())
     if onnx.__version__ in SELECTED:
-        assert len(cases) == SELECTED[onnx.__version__], removed
+        assert len(cases) == SELECTED[onnx.__version__][0 if expanded else 1], removed
     for case in cases:
         graph = case.model.graph
-        assert [n.op_type for n in graph.node] == [case.op], case.name
+        if conformance.EXPANDED.search(case.name):      # counted under the op of the test it expands
+            assert expanded, case.name
+            own = case_by_name()[conformance.EXPANDED.sub("", case.name)]
+            assert case.op == own.op and all(n.domain in ("", "ai.onnx") for n in graph.node), case.name
+        else:
+            assert [n.op_type for n in graph.node] == [case.op], case.name
         assert conformance.op_at_opset(case.op, 17) and graph.node[0].domain in ("", "ai.onnx"), case.name
         assert conformance.float_tensors(graph) and conformance.static_shapes(graph), case.name
         assert all(len(inputs) == len(graph.input) and len(outputs) == len(graph.output)
                    for inputs, outputs in case.data_sets), case.name
-    # integer auxiliary inputs count; integer outputs, expanded variants and deprecated ops do not
+    # integer auxiliary inputs count; integer outputs and deprecated ops do not; expanded variants unless left out
     assert {"test_reshape_reordered_all_dims", "test_gather_0", "test_slice"} <= set(names)
-    assert not {"test_argmax_default_axis_example", "test_softmax_axis_0_expanded", "test_upsample_nearest",
-                "test_where_example"} & set(names)
+    assert not {"test_argmax_default_axis_example", "test_upsample_nearest", "test_where_example"} & set(names)
+    assert ("test_softmax_axis_0_expanded" in names) == expanded
     assert set(PASSING) <= set(names)
+    assert not expanded or set(PASSING_UNFROZEN) <= set(names)
 
 
 def test_compare_follows_assert_allclose():

@@ -96,8 +96,28 @@ def _model(node, graph_inputs, outputs, inits, opset, lens_input):
     return model
 
 
-def check(op: str, tol: float = 1e-4, **kwargs) -> dict[str, np.ndarray]:
-    model, feeds = recurrent_model(op, **kwargs)
+def fed_at_run_time(model: onnx.ModelProto, feeds: dict[str, np.ndarray], names: tuple[str, ...]
+                    ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """The model with the initializers `names` made graph inputs, and the feeds with their values."""
+    feeds, keep = dict(feeds), []
+    for tensor in model.graph.initializer:
+        if tensor.name not in names:
+            keep.append(tensor)
+            continue
+        value = numpy_helper.to_array(tensor)
+        model.graph.input.append(helper.make_tensor_value_info(tensor.name, tensor.data_type, list(value.shape)))
+        feeds[tensor.name] = value
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(keep)
+    return model, feeds
+
+
+WEIGHTS = ("W", "R", "B", "P")
+
+
+def check(op: str, tol: float = 1e-4, fed: tuple[str, ...] = (), **kwargs) -> dict[str, np.ndarray]:
+    """One node against onnxruntime; the parameters named in `fed` (W, R, B, P, L) are graph inputs."""
+    model, feeds = fed_at_run_time(*recurrent_model(op, **kwargs), fed)
     return assert_matches_onnxruntime(model, feeds, tol=tol)
 
 
@@ -230,13 +250,17 @@ def test_sequence_lens_at_run_time(target):
 
 # --------------------------------------------------------------------------- layout 1
 
+@pytest.mark.parametrize("fed", [(), WEIGHTS], ids=["constant", "fed"])
 @pytest.mark.parametrize("op", list(GATES))
-def test_layout_batch_first(op):
+def test_layout_batch_first(op, fed):
     """layout 1 (batch first), which onnxruntime's CPU kernels refuse: compared with onnxruntime on the
-    same node in layout 0, the inputs and outputs transposed."""
-    model1, feeds1 = recurrent_model(op, layout=1, batch=2, seq=3, direction="bidirectional", initial="input")
-    model0, _ = recurrent_model(op, layout=0, batch=2, seq=3, direction="bidirectional", initial="input")
-    feeds0 = {name: np.ascontiguousarray(value.transpose(1, 0, 2)) for name, value in feeds1.items()}
+    same node in layout 0, the inputs and outputs transposed (the weights, when fed, as they are)."""
+    model1, feeds1 = fed_at_run_time(*recurrent_model(op, layout=1, batch=2, seq=3, direction="bidirectional",
+                                                      initial="input"), fed)
+    model0, _ = fed_at_run_time(*recurrent_model(op, layout=0, batch=2, seq=3, direction="bidirectional",
+                                                 initial="input"), fed)
+    feeds0 = {name: value if name in fed else np.ascontiguousarray(value.transpose(1, 0, 2))
+              for name, value in feeds1.items()}
     want = onnxruntime_outputs(model0, feeds0)
     got = aot.run(model1, inputs=feeds1, target=oracle.TARGET)
     assert got["Y"].shape == want["Y"].transpose(2, 0, 1, 3).shape
@@ -264,20 +288,78 @@ def test_onnx_node_tests_with_frozen_weights():
             np.testing.assert_allclose(value, want, rtol=case.rtol, atol=case.atol, err_msg=case.name)
 
 
+def test_onnx_node_tests_fed_at_run_time():
+    """The same node tests with every operand fed at run time, as the tests give them."""
+    import conformance
+
+    cases = [c for c in conformance.onnx_cases() if c.model.graph.node[0].op_type in GATES
+             and not c.name.endswith("_expanded")]
+    for case in cases:
+        inputs, expected = case.data_sets[0]
+        names = [vi.name for vi in case.model.graph.input]
+        got = aot.run(case.model, inputs=dict(zip(names, inputs)))
+        for value, want in zip(got.values(), expected):
+            np.testing.assert_allclose(value, want, rtol=case.rtol, atol=case.atol, err_msg=case.name)
+
+
+# --------------------------------------------------------------------------- weights fed at run time
+
+@pytest.mark.parametrize("target", CROSS, indirect=True)
+@pytest.mark.parametrize("op,direction", [("LSTM", "bidirectional"), ("GRU", "reverse"), ("RNN", "forward")])
+def test_weights_fed_representative(op, direction):
+    check(op, fed=WEIGHTS, direction=direction, batch=2, hidden=7, initial="input", peepholes=op == "LSTM")
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("op", list(GATES))
+def test_weights_fed_directions(op, direction):
+    check(op, fed=WEIGHTS, direction=direction, initial="const")
+
+
+@pytest.mark.parametrize("shape", list(SHAPES), ids=list(SHAPES))
+@pytest.mark.parametrize("op", list(GATES))
+def test_weights_fed_edge_shapes(op, shape):
+    seq, batch, inp, hidden = SHAPES[shape]
+    check(op, fed=WEIGHTS, seq=seq, batch=batch, inp=inp, hidden=hidden, direction="bidirectional")
+
+
+@pytest.mark.parametrize("fed", [("W",), ("R",), ("B",), ("W", "B"), ("R", "B")])
+@pytest.mark.parametrize("op", list(GATES))
+def test_some_weights_fed(op, fed):
+    """Constant and computed operands mixed in one node (packed and run-time panels in one product)."""
+    check(op, fed=fed, batch=2, hidden=9, direction="bidirectional")
+
+
+@pytest.mark.parametrize("op", list(GATES))
+def test_weights_fed_no_bias_clip(op):
+    check(op, fed=WEIGHTS, bias=False, clip=0.7, hidden=5)
+
+
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+@pytest.mark.parametrize("lbr", [0, 1])
+def test_weights_fed_gru_linear_before_reset(direction, lbr):
+    check("GRU", fed=WEIGHTS, direction=direction, linear_before_reset=lbr, batch=2, hidden=11)
+
+
+def test_weights_fed_lstm_peepholes_input_forget_activations():
+    check("LSTM", fed=WEIGHTS, peepholes=True, input_forget=1, hidden=9, initial="input")
+    check("LSTM", fed=WEIGHTS, direction="bidirectional", peepholes=True, hidden=5,
+          activations=["HardSigmoid", "Tanh", "Softsign", "Sigmoid", "Relu", "Tanh"],
+          activation_alpha=[0.3], activation_beta=[0.4])
+    check("RNN", fed=WEIGHTS, activations=["LeakyRelu"], activation_alpha=[0.2])
+
+
+@pytest.mark.parametrize("op", list(GATES))
+def test_weights_fed_sequence_lens(op):
+    check(op, fed=WEIGHTS, seq=5, batch=3, lens=[5, 2, 0], direction="bidirectional", initial="input")
+    check(op, fed=WEIGHTS + ("L",), seq=5, batch=3, lens=[1, 5, 3], lens_input=True, hidden=4)
+
+
 # --------------------------------------------------------------------------- refusals, memory
 
 def _refused(model: onnx.ModelProto, message: str) -> None:
     with pytest.raises(UnsupportedOpError, match=message):
         aot.build(model, target="host")
-
-
-def test_refuses_weights_fed_at_run_time():
-    model, _ = recurrent_model("LSTM")
-    inits = [t for t in model.graph.initializer if t.name != "W"]
-    del model.graph.initializer[:]
-    model.graph.initializer.extend(inits)
-    model.graph.input.append(helper.make_tensor_value_info("W", onnx.TensorProto.FLOAT, [1, 24, 5]))
-    _refused(model, r"node 'lstm0' \(LSTM\): the input weights W must be a constant")
 
 
 def test_refuses_unknown_activation():

@@ -155,24 +155,148 @@ def test_upsample():
 def test_resize_refusals():
     with pytest.raises(UnsupportedOpError, match="antialias"):
         resize((1, 1, 4, 4), scales=[1, 1, 0.5, 0.5], mode="linear", antialias=1)
-    model = make_model([node("Resize", ["x", "", "scales"], ["y"])], {"x": (1, 1, 4, 4), "scales": (4,)},
+    model = make_model([node("Resize", ["x", "", "scales"], ["y"])], {"x": (1, 1, 4, 4), "scales": (3,)},
                        {"y": (1, 1, 8, 8)})
-    with pytest.raises(UnsupportedOpError, match="scales must be a constant"):
+    with pytest.raises(UnsupportedOpError, match=r"scales of shape \[3\] is not 4 values"):
         aot.build(model, target="host")
+    # int64 is admitted for sizes fed at run time, not for the data
+    graph = helper.make_graph([node("Resize", ["x", "", "", "sizes"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.INT64, [1, 1, 2, 2]),
+                               helper.make_tensor_value_info("sizes", TensorProto.INT64, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT64, [1, 1, 4, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=8)
+    with pytest.raises(UnsupportedOpError, match="input 'x' is int64"):
+        aot.build(model, target="host")
+
+
+# --------------------------------------------------------------------------- Resize, scales or sizes fed
+
+def fed_at_run_time(model, names):
+    """The model with the initializers `names` made graph inputs (the output keeps its declared shape)."""
+    keep = []
+    for tensor in model.graph.initializer:
+        if tensor.name in names:
+            model.graph.input.append(helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims)))
+        else:
+            keep.append(tensor)
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(keep)
+    return model
+
+
+def resize_fed(shape, scales=None, sizes=None, roi=None, opset=19, tol=1e-4, seed=0, op="Resize", **attrs):
+    """A Resize (or Upsample) whose scales or sizes, and roi if given, are graph inputs fed at run time;
+    the output's shape is declared, from ONNX inference on the same model with them constant."""
+    inits = {"scales": f32(scales)} if scales is not None else {"sizes": i64(sizes)}
+    if op == "Upsample" or opset < 11:
+        ins = ["x", "scales"]
+    else:
+        if roi is not None:
+            inits["roi"] = f32(roi)
+        ins = ["x", "roi" if roi is not None else "", *(["scales"] if scales is not None else ["", "sizes"])]
+    model = fed_at_run_time(make_model([node(op, ins, ["y"], **attrs)], {"x": shape}, {"y": None}, inits,
+                                       opset=opset), set(inits))
+    rng = np.random.default_rng(seed)
+    feeds = {"x": randn(rng, shape), **inits}
+    return assert_matches_onnxruntime(model, feeds, tol=tol)
+
+
+@pytest.mark.parametrize("nearest_mode", NEAREST_MODES)
+@pytest.mark.parametrize("transform", TRANSFORMS)
+def test_resize_fed_scales_nearest(nearest_mode, transform):
+    # 0.65, not 0.6: with half_pixel_symmetric, 7 -> 4 at 0.6 puts a source coordinate a rounding error
+    # from a tie (0.50000024), where aot's tables, constant or not, and onnxruntime round apart
+    resize_fed((1, 2, 5, 7), scales=[1, 1, 1.7, 0.65], mode="nearest", nearest_mode=nearest_mode,
+               coordinate_transformation_mode=transform)
+
+
+@pytest.mark.parametrize("transform", TRANSFORMS)
+def test_resize_fed_scales_linear(transform):
+    resize_fed((2, 3, 4, 6), scales=[1, 1, 1.8, 2.5], mode="linear", coordinate_transformation_mode=transform)
+    resize_fed((1, 2, 9, 10), scales=[1, 1, 0.5, 0.6], mode="linear", coordinate_transformation_mode=transform)
+
+
+@pytest.mark.parametrize("transform", TRANSFORMS)
+@pytest.mark.parametrize("exclude_outside", [0, 1])
+def test_resize_fed_scales_cubic(transform, exclude_outside):
+    resize_fed((1, 3, 6, 5), scales=[1, 1, 1.5, 0.8], mode="cubic", coordinate_transformation_mode=transform,
+               exclude_outside=exclude_outside, cubic_coeff_a=-0.5)
+
+
+def test_resize_fed_scales_shapes_and_opsets():
+    """3-D and 5-D, a scale on the channel axis, axes (opset 18), opset 10 and Upsample (nearest simple,
+    which reads the scale to tell a downsampling)."""
+    resize_fed((2, 3, 7), scales=[1, 1, 1.5], mode="linear")
+    resize_fed((1, 2, 3, 4, 5), scales=[1, 1, 2, 1.5, 0.8], mode="linear")
+    resize_fed((1, 3, 4, 5), scales=[1, 2, 1, 1], mode="nearest")
+    resize_fed((1, 3, 4, 5), scales=[2.5, 0.5], axes=[3, 2], mode="cubic", opset=18)
+    resize_fed((1, 2, 3, 4), scales=[1, 1, 2, 1.5], mode="linear", opset=10)
+    resize_fed((1, 2, 6, 4), scales=[1, 1, 0.5, 1.5], mode="nearest", opset=10)
+    resize_fed((1, 2, 3, 4), scales=[1, 1, 2, 3], mode="nearest", op="Upsample", opset=9)
+
+
+def test_resize_fed_scales_after_conv_nhwc():
+    """After a convolution the resize runs channels-last, its run-time taps permuted with the axes."""
+    rng = np.random.default_rng(1)
+    nodes = [node("Conv", ["x", "w"], ["a"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]),
+             node("Resize", ["a", "", "scales"], ["up"], mode="linear"),
+             node("Conv", ["up", "w2"], ["y"], kernel_shape=[1, 1])]
+    inits = {"w": randn(rng, (10, 3, 3, 3), 0.3), "scales": f32([1, 1, 2, 1.5]), "w2": randn(rng, (4, 10, 1, 1), 0.3)}
+    model = fed_at_run_time(make_model(nodes, {"x": (1, 3, 8, 10)}, {"y": None}, inits, opset=13), {"scales"})
+    # the resized tensor's shape, declared as an exporter would (inference cannot tell it from fed scales)
+    model.graph.value_info.append(helper.make_tensor_value_info("up", TensorProto.FLOAT, [1, 10, 8, 7]))
+    assert_matches_onnxruntime(model, {"x": randn(rng, (1, 3, 8, 10)), "scales": inits["scales"]})
+
+
+@pytest.mark.parametrize("where", QEMU)
+def test_resize_fed_scales_on_targets(where):
+    resize_fed((1, 3, 5, 6), scales=[1, 1, 2, 1.5], mode="linear")
+    resize_fed((1, 2, 5, 4), scales=[1, 1, 0.6, 1.75], mode="cubic",
+               coordinate_transformation_mode="half_pixel_symmetric")
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+def test_resize_fed_sizes(mode):
+    resize_fed((1, 2, 5, 7), sizes=[1, 2, 8, 4], mode=mode)
+    resize_fed((1, 3, 6, 8), sizes=[9, 5], axes=[2, 3], mode=mode, opset=18)
+
+
+@pytest.mark.parametrize("policy", ["not_larger", "not_smaller"])
+@pytest.mark.parametrize("transform", ["half_pixel", "align_corners"])
+def test_resize_fed_sizes_keep_aspect_ratio(policy, transform):
+    """The common scale, picked at run time from the sizes, decides the coordinates."""
+    resize_fed((1, 3, 6, 8), sizes=[9, 10], axes=[2, 3], mode="linear", keep_aspect_ratio_policy=policy,
+               coordinate_transformation_mode=transform)
+    resize_fed((1, 2, 5, 7), sizes=[1, 2, 3, 9], mode="nearest", keep_aspect_ratio_policy=policy)
+
+
+@pytest.mark.parametrize("where", QEMU)
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+def test_resize_fed_roi_tf_crop_and_resize(mode, where):
+    """A roi fed at run time: coordinates and the extrapolation mask computed by the kernel."""
+    resize_fed((1, 2, 6, 7), sizes=[1, 2, 5, 4], roi=[0, 0, -0.2, 0.3, 1, 1, 0.8, 1.4], mode=mode,
+               coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=2.5)
+    resize_fed((2, 3, 6, 7), scales=[0.8, 1.5], roi=[0.1, 0.9, 0.2, 0.8], axes=[2, 3], mode=mode, opset=18,
+               coordinate_transformation_mode="tf_crop_and_resize")
 
 
 # --------------------------------------------------------------------------- ConvTranspose
 
-def conv_transpose(shape, c_out, kernel, group=1, bias=True, seed=0, **attrs):
+def conv_transpose(shape, c_out, kernel, group=1, bias=True, seed=0, computed=(), **attrs):
+    """ConvTranspose with random weights; the operands named in `computed` ("w", "b") are graph inputs
+    fed at run time instead of initializers."""
     rng = np.random.default_rng(seed)
     c_in = shape[1]
-    inits = {"w": randn(rng, (c_in, c_out // group, *kernel), 0.5)}
+    params = {"w": randn(rng, (c_in, c_out // group, *kernel), 0.5)}
     ins = ["x", "w"]
     if bias:
-        inits["b"] = randn(rng, (c_out,))
+        params["b"] = randn(rng, (c_out,))
         ins.append("b")
-    return run([node("ConvTranspose", ins, ["y"], kernel_shape=list(kernel), group=group, **attrs)],
-               {"x": shape}, {"y": None}, inits, opset=17, seed=seed)
+    inits = {k: v for k, v in params.items() if k not in computed}
+    fed = {k: v for k, v in params.items() if k in computed}
+    model = make_model([node("ConvTranspose", ins, ["y"], kernel_shape=list(kernel), group=group, **attrs)],
+                       {"x": shape, **{k: v.shape for k, v in fed.items()}}, {"y": None}, inits, opset=17)
+    return assert_matches_onnxruntime(model, {"x": randn(rng, shape), **fed})
 
 
 CONV_TRANSPOSE_CASES = {
@@ -210,10 +334,35 @@ def test_conv_transpose_1d():
     conv_transpose((2, 3, 5), 6, (4,), group=3, strides=[3], output_padding=[2])
 
 
-def test_conv_transpose_refuses_computed_weight():
-    model = make_model([node("ConvTranspose", ["x", "w"], ["y"])], {"x": (1, 2, 3, 3), "w": (2, 2, 3, 3)},
-                       {"y": (1, 2, 5, 5)})
-    with pytest.raises(UnsupportedOpError, match="weight must be a constant"):
+@pytest.mark.parametrize("case", list(CONV_TRANSPOSE_CASES))
+def test_conv_transpose_computed_weight_and_bias(case):
+    """The same cases with the weight and bias fed at run time (the direct kernel)."""
+    shape, c_out, kernel, group, bias, attrs = CONV_TRANSPOSE_CASES[case]
+    conv_transpose(shape, c_out, kernel, group, bias, computed=("w", "b"), **attrs)
+
+
+@pytest.mark.parametrize("computed", [("w",), ("b",)])
+def test_conv_transpose_computed_weight_or_bias(computed):
+    conv_transpose((1, 4, 4, 5), 6, (3, 3), 2, True, computed=computed, strides=[2, 2], pads=[1, 1, 0, 0],
+                   output_padding=[1, 0])
+    conv_transpose((2, 3, 5), 6, (4,), group=3, computed=computed, strides=[3], output_padding=[2])
+
+
+def test_conv_transpose_1d_computed_weight():
+    conv_transpose((1, 4, 7), 3, (3,), computed=("w", "b"), strides=[2], pads=[1, 0], dilations=[2])
+    conv_transpose((2, 3, 5), 6, (4,), group=3, bias=False, computed=("w",), strides=[3], output_padding=[2])
+
+
+@pytest.mark.parametrize("where", QEMU[1:])
+def test_conv_transpose_computed_weight_on_arm(where):
+    conv_transpose((1, 6, 4, 5), 8, (3, 3), 2, computed=("w", "b"), strides=[2, 2], pads=[1, 1, 1, 1],
+                   output_padding=[1, 1])
+
+
+def test_conv_transpose_3d_is_refused():
+    model = make_model([node("ConvTranspose", ["x", "w"], ["y"])], {"x": (1, 2, 3, 3, 3), "w": (2, 2, 2, 2, 2)},
+                       {"y": None})
+    with pytest.raises(UnsupportedOpError, match="3-D transposed convolution is not supported"):
         aot.build(model, target="host")
 
 

@@ -268,11 +268,16 @@ def test_canonicalize_unsupported_op_names_node_and_op(tmp_path):
     assert not (tmp_path / "out").exists()           # a failed build leaves nothing behind
 
 
-def test_canonicalize_refuses_computed_conv_transpose_weight():
+def test_canonicalize_computed_conv_transpose_weight_takes_the_direct_kernel():
+    """A weight fed at run time is laid out by a Gather (constant indices into the weight padded with a
+    zero) for ConvDirect; the values are checked against onnxruntime in test_ops_resample.py."""
     model = make_model([node("ConvTranspose", ["x", "w"], ["y"], name="dyn_conv", kernel_shape=[1, 1])],
                        {"x": (1, 2, 3, 3), "w": (2, 4, 1, 1)}, {"y": None})
-    with pytest.raises(aot.UnsupportedOpError, match="dyn_conv"):
-        canonicalize(fold_constants(imported(model)))
+    after = canonicalize(fold_constants(imported(model)))
+    assert_well_formed(after)
+    assert {"Pad", "Gather", "ConvDirect", "PhaseInterleave"} <= set(ops(after)), ops(after)
+    gather = nodes_of(after, "Gather")[0]
+    assert after.constants[gather.inputs[1]].shape == (2, 4)     # (kh*kw*C/g, outputs)
 
 
 # --------------------------------------------------------------------------- fold_batchnorm

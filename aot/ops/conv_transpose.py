@@ -8,6 +8,12 @@ where no tap lands). All sh*sw phases are the output channels of ONE convolution
 Conv, weights packed at compile time, bias and groups included), whose output PhaseInterleave
 (rearrange.py) writes to every s-th row and column, cropping the pads. A stride-1 transposed
 convolution is a single phase: just the flipped convolution.
+
+A weight or bias computed at run time takes the same phases: the phase weights are a permutation of
+the ONNX weight with zeros where no tap lands, so a Gather with constant indices (into the flattened
+weight padded with one zero) lays them out at run time as the (kh*kw*C/g, outputs) matrix that the
+direct convolution reads (conv_direct.py), and another tiles the bias over the phases. The gathers
+cost one pass over the weight per run; the convolution itself runs no multiplication by a stuffed zero.
 """
 
 from __future__ import annotations
@@ -30,13 +36,14 @@ def _axis(size: int, k: int, s: int, d: int, begin: int, out: int) -> dict:
     return {"taps": taps, "pads": (pad_begin, pad_end), "length": length, "offset": begin - q0 * s}
 
 
-def _phase_weights(w: np.ndarray, groups: int, strides, dilations, taps) -> np.ndarray:
+def _phase_weights(w: np.ndarray, groups: int, strides, dilations, taps, fill=0) -> np.ndarray:
     """(C, M/g, kh, kw) transposed-conv weights -> (g*sh*sw*M/g, C/g, th, tw) convolution weights,
-    output channels ordered (group, row phase, column phase, channel)."""
+    output channels ordered (group, row phase, column phase, channel); `fill` where no tap lands. Given
+    the indices of w's elements instead of their values, it gives where each phase weight comes from."""
     c, mg, kh, kw = w.shape
     cg = c // groups
     (sh, sw), (dh, dw), (th, tw) = strides, dilations, taps
-    out = np.zeros((groups, sh, sw, mg, cg, th, tw), np.float32)
+    out = np.full((groups, sh, sw, mg, cg, th, tw), fill, w.dtype)
     wg = w.reshape(groups, cg, mg, kh, kw).transpose(0, 2, 1, 3, 4)      # (g, mg, cg, kh, kw)
     for ky in range(kh):
         ry, ty = ky * dh % sh, ky * dh // sh
@@ -65,38 +72,84 @@ def _begin_pads(rw: Rewriter, node: Node, spatial, kernel, strides, dilations) -
     return list(node.attrs.get("pads", (0,) * (2 * rank))[:rank])
 
 
+def _gathered(rw: Rewriter, node: Node, src: str, indices: np.ndarray, hint: str, pad: bool) -> str:
+    """The computed `src`, flattened (and with one zero appended if `pad`), gathered at constant indices:
+    a new value of the indices' shape."""
+    size = int(np.prod(rw.values[src].shape))
+    flat = view(rw, node, src, (size,))
+    if pad:
+        padded = rw.like(src + "_padded", src, (size + 1,))
+        rw.add("Pad", node.name + "_" + hint + "_pad", [flat], [padded], pads=(0, 1), mode="constant", value=0.0)
+        flat = padded
+    out = rw.like(node.name + "_" + hint, src, indices.shape)
+    rw.add("Gather", node.name + "_" + hint, [flat, rw.constant(node.name + "_" + hint + "_idx",
+                                                                 indices.astype(np.int32))], [out], axis=0)
+    return out
+
+
+def _direct_operands(rw: Rewriter, node: Node, w4: tuple[int, ...], groups: int, strides, dilations, taps,
+                     phases: int) -> tuple[str, str]:
+    """The phase weights as the (th*tw*C/g, outputs) matrix ConvDirect reads, and the phase bias (or ''),
+    each a constant when its source is one and gathered at run time otherwise."""
+    w, bias = node.inputs[1], node.inputs[2] if len(node.inputs) > 2 else ""
+    size = int(np.prod(w4))
+    where = _phase_weights(np.arange(size).reshape(w4), groups, strides, dilations, taps, fill=size)
+    where = where.transpose(2, 3, 1, 0).reshape(-1, where.shape[0])      # (th, tw, C/g, outputs)
+    if w in rw.constants:
+        padded = np.append(rw.constants[w].astype(np.float32).reshape(-1), np.float32(0))
+        matrix = rw.constant(node.name + "_phase_w", padded[where])
+    else:
+        matrix = _gathered(rw, node, w, where, "phase_w", pad=True)
+    if not bias:
+        return matrix, ""
+    mg = w4[1]
+    tiled = np.tile(np.arange(groups * mg).reshape(groups, 1, mg), (1, phases, 1)).reshape(-1)
+    if bias in rw.constants:
+        return matrix, rw.constant(node.name + "_phase_b", rw.constants[bias].astype(np.float32).reshape(-1)[tiled])
+    return matrix, _gathered(rw, node, bias, tiled, "phase_b", pad=False)
+
+
 def canonical_conv_transpose(rw: Rewriter, node: Node) -> None:
-    w = const_input(rw, node, 1, "the weight")
-    rank = w.ndim - 2
+    """ConvTranspose -> Conv (constant weights, packed) or ConvDirect (a weight or bias computed at run
+    time), then PhaseInterleave; 1-D as 2-D over a height of 1."""
+    wshape = rw.values[node.inputs[1]].shape
+    rank = len(wshape) - 2
     if rank not in (1, 2):
         raise refuse(node, f"{rank}-D transposed convolution is not supported (1-D and 2-D are)")
     x, y = node.inputs[0], node.outputs[0]
     xs, ys = rw.values[x].shape, rw.values[y].shape
-    kernel = tuple(w.shape[2:])
+    kernel = tuple(wshape[2:])
     strides = tuple(node.attrs.get("strides", (1,) * rank))
     dilations = tuple(node.attrs.get("dilations", (1,) * rank))
     groups = int(node.attrs.get("group", 1))
     begins = _begin_pads(rw, node, xs[2:], kernel, strides, dilations)
     if any(p < 0 for p in begins):
         raise refuse(node, "negative pads are not supported")
-    bias = const_input(rw, node, 2, "the bias")
+    w4 = tuple(wshape)
     if rank == 1:       # as 2-D over a height of 1
         xs, ys, kernel, strides, dilations, begins = ((xs[0], xs[1], 1, xs[2]), (ys[0], ys[1], 1, ys[2]),
                                                       (1,) + kernel, (1,) + strides, (1,) + dilations, [0] + begins)
         x = view(rw, node, x, xs)
-        w = w.reshape(w.shape[0], w.shape[1], 1, w.shape[2])
+        w4 = (wshape[0], wshape[1], 1, wshape[2])
     axes = [_axis(n, k, s, d, b, o) for n, k, s, d, b, o in zip(xs[2:], kernel, strides, dilations, begins, ys[2:])]
-    weight = _phase_weights(w.astype(np.float32), groups, strides, dilations, [a["taps"] for a in axes])
+    taps = [a["taps"] for a in axes]
     phases = strides[0] * strides[1]
     mg = ys[1] // groups
-    inputs = [x, rw.constant(node.name + "_phase_w", weight), ""]
-    if bias is not None:
-        inputs[2] = rw.constant(node.name + "_phase_b", np.tile(bias.astype(np.float32).reshape(groups, 1, mg),
-                                                                 (1, phases, 1)).reshape(-1))
     z = rw.like(node.name + "_phases", y, (xs[0], groups * phases * mg, axes[0]["length"], axes[1]["length"]))
-    rw.add("Conv", node.name + "_phases", inputs, [z], kernel=tuple(weight.shape[2:]), strides=(1, 1),
-           dilations=(1, 1), pads=(axes[0]["pads"][0], axes[1]["pads"][0], axes[0]["pads"][1], axes[1]["pads"][1]),
-           group=groups)
+    conv_attrs = {"kernel": tuple(taps), "strides": (1, 1), "dilations": (1, 1), "group": groups,
+                  "pads": (axes[0]["pads"][0], axes[1]["pads"][0], axes[0]["pads"][1], axes[1]["pads"][1])}
+    if all(not name or name in rw.constants for name in node.inputs[1:3]):
+        w = rw.constants[node.inputs[1]].astype(np.float32).reshape(w4)
+        bias = const_input(rw, node, 2, "the bias")
+        weight = _phase_weights(w, groups, strides, dilations, taps)
+        inputs = [x, rw.constant(node.name + "_phase_w", weight), ""]
+        if bias is not None:
+            inputs[2] = rw.constant(node.name + "_phase_b", np.tile(
+                bias.astype(np.float32).reshape(groups, 1, mg), (1, phases, 1)).reshape(-1))
+        rw.add("Conv", node.name + "_phases", inputs, [z], **conv_attrs)
+    else:
+        matrix, bias_name = _direct_operands(rw, node, w4, groups, strides, dilations, taps, phases)
+        rw.add("ConvDirect", node.name + "_phases", [x, matrix, bias_name], [z], **conv_attrs)
     y4 = y if rank == 2 else rw.like(y + "_2d", y, ys)
     rw.add("PhaseInterleave", node.name, [z], [y4], strides=strides, groups=groups,
            offset=(axes[0]["offset"], axes[1]["offset"]))

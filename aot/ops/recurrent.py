@@ -12,6 +12,12 @@ unrolled. Each step computes gates = W·x_t + R·h_{t-1} + b as matrix-vector pr
 along the gate axis (weights packed per block of output columns, read once in order, FMA per input
 element), then the activations and the cell/hidden update along the hidden axis.
 
+Weights computed at run time (W, R, B, P graph inputs rather than initializers) take a general path
+with the same step code: a Transpose node lays W and R out as (input, gates) per direction, and the
+matrix-vector loop reads them from that buffer, a row of gate columns contiguous and loaded as vectors,
+instead of from panels packed at compile time; a computed B is folded (Wb + Rb, as `_bias` does) into
+the rows after the gate scratch once per run, before the first step; P is read as given.
+
 sequence_lens, constant or computed, gives each batch row its own trip count: steps past a row's
 length write zeros to Y, the reverse direction starts at the row's last valid step, and a row of
 length 0 ends with zero states (onnxruntime's behaviour).
@@ -31,7 +37,7 @@ from aot.ops import LowerContext
 from aot.ops.conv import channel_blocks
 from aot.ops.epilogue import activation
 from aot.ops.registry import FLOAT, define
-from aot.ops.rewrite import const_input, refuse
+from aot.ops.rewrite import refuse
 
 
 @dataclass(frozen=True)
@@ -158,6 +164,43 @@ def _outputs(rw: Rewriter, node: Node, cell: Cell, state: tuple[int, ...], scrat
     return roles + ["scratch"], outputs + [rw.value(node.name + "_scratch", (scratch,))]
 
 
+def _weight(rw: Rewriter, node: Node, index: int, what: str) -> str:
+    """W or R as (directions, columns, gates), a gate row contiguous: transposed now if constant, by a
+    Transpose node at run time if computed."""
+    name = node.inputs[index] if len(node.inputs) > index else ""
+    if not name:
+        raise refuse(node, "W and R are required")
+    if name in rw.constants:
+        return rw.constant(f"{node.name}_{what}", rw.constants[name].astype(np.float32).transpose(0, 2, 1))
+    _check_float(rw, node, (index,))
+    dirs, gates, columns = rw.values[name].shape
+    out = rw.like(f"{node.name}_{what}", name, (dirs, columns, gates))
+    rw.add("Transpose", f"{node.name}_{what}", [name], [out], perm=(0, 2, 1))
+    return out
+
+
+def _bias_input(rw: Rewriter, node: Node, cell: Cell, directions: int, hidden: int, lbr: bool) -> tuple[str, bool]:
+    """The Recurrent node's bias and whether it is ONNX's B as given (computed, folded by the kernel)
+    rather than folded now."""
+    name = node.inputs[3] if len(node.inputs) > 3 else ""
+    if name and name not in rw.constants:
+        _check_float(rw, node, (3,))
+        return name, True
+    b = rw.constants[name] if name else None
+    return rw.constant(node.name + "_bias", _bias(node, cell, b, directions, hidden, lbr)), False
+
+
+def _peepholes(rw: Rewriter, node: Node, directions: int, hidden: int) -> str:
+    """P as (directions, 3*hidden), the layout ONNX gives it: a constant copy, or the computed input."""
+    name = node.inputs[7] if node.op == "LSTM" and len(node.inputs) > 7 else ""
+    if not name:
+        return ""
+    if name not in rw.constants:
+        _check_float(rw, node, (7,))
+        return name
+    return rw.constant(node.name + "_p", rw.constants[name].astype(np.float32).reshape(directions, 3 * hidden))
+
+
 def canonical_recurrent(rw: Rewriter, node: Node) -> None:
     cell = CELLS[node.op]
     layout = int(node.attrs.get("layout", 0))
@@ -168,13 +211,9 @@ def canonical_recurrent(rw: Rewriter, node: Node) -> None:
         raise refuse(node, f"direction '{direction}' is not forward, reverse or bidirectional")
     directions = 2 if direction == "bidirectional" else 1
     _check_float(rw, node, (0, 5, 6))
-    w = const_input(rw, node, 1, "the input weights W")
-    r = const_input(rw, node, 2, "the recurrence weights R")
-    b = const_input(rw, node, 3, "the bias B")
-    peep = const_input(rw, node, 7, "the peepholes P") if node.op == "LSTM" else None
-    if w is None or r is None:
+    if len(node.inputs) < 3 or not node.inputs[1] or not node.inputs[2]:
         raise refuse(node, "W and R are required")
-    hidden = r.shape[-1]
+    hidden = rw.values[node.inputs[2]].shape[-1]
     if int(node.attrs.get("hidden_size", hidden)) != hidden:
         raise refuse(node, f"hidden_size {node.attrs['hidden_size']} differs from R's {hidden} columns")
     clip = node.attrs.get("clip")
@@ -187,33 +226,50 @@ def canonical_recurrent(rw: Rewriter, node: Node) -> None:
     def optional(index: int) -> str:
         return node.inputs[index] if len(node.inputs) > index else ""
 
-    wx = w.astype(np.float32).transpose(0, 2, 1)     # (directions, input, gates): a gate row contiguous
-    wh = r.astype(np.float32).transpose(0, 2, 1)     # (directions, hidden, gates)
-    bias = _bias(node, cell, b, directions, hidden, lbr)
-    inputs = [node.inputs[0], rw.constant(node.name + "_wx", wx), rw.constant(node.name + "_wh", wh),
-              rw.constant(node.name + "_bias", bias), _sequence_lens(rw, node, seq), optional(5),
-              optional(6) if cell.state_c else "",
-              rw.constant(node.name + "_p", peep.astype(np.float32).reshape(directions, 3 * hidden))
-              if peep is not None else ""]
+    bias, raw_bias = _bias_input(rw, node, cell, directions, hidden, lbr)
+    rows = _scratch_rows(node.op, cell.gates * hidden, hidden)
+    inputs = [node.inputs[0], _weight(rw, node, 1, "wx"), _weight(rw, node, 2, "wh"), bias,
+              _sequence_lens(rw, node, seq), optional(5), optional(6) if cell.state_c else "",
+              _peepholes(rw, node, directions, hidden)]
     state = (batch, directions, hidden) if layout else (directions, batch, hidden)
-    roles, outputs = _outputs(rw, node, cell, state, bias.shape[1])
+    # a computed B is folded into the scratch after the gate rows, one block of rows per direction
+    roles, outputs = _outputs(rw, node, cell, state, rows * (1 + directions if raw_bias else 1))
     rw.add("Recurrent", node.name, inputs, outputs, cell=node.op, hidden=hidden, gates=cell.gates * hidden,
            direction=direction, layout=layout, activations=_activations(node, cell, directions),
            clip=float(clip) if clip is not None else None, input_forget=bool(node.attrs.get("input_forget", 0)),
-           linear_before_reset=lbr, roles=tuple(roles))
+           linear_before_reset=lbr, raw_bias=raw_bias, roles=tuple(roles))
+
+
+def _scratch_rows(op: str, gates: int, hidden: int) -> int:
+    """Rows of gate scratch (and of folded bias) per step: the gates, and for GRU a fourth block (the
+    recurrent candidate term, or r * h_{t-1})."""
+    return gates + hidden if op == "GRU" else gates
 
 
 # --- the kernel ----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Panel:
-    """Columns [j0, j1) of a (K, N) weight matrix packed for the matrix-vector loop: per block of
-    columns (channel_blocks), K rows of the block's width, so each step reads the weights in order."""
+    """Columns [j0, j1) of a (K, N) weight matrix as the matrix-vector loop reads them, in blocks of
+    columns (channel_blocks). Packed at compile time (`stride` 0): per block, K rows of the block's
+    width, read in order. Read at run time from the (K, N) matrix itself (`stride` N): a block's row is
+    contiguous, the next row `stride` further; `base` is the matrix's offset plus j0."""
 
     buf: Buffer
     k: int
     blocks: tuple
     offsets: tuple[int, ...]
+    stride: int = 0
+    base: int = 0
+
+    def block_start(self, index: int, blk, jb: Expr) -> Expr:
+        """Where row 0 of block `jb` of the index-th run of blocks starts."""
+        if self.stride:
+            return jb * blk.width + (self.base + blk.start)
+        return jb * (self.k * blk.width) + self.offsets[index]
+
+    def row_step(self, blk) -> int:
+        return self.stride or blk.width
 
 
 def pack_panel(ctx: LowerContext, matrix: np.ndarray, j0: int, j1: int) -> Panel:
@@ -229,6 +285,13 @@ def pack_panel(ctx: LowerContext, matrix: np.ndarray, j0: int, j1: int) -> Panel
     return Panel(ctx.const(np.concatenate(parts), "rnn_w"), k, blocks, tuple(offsets))
 
 
+def buffer_panel(ctx: LowerContext, buf: Buffer, k: int, n: int, offset: int, j0: int, j1: int) -> Panel:
+    """Columns [j0, j1) of the (k, n) matrix at `offset` in a run-time buffer, in the same blocks as
+    pack_panel gives (the terms of one matvec share their blocks)."""
+    blocks = tuple(channel_blocks(j1 - j0, ctx.target.lanes, max(1, ctx.knobs.nr)))
+    return Panel(buf, k, blocks, (0,) * len(blocks), stride=n, base=offset + j0)
+
+
 def matvec(b: Builder, dst: Buffer, dst_off: Expr | int, bias: Buffer, bias_off: int,
            terms: list[tuple[Buffer, Expr, Panel]]) -> None:
     """dst[j] = bias[j] + sum over terms (src, offset, panel) of sum_k src[offset + k] * panel[k, j]:
@@ -239,11 +302,11 @@ def matvec(b: Builder, dst: Buffer, dst_off: Expr | int, bias: Buffer, bias_off:
             col = b.let("col", jb * blk.width + blk.start)
             accs = [b.local("acc", bias.vec(col + (bias_off + r * blk.lanes), blk.lanes)) for r in range(blk.nr)]
             for src, src_off, panel in terms:
-                base = b.let("wp", jb * (panel.k * blk.width) + panel.offsets[index])
+                base = b.let("wp", panel.block_start(index, blk, jb))
                 with b.loop("k", 0, panel.k) as kk:
                     s = b.let("s", src[src_off + kk])
                     for r, acc in enumerate(accs):
-                        w = panel.buf.vec(base + kk * blk.width + r * blk.lanes, blk.lanes)
+                        w = panel.buf.vec(base + kk * panel.row_step(blk) + r * blk.lanes, blk.lanes)
                         b.assign(acc, fma(s, w, acc))
             for r, acc in enumerate(accs):
                 b.store(dst, dst_off + col + r * blk.lanes, acc)
@@ -348,21 +411,55 @@ def _rnn_step(s: Step) -> None:
 _STEPS: dict[str, Callable[[Step], None]] = {"LSTM": _lstm_step, "GRU": _gru_step, "RNN": _rnn_step}
 
 
-def _panels(ctx: LowerContext, node: Node, d: int) -> dict[str, Panel]:
-    """Direction d's weights, packed per group of gate rows the step computes together."""
-    wx = ctx.graph.constants[node.inputs[1]][d]
-    wh = ctx.graph.constants[node.inputs[2]][d]
+def _panels(ctx: LowerContext, node: Node, d: int, wx_buf: Buffer, wh_buf: Buffer) -> dict[str, Panel]:
+    """Direction d's weights, per group of gate rows the step computes together: packed now when
+    constant, read from their (directions, columns, gates) buffer when computed."""
     hn, g = node.attrs["hidden"], node.attrs["gates"]
+
+    def panel(index: int, buf: Buffer, j0: int, j1: int) -> Panel:
+        name = node.inputs[index]
+        if name in ctx.graph.constants:
+            return pack_panel(ctx, ctx.graph.constants[name][d], j0, j1)
+        _, k, n = ctx.graph.shape(name)
+        return buffer_panel(ctx, buf, k, n, d * k * n, j0, j1)
+
     if node.attrs["cell"] != "GRU":
-        return {"x": pack_panel(ctx, wx, 0, g), "h": pack_panel(ctx, wh, 0, g)}
-    return {"x_zr": pack_panel(ctx, wx, 0, 2 * hn), "h_zr": pack_panel(ctx, wh, 0, 2 * hn),
-            "x_h": pack_panel(ctx, wx, 2 * hn, 3 * hn), "h_h": pack_panel(ctx, wh, 2 * hn, 3 * hn)}
+        return {"x": panel(1, wx_buf, 0, g), "h": panel(2, wh_buf, 0, g)}
+    return {"x_zr": panel(1, wx_buf, 0, 2 * hn), "h_zr": panel(2, wh_buf, 0, 2 * hn),
+            "x_h": panel(1, wx_buf, 2 * hn, 3 * hn), "h_h": panel(2, wh_buf, 2 * hn, 3 * hn)}
+
+
+def _bias_segments(cell: str, gates: int, hidden: int, lbr: bool) -> list[tuple[int, int, tuple[int, ...]]]:
+    """How ONNX's B (Wb then Rb, `gates` each per direction) folds into the scratch's bias rows, as
+    `_bias` does at compile time: (first row, rows, offsets into the direction's B summed; none: 0)."""
+    if cell != "GRU":
+        return [(0, gates, (0, gates))]
+    if lbr:     # z, r: Wb + Rb; candidate: Wbh; its recurrent term: Rbh
+        return [(0, 2 * hidden, (0, gates)), (2 * hidden, hidden, (2 * hidden,)),
+                (3 * hidden, hidden, (gates + 2 * hidden,))]
+    return [(0, gates, (0, gates)), (gates, hidden, ())]
+
+
+def _fold_bias(b: Builder, lanes: int, node: Node, raw: Buffer, scratch: Buffer, rows: int,
+               directions: int) -> None:
+    """The computed B folded into scratch rows [rows * (1 + d), rows * (2 + d)) for each direction d."""
+    gates, hn = node.attrs["gates"], node.attrs["hidden"]
+    for d in range(directions):
+        for first, count, sources in _bias_segments(node.attrs["cell"], gates, hn, node.attrs["linear_before_reset"]):
+            def fold(m: Expr, width: int, first=first, sources=sources) -> None:
+                value: Expr = const(0.0, "f32", width)
+                for k, offset in enumerate(sources):
+                    at = m + (d * 2 * gates + offset)
+                    term = raw.vec(at, width) if width > 1 else raw[at]
+                    value = term if k == 0 else value + term
+                b.store(scratch, m + (rows * (1 + d) + first), value)
+            b.chunks("m", count, lanes, fold)
 
 
 def recurrent(ctx: LowerContext, node: Node, name: str) -> Kernel:
     """for each direction (code copied), batch row, time step (a run-time loop): one cell step."""
     ins, outs, params = ctx.io(node)
-    x, _, _, bias, lens, h0, c0, peep = ins
+    x, wx_buf, wh_buf, bias, lens, h0, c0, peep = ins
     out = dict(zip(node.attrs["roles"], outs))
     layout, hn = node.attrs["layout"], node.attrs["hidden"]
     x_shape = ctx.graph.shape(node.inputs[0])
@@ -371,13 +468,18 @@ def recurrent(ctx: LowerContext, node: Node, name: str) -> Kernel:
     lanes = ctx.target.lanes
     y = out.get("y")
     b = Builder()
+    rows = _scratch_rows(node.attrs["cell"], node.attrs["gates"], hn)
+    bias_at = [(bias, d * rows) for d in range(directions)]
+    if node.attrs.get("raw_bias"):      # fold ONNX's B into the scratch's rows after the gates, once
+        _fold_bias(b, lanes, node, bias, out["scratch"], rows, directions)
+        bias_at = [(out["scratch"], rows * (1 + d)) for d in range(directions)]
 
     def y_at(d: int, row: Expr, t: Expr) -> Expr:
         return ((row * seq + t) * directions + d) * hn if layout else ((t * directions + d) * batch + row) * hn
 
     for d in range(directions):
         reverse = node.attrs["direction"] == "reverse" or d == 1
-        panels = _panels(ctx, node, d)
+        panels = _panels(ctx, node, d, wx_buf, wh_buf)
         with b.loop("row", 0, batch) as row:
             length = const(seq)
             if lens is not None:      # the row's own length, kept within the buffers
@@ -392,7 +494,7 @@ def recurrent(ctx: LowerContext, node: Node, name: str) -> Kernel:
                 _STEPS[node.attrs["cell"]](Step(
                     b, lanes, hn, node.attrs, x, x_off, out["h"], out.get("c"), state,
                     y, b.let("yo", y_at(d, row, t)) if y is not None else None, out["scratch"],
-                    bias, d * bias.size // directions, peep, d * 3 * hn, node.attrs["activations"][d], panels))
+                    *bias_at[d], peep, d * 3 * hn, node.attrs["activations"][d], panels))
             if y is not None and lens is not None:      # steps past the row's length are zeros
                 with b.loop("t", length, seq) as t:
                     y_off = b.let("yo", y_at(d, row, t))
@@ -415,9 +517,9 @@ def _initial_state(b: Builder, lanes: int, hn: int, state: Buffer, init: Buffer 
 
 def _macs(graph: Graph, node: Node) -> int:
     x = graph.shape(node.inputs[0])
-    wx, wh = graph.constants[node.inputs[1]], graph.constants[node.inputs[2]]
+    wx, wh = graph.shape(node.inputs[1]), graph.shape(node.inputs[2])
     steps = x[0] * x[1]
-    return int(steps * (wx.size + wh.size))
+    return int(steps * (np.prod(wx) + np.prod(wh)))
 
 
 def _check(graph: Graph, node: Node) -> str | None:

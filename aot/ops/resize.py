@@ -6,6 +6,15 @@ Interpolation is separable: along each resized axis an output coordinate reads T
 coordinates, its rounding for nearest, edge clamping), which the ONNX reference agrees with. The op
 follows its input's layout: after a convolution a 4-D resize over H and W runs channels-last and is
 vectorized along channels; otherwise along the innermost axis when that one is not resized.
+
+Scales, sizes or roi fed at run time, with the output's shape static (declared by the model), are read
+by the kernel where they decide the coordinates: a scale where the transformation uses it (asymmetric,
+the half_pixel family, nearest "simple"; from sizes, the common scale of keep_aspect_ratio_policy), a
+roi for tf_crop_and_resize. The kernel then computes an axis's source coordinates, indices and weights
+per output coordinate, in float32 with the compile-time formulas. Otherwise the tables come from the
+declared shape at compile time (sizes fed with the stretch policy are the output's shape in a valid
+model; align_corners reads only sizes). A scale or size that gives another output size than the
+declared one is the model's error: onnxruntime would give another shape.
 """
 
 from __future__ import annotations
@@ -16,9 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from aot.graph.ir import Graph, Node, Rewriter
-from aot.kernel.ir import Buffer, Builder, Cast, Expr, Kernel, fma
+from aot.kernel.ir import Buffer, Builder, Cast, Expr, Kernel, binop, const, fma, maximum, minimum, select
 from aot.ops import LowerContext
-from aot.ops.registry import AxisAttr, Layout, define
+from aot.ops.registry import FLOAT, AxisAttr, Layout, define
 from aot.ops.rewrite import const_input, refuse
 
 _MODES = ("nearest", "linear", "cubic")
@@ -36,6 +45,24 @@ class Taps:
     index: np.ndarray           # (out, T) int64, inside [0, in)
     weight: np.ndarray | None   # (out, T) float32
     keep: np.ndarray | None     # (out,) float32 of 0 and 1
+
+
+@dataclass(frozen=True)
+class FedTaps:
+    """One resized axis whose taps the kernel computes at run time from a scale or roi fed at run time;
+    the inputs are named by their position among the Resize node's inputs."""
+
+    in_len: int
+    out_len: int
+    spec: Spec
+    # how to read the scale: ("scales", input, element); ("sizes", input, ((element, in_len), ...), policy)
+    # for keep_aspect_ratio_policy's common scale; () when the transformation does not read it
+    scale: tuple = ()
+    roi: tuple[int, int, int] | None = None     # (input, start element, end element): tf_crop_and_resize
+
+    @property
+    def count(self) -> int:
+        return {"nearest": 1, "linear": 2, "cubic": 4}[self.spec.mode]
 
 
 @dataclass(frozen=True)
@@ -131,6 +158,152 @@ def axis_taps(spec: Spec, in_len: int, out_len: int, scale: np.float32, roi: tup
     return Taps(np.clip(raw, 0, last), weight.astype(np.float32), keep)
 
 
+# --- taps at run time (scales fed at run time) ------------------------------------------------------
+
+F32 = "f32"
+
+
+def _f(value: float) -> Expr:
+    return const(value, F32)
+
+
+def _trunc(x: Expr) -> Expr:
+    return Cast(Cast(x, "idx"), F32)
+
+
+def _floor(b: Builder, x: Expr) -> Expr:
+    t = b.let("t", _trunc(x))
+    return t - select(binop("lt", x, t), _f(1.0), _f(0.0))
+
+
+def _ceil(b: Builder, x: Expr) -> Expr:
+    t = b.let("t", _trunc(x))
+    return t + select(binop("gt", x, t), _f(1.0), _f(0.0))
+
+
+def _abs(x: Expr) -> Expr:
+    return maximum(x, _f(0.0) - x)
+
+
+def _fed_scale(b: Builder, ins: list, source: tuple) -> Expr | None:
+    """The scale an axis reads, loaded (and for keep_aspect_ratio_policy picked) once per kernel."""
+    if not source:
+        return None
+    if source[0] == "scales":
+        return b.let("scale", ins[source[1]][source[2]])
+    _, at, pairs, policy = source
+    pick = minimum if policy == "not_larger" else maximum
+    scale = None
+    for element, in_len in pairs:      # float32(size) / float32(in), as _sizes_and_scales computes it
+        ratio = Cast(ins[at][element], F32) / _f(float(in_len))
+        scale = ratio if scale is None else pick(scale, ratio)
+    return b.let("scale", scale)
+
+
+def _fed_roi(b: Builder, ins: list, roi: tuple[int, int, int] | None) -> tuple[Expr, Expr] | None:
+    if roi is None:
+        return None
+    at, start, end = roi
+    return b.let("roi0", ins[at][start]), b.let("roi1", ins[at][end])
+
+
+def fed_coord(b: Builder, fed: FedTaps, scale: Expr | None, roi: tuple[Expr, Expr] | None, o: Expr) -> Expr:
+    """Output coordinate o's position in the input, as source_coords computes it (float32, the same
+    order of operations)."""
+    x = b.let("x", Cast(o, F32))
+    t = fed.spec.transform
+    if t in ("align_corners", "tf_crop_and_resize"):      # computed here only for a roi fed at run time
+        assert roi is not None, t
+        start, end = roi
+        if fed.out_len > 1:
+            return b.let("xs", start * _f(fed.in_len - 1)
+                         + x * (end - start) * _f(fed.in_len - 1) / _f(fed.out_len - 1))
+        return b.let("xs", _f(0.5) * (start + end) * _f(fed.in_len - 1))
+    assert scale is not None, t
+    if t == "asymmetric":
+        return b.let("xs", x / scale)
+    if t == "pytorch_half_pixel" and fed.out_len <= 1:
+        return _f(0.0)
+    centre = b.let("xs", (x + _f(0.5)) / scale)
+    if t in ("half_pixel", "pytorch_half_pixel"):
+        return b.let("xs", centre - _f(0.5))
+    assert t == "half_pixel_symmetric", t        # the others do not read the scale (see canonical_resize)
+    adjustment = b.let("adj", _f(fed.out_len) / (scale * _f(fed.in_len)))
+    offset = b.let("off", _f(fed.in_len) / _f(2.0) * (_f(1.0) - adjustment))
+    return b.let("xs", offset + centre - _f(0.5))
+
+
+def _fed_nearest(b: Builder, fed: FedTaps, scale: Expr, xs: Expr) -> Expr:
+    """The nearest input coordinate (float32 holding an integer), as _nearest_index rounds."""
+    mode = fed.spec.nearest
+    if mode == "floor":
+        return _floor(b, xs)
+    if mode == "ceil":
+        return _ceil(b, xs)
+    if mode == "simple":
+        return select(binop("lt", scale, _f(1.0)), _ceil(b, xs), _trunc(xs))
+    away = b.let("r", _trunc(_abs(xs) + _f(0.5)))
+    away = b.let("r", select(binop("lt", xs, _f(0.0)), _f(0.0) - away, away))     # C's round()
+    if mode == "round_prefer_ceil":
+        return away
+    half = binop("eq", xs, _trunc(xs) + _f(0.5))
+    return select(half, _floor(b, xs), away)
+
+
+def fed_taps(b: Builder, fed: FedTaps, scale: Expr | None, roi: tuple[Expr, Expr] | None, o: Expr
+             ) -> tuple[list[Expr], list[Expr | None], Expr | None]:
+    """The input indices (within [0, in)) and weights of output coordinate o, computed at run time as
+    axis_taps computes them at compile time, and with a roi, 1.0 or 0.0 where the output takes the
+    extrapolation value."""
+    xs = fed_coord(b, fed, scale, roi, o)
+    last = fed.in_len - 1
+    keep = None
+    if roi is not None:
+        outside = binop("lt", xs, _f(0.0))
+        keep = b.let("keep", select(outside, _f(0.0), select(binop("gt", xs, _f(float(last))), _f(0.0), _f(1.0))))
+    return (*_fed_indices(b, fed, scale, xs, last), keep)
+
+
+def _fed_indices(b: Builder, fed: FedTaps, scale: Expr | None, xs: Expr, last: int
+                 ) -> tuple[list[Expr], list[Expr | None]]:
+    def clamp(i: Expr) -> Expr:
+        return b.let("i", minimum(maximum(i, 0), last))
+
+    if fed.spec.mode == "nearest":
+        return [clamp(Cast(_fed_nearest(b, fed, scale, xs), "idx"))], [None]
+    if fed.spec.mode == "linear":
+        x = b.let("xc", minimum(maximum(xs, _f(0.0)), _f(float(last))))
+        i1 = b.let("i1", minimum(Cast(x, "idx"), last))
+        i2 = b.let("i2", minimum(i1 + 1, last))
+        same = binop("eq", i1, i2)
+        d1 = select(same, _f(0.5), _abs(x - Cast(i1, F32)))
+        d2 = select(same, _f(0.5), _abs(x - Cast(i2, F32)))
+        return [i1, i2], [b.let("w", d2), b.let("w", d1)]
+    return _fed_cubic(b, fed, xs, last, clamp)
+
+
+def _fed_cubic(b: Builder, fed: FedTaps, xs: Expr, last: int, clamp) -> tuple[list[Expr], list[Expr | None]]:
+    """Keys' cubic weights of the 4 neighbours at offsets -1..2 (as _cubic, in float32)."""
+    a = fed.spec.cubic_a
+    base = b.let("base", _floor(b, xs))
+    ratio = b.let("ratio", xs - base)
+    first = b.let("i0", Cast(base, "idx") - 1)
+    raw = [first + k for k in range(4)]
+    weights = []
+    for k, d in enumerate((ratio + _f(1.0), ratio, _f(1.0) - ratio, _f(2.0) - ratio)):
+        d = b.let("d", d)
+        near = ((_f(a + 2) * d - _f(a + 3)) * d) * d + _f(1.0)
+        far = ((_f(a) * d - _f(5 * a)) * d + _f(8 * a)) * d - _f(4 * a)
+        w = select(binop("le", d, _f(1.0)), near, far)
+        if fed.spec.exclude_outside:
+            w = select(binop("lt", raw[k], 0), _f(0.0), select(binop("gt", raw[k], last), _f(0.0), w))
+        weights.append(b.let("w", w))
+    if fed.spec.exclude_outside:
+        total = b.let("sum", weights[0] + weights[1] + weights[2] + weights[3])
+        weights = [b.let("w", w / total) for w in weights]
+    return [clamp(i) for i in raw], list(weights)
+
+
 # --- kernel ------------------------------------------------------------------------------------------
 
 def _strides(shape) -> list[int]:
@@ -161,22 +334,39 @@ class _Axis:
     keep: Buffer | None
 
 
+@dataclass
+class _FedAxis:
+    """Per resized axis whose scale is read at run time: how to compute its taps, the input stride."""
+
+    fed: FedTaps
+    scale: Expr | None
+    roi: tuple[Expr, Expr] | None
+    stride: int
+
+    @property
+    def taps(self) -> int:
+        return self.fed.count
+
+
 def resize(ctx: LowerContext, node: Node, name: str) -> Kernel:
     ins, outs, params = ctx.io(node)
     in_shape, out_shape, taps = _merge_axes(ctx.graph.shape(node.inputs[0]), ctx.graph.shape(node.outputs[0]),
                                             node.attrs["taps"])
     strides = _strides(in_shape)
-    axes: list[_Axis | None] = []
+    b = Builder()
+    axes: list[_Axis | _FedAxis | None] = []
     for t, stride in zip(taps, strides):
         if t is None:
             axes.append(None)
+            continue
+        if isinstance(t, FedTaps):      # the scale read once, the taps computed per output coordinate
+            axes.append(_FedAxis(t, _fed_scale(b, ins, t.scale), _fed_roi(b, ins, t.roi), stride))
             continue
         offset = ctx.const((t.index * stride).astype(np.int32), "ix")
         weight = ctx.const(t.weight, "wt") if t.weight is not None else None
         keep = ctx.const(t.keep, "keep") if t.keep is not None else None
         axes.append(_Axis(t.index.shape[1], offset, weight, keep))
     extrapolation = float(node.attrs.get("extrapolation_value", 0.0))
-    b = Builder()
     x, out = ins[0], outs[0]
     out_strides = _strides(out_shape)
     lanes = ctx.target.lanes
@@ -223,17 +413,23 @@ def resize(ctx: LowerContext, node: Node, name: str) -> Kernel:
     return Kernel(name, params, b.block())
 
 
-def _taps_at(b: Builder, axis: _Axis, o: Expr, terms, keep: Expr | None):
+def _taps_at(b: Builder, axis: _Axis | _FedAxis, o: Expr, terms, keep: Expr | None):
     """Extend every (offset, weight) term by this axis's taps at output coordinate o."""
-    offsets = [b.let("src", Cast(axis.offset[o * axis.taps + k], "idx")) for k in range(axis.taps)]
-    weights = [b.let("w", axis.weight[o * axis.taps + k]) if axis.weight is not None else None
-               for k in range(axis.taps)]
+    if isinstance(axis, _FedAxis):
+        indices, weights, fed_keep = fed_taps(b, axis.fed, axis.scale, axis.roi, o)
+        offsets = [b.let("src", i * axis.stride) for i in indices]
+        if fed_keep is not None:
+            keep = fed_keep if keep is None else b.let("keep", keep * fed_keep)
+    else:
+        offsets = [b.let("src", Cast(axis.offset[o * axis.taps + k], "idx")) for k in range(axis.taps)]
+        weights = [b.let("w", axis.weight[o * axis.taps + k]) if axis.weight is not None else None
+                   for k in range(axis.taps)]
     new_terms = []
     for off, wt in terms:
         for src, w in zip(offsets, weights):
             weight = w if wt is None else (wt if w is None else b.let("ww", wt * w))
             new_terms.append((off + src, weight))
-    if axis.keep is not None:
+    if isinstance(axis, _Axis) and axis.keep is not None:
         k = b.let("keep", axis.keep[o])
         keep = k if keep is None else b.let("keep", keep * k)
     return new_terms, keep
@@ -261,21 +457,38 @@ def _spec(node: Node, opset: int) -> Spec:
                 bool(node.attrs.get("exclude_outside", 0)))
 
 
+def _fed(rw: Rewriter, node: Node, index: int) -> str:
+    """The node's input `index` when it is computed (fed at run time) and not empty, else ''."""
+    name = node.inputs[index] if len(node.inputs) > index else ""
+    if not name or name in rw.constants or 0 in rw.values[name].shape:
+        return ""
+    return name
+
+
+def _scales_index(rw: Rewriter, node: Node) -> int | None:
+    """Which input holds the scales: 1 for Upsample and opset-10 Resize, 2 from opset 11; None for an
+    Upsample of opset 7, whose scales are an attribute."""
+    if node.op == "Upsample" or rw.graph.opset < 11:
+        return None if "scales" in node.attrs else 1
+    return 2
+
+
 def _sizes_and_scales(rw: Rewriter, node: Node, rank: int, in_shape: tuple[int, ...], axes: list[int]
                       ) -> tuple[list[int], list[np.float32]]:
-    """Output sizes and per-axis scales (float32, as onnxruntime uses them) from the node's inputs."""
-    if node.op == "Upsample" or rw.graph.opset < 11:
-        scales = node.attrs.get("scales")
-        if scales is None:
-            scales = const_input(rw, node, 1, "scales")
-        scales_arr, sizes_arr = np.asarray(scales, np.float32), None
+    """Output sizes and per-axis scales (float32, as onnxruntime uses them) from the node's inputs. With
+    scales or sizes fed at run time: the declared output's sizes and out/in as scales, which only the
+    tables that do not read the scale use (see _fed_sources)."""
+    declared = rw.values[node.outputs[0]].shape
+    scales_at = _scales_index(rw, node)
+    if scales_at is not None and (_fed(rw, node, scales_at) or (scales_at == 2 and _fed(rw, node, 3))):
+        return list(declared), [np.float32(o) / np.float32(i) for o, i in zip(declared, in_shape)]
+    if scales_at is None:
+        scales_arr, sizes_arr = np.asarray(node.attrs["scales"], np.float32), None
+    elif scales_at == 1:
+        scales_arr, sizes_arr = const_input(rw, node, 1, "scales"), None
     else:
-        scales_arr = const_input(rw, node, 2, "scales")
-        sizes_arr = const_input(rw, node, 3, "sizes")
-        if scales_arr is not None and scales_arr.size == 0:
-            scales_arr = None
-        if sizes_arr is not None and sizes_arr.size == 0:
-            sizes_arr = None
+        scales_arr = _constant_or_empty(rw, node, 2, "scales")
+        sizes_arr = _constant_or_empty(rw, node, 3, "sizes")
     full_scale = [np.float32(1)] * rank
     full_size = list(in_shape)
     if sizes_arr is None:
@@ -288,10 +501,8 @@ def _sizes_and_scales(rw: Rewriter, node: Node, rank: int, in_shape: tuple[int, 
     for axis, s in zip(axes, sizes_arr):
         full_size[axis] = int(s)
         full_scale[axis] = np.float32(int(s)) / np.float32(in_shape[axis])
-    policy = node.attrs.get("keep_aspect_ratio_policy", "stretch")
+    policy = _policy(node)
     if policy != "stretch":
-        if policy not in ("not_larger", "not_smaller"):
-            raise refuse(node, f"keep_aspect_ratio_policy '{policy}' is not supported")
         pick = min if policy == "not_larger" else max
         scale = pick(full_scale[a] for a in axes)
         for axis in axes:
@@ -300,8 +511,84 @@ def _sizes_and_scales(rw: Rewriter, node: Node, rank: int, in_shape: tuple[int, 
     return full_size, full_scale
 
 
+def _constant_or_empty(rw: Rewriter, node: Node, index: int, what: str) -> np.ndarray | None:
+    """A constant input, None when absent or empty (a computed empty tensor included)."""
+    name = node.inputs[index] if len(node.inputs) > index else ""
+    if name and name not in rw.constants and 0 in rw.values[name].shape:
+        return None
+    array = const_input(rw, node, index, what)
+    return None if array is None or array.size == 0 else array
+
+
+def _policy(node: Node) -> str:
+    policy = node.attrs.get("keep_aspect_ratio_policy", "stretch")
+    if policy not in ("stretch", "not_larger", "not_smaller"):
+        raise refuse(node, f"keep_aspect_ratio_policy '{policy}' is not supported")
+    return policy
+
+
+# transformations whose coordinates read the scale (nearest "simple" reads it too, with asymmetric)
+_READS_SCALE = ("asymmetric", "half_pixel", "pytorch_half_pixel", "half_pixel_symmetric")
+
+
+def _per_axis(rw: Rewriter, node: Node, name: str, what: str, count: int) -> None:
+    shape = rw.values[name].shape
+    if shape != (count,):
+        raise refuse(node, f"{what} of shape {list(shape)} is not {count} values")
+
+
+def _fed_sources(rw: Rewriter, node: Node, spec: Spec, axes: list[int]) -> tuple[dict[int, tuple], dict[int, str]]:
+    """Per axis, what its taps read at run time: the scale source (input name, element...) and the roi
+    (input name, start, end); empty when everything is known now."""
+    at = _scales_index(rw, node)
+    scales, sizes = (_fed(rw, node, at) if at is not None else ""), (_fed(rw, node, 3) if at == 2 else "")
+    roi = _fed(rw, node, 1) if at == 2 and spec.transform == "tf_crop_and_resize" else ""
+    scale_source: dict[int, tuple] = {}
+    if spec.transform in _READS_SCALE and sizes and _policy(node) != "stretch":
+        _per_axis(rw, node, sizes, "sizes", len(axes))
+        pairs = tuple((i, rw.values[node.inputs[0]].shape[a]) for i, a in enumerate(axes))
+        scale_source = {a: ("sizes", sizes, pairs, _policy(node)) for a in axes}
+    elif spec.transform in _READS_SCALE and scales and not sizes:
+        _per_axis(rw, node, scales, "scales", len(axes))
+        scale_source = {a: ("scales", scales, i) for i, a in enumerate(axes)}
+    roi_source = {}
+    if roi:
+        _per_axis(rw, node, roi, "roi", 2 * len(axes))
+        roi_source = {a: (roi, i, len(axes) + i) for i, a in enumerate(axes)}
+    return scale_source, roi_source
+
+
+def _fed_taps(rw: Rewriter, node: Node, spec: Spec, sizes: list[int], axes: list[int]
+              ) -> tuple[list[str], dict[int, FedTaps]]:
+    """The inputs a Resize reads besides x, and the axes whose taps it computes at run time. An axis of
+    length 1 both sides reads element 0 whatever its scale and roi."""
+    scale_source, roi_source = _fed_sources(rw, node, spec, axes)
+    in_shape = rw.values[node.inputs[0]].shape
+    extra: list[str] = []
+
+    def position(name: str) -> int:
+        if name not in extra:
+            extra.append(name)
+        return 1 + extra.index(name)
+
+    fed = {}
+    for axis in sorted(set(scale_source) | set(roi_source)):
+        if in_shape[axis] == sizes[axis] == 1:
+            continue
+        scale = scale_source.get(axis, ())
+        if scale:
+            scale = (scale[0], position(scale[1]), *scale[2:])
+        roi = roi_source.get(axis)
+        if roi:
+            roi = (position(roi[0]), roi[1], roi[2])
+        fed[axis] = FedTaps(in_shape[axis], sizes[axis], spec, scale, roi)
+    return extra, fed
+
+
 def canonical_resize(rw: Rewriter, node: Node) -> None:
     x, y = node.inputs[0], node.outputs[0]
+    if rw.values[x].dtype == "int64":       # admitted by the registry for sizes only
+        raise refuse(node, f"input '{x}' is int64; the data is resized as float32")
     in_shape = rw.values[x].shape
     rank = len(in_shape)
     spec = _spec(node, rw.graph.opset)
@@ -311,16 +598,22 @@ def canonical_resize(rw: Rewriter, node: Node) -> None:
         raise refuse(node, f"computed output shape {sizes} differs from the model's {list(rw.values[y].shape)}")
     if any(s == 0 for s in sizes):
         raise refuse(node, "an empty output is not supported")
-    roi = _roi(rw, node, rank, axes) if spec.transform == "tf_crop_and_resize" else None
-    taps = []
+    extra, fed = _fed_taps(rw, node, spec, sizes, axes)
+    roi = None
+    if spec.transform == "tf_crop_and_resize" and not _fed(rw, node, 1):
+        roi = _roi(rw, node, rank, axes)
+    taps: list[Taps | FedTaps | None] = []
     for axis in range(rank):
+        if axis in fed:
+            taps.append(fed[axis])
+            continue
         identity = sizes[axis] == in_shape[axis] and scales[axis] == 1 and (roi is None or roi[axis] == (0, 1))
         taps.append(None if identity else axis_taps(spec, in_shape[axis], sizes[axis], scales[axis],
                                                     roi[axis] if roi else (0.0, 1.0)))
     if all(t is None for t in taps):
         rw.add("Copy", node.name, [x], [y])
         return
-    rw.add("Resize", node.name, [x], [y], taps=tuple(taps),
+    rw.add("Resize", node.name, [x, *extra] if fed else [x], [y], taps=tuple(taps),
            extrapolation_value=float(node.attrs.get("extrapolation_value", 0.0)))
 
 
@@ -341,11 +634,17 @@ def check_resize(graph: Graph, node: Node) -> str | None:
     for axis, (t, i, o) in enumerate(zip(node.attrs["taps"], x, y)):
         if t is None and i != o:
             return f"axis {axis} is not resized but changes from {i} to {o}"
+        if isinstance(t, FedTaps):
+            if (t.in_len, t.out_len) != (i, o):
+                return f"the run-time taps of axis {axis} map {t.out_len} outputs into {t.in_len} inputs, not " \
+                       f"{o} into {i}"
+            continue
         if t is not None and (t.index.shape[0] != o or t.index.max() >= i):
             return f"the table of axis {axis} does not map {o} outputs into {i} inputs"
     return None
 
 
+# int64 for sizes fed at run time (canonical_resize refuses any other input that is not float32)
 define("Resize", canonical=canonical_resize, lower=resize, layout=Layout.FOLLOW,
-       axis_attrs={"taps": AxisAttr.PER_AXIS}, check=check_resize)
+       axis_attrs={"taps": AxisAttr.PER_AXIS}, check=check_resize, dtypes=FLOAT | frozenset({"int64"}))
 define("Upsample", canonical=canonical_resize)
