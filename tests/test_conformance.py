@@ -36,10 +36,19 @@ PASSING = [
 # Cases that pass with every input fed at run time, as the test gives them (no freezing).
 PASSING_UNFROZEN = ["test_relu", "test_softmax_axis_0_expanded", "test_convtranspose_pads", "test_lstm_with_peepholes",
                     "test_gru_with_initial_bias", "test_rnn_seq_length", "test_layer_normalization_4d_axis1_expanded",
-                    "test_resize_downsample_scales_linear", "test_resize_tf_crop_and_resize"]
+                    "test_resize_downsample_scales_linear", "test_resize_tf_crop_and_resize",
+                    # function bodies that once gave wrong numbers: a scalar Constant seen through CastLike
+                    # was read as 0 (views of constants), a one-element Pad value, an empty output
+                    "test_leakyrelu_expanded", "test_elu_expanded_ver18", "test_selu_default_expanded_ver18",
+                    "test_celu_expanded", "test_hardsigmoid_expanded_ver18", "test_shrink_soft_expanded_ver18",
+                    "test_softplus_expanded_ver18", "test_softsign_expanded_ver18",
+                    "test_thresholdedrelu_expanded_ver18",
+                    "test_gelu_tanh_1_expanded", "test_swish_expanded", "test_attention_4d_attn_mask_expanded",
+                    "test_attention_4d_diff_heads_mask4d_padded_kv_expanded",
+                    "test_causal_conv_with_state_kernel_size_one_expanded"]
 
 # The selection's size for the onnx versions it was counted with: (with expanded variants, without).
-SELECTED = {"1.23.2": (820, 618)}
+SELECTED = {"1.23.2": (971, 618)}
 
 
 @cache
@@ -77,6 +86,7 @@ def test_a_case_passing_only_frozen_records_why_it_failed_unfrozen():
 @pytest.mark.parametrize("expanded", [True, False])
 def test_selection_rule(expanded):
     cases, removed = selection(expanded)
+    declared = conformance.declared_ops(conformance.onnx_cases())
     names = [c.name for c in cases]
     assert names == sorted(set(names))
     assert len(cases) + sum(removed.values()) == len(conformance.onnx_cases())
@@ -86,11 +96,12 @@ def test_selection_rule(expanded):
         graph = case.model.graph
         if conformance.EXPANDED.search(case.name):      # counted under the op of the test it expands
             assert expanded, case.name
-            own = case_by_name()[conformance.EXPANDED.sub("", case.name)]
-            assert case.op == own.op and all(n.domain in ("", "ai.onnx") for n in graph.node), case.name
+            assert case.op == declared[conformance.EXPANDED.sub("", case.name)], case.name
+            assert all(n.domain in ("", "ai.onnx") and conformance.op_at_opset(n.op_type, 17)
+                       for n in graph.node), case.name
         else:
             assert [n.op_type for n in graph.node] == [case.op], case.name
-        assert conformance.op_at_opset(case.op, 17) and graph.node[0].domain in ("", "ai.onnx"), case.name
+            assert conformance.op_at_opset(case.op, 17) and graph.node[0].domain in ("", "ai.onnx"), case.name
         assert conformance.float_tensors(graph) and conformance.static_shapes(graph), case.name
         assert all(len(inputs) == len(graph.input) and len(outputs) == len(graph.output)
                    for inputs, outputs in case.data_sets), case.name
@@ -98,6 +109,8 @@ def test_selection_rule(expanded):
     assert {"test_reshape_reordered_all_dims", "test_gather_0", "test_slice"} <= set(names)
     assert not {"test_argmax_default_axis_example", "test_upsample_nearest", "test_where_example"} & set(names)
     assert ("test_softmax_axis_0_expanded" in names) == expanded
+    # the body of an op newer than opset 17, made of older ops, is a graph users' exporters emit
+    assert ("test_attention_4d_diff_heads_mask4d_padded_kv_expanded" in names) == expanded
     assert set(PASSING) <= set(names)
     assert not expanded or set(PASSING_UNFROZEN) <= set(names)
 
