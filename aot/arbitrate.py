@@ -10,9 +10,13 @@ not taken as aot's fault until it is arbitrated:
    the same kernel before it: a Conv whose Sigmoid is its epilogue) are evaluated with it, from theirs.
 3. aot's result and the reference's are measured against that float64 value. aot passes the node if it
    is within the tolerance of the float64 value and closer to it than the reference is.
-4. If aot passes, the reference's result of that node is replaced by the float64 value (in the tensor's
-   dtype), the reference runs the rest of the model from it, and the comparison resumes: a later node
-   may still diverge, and is arbitrated in turn. If the reference is closer, aot is wrong at that node.
+4. If the reference is closer, the node is evaluated in float64 once more, from aot's own values at its
+   inputs. If aot's result is within the tolerance of that value, aot computes the node right: the
+   difference comes from its inputs, each within the tolerance, and the node amplifies it (an atan2 of
+   two values near 0, a division by a small difference). Otherwise aot is wrong at that node.
+5. If aot passes, the reference's result of that node is replaced by the float64 value (by aot's own result
+   where the node amplified its inputs' difference; in the tensor's dtype), the reference runs the rest of
+   the model from it, and the comparison resumes: a later node may still diverge, and is arbitrated in turn.
 
 The model passes when no node diverges any more and its outputs are within tolerance of the corrected
 reference's.
@@ -49,12 +53,24 @@ class Verdict:
     aot_error: float = math.inf         # max |aot - float64 value| (codes for a quantized tensor)
     reference_error: float = math.inf   # max |reference - float64 value|
     tolerance: float = 0.0              # the largest aot_error that passes
+    own_error: float = math.inf         # max |aot - the float64 value from aot's own inputs| (when aot is
+                                        #   not closer from the reference's)
     unevaluated: str = ""               # why there is no float64 value (then aot does not pass)
     exact: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @property
     def aot_wins(self) -> bool:
         return not self.unevaluated and self.aot_error <= self.tolerance and self.aot_error < self.reference_error
+
+    @property
+    def amplified(self) -> bool:
+        """aot is not closer from the reference's inputs, but computes the node right from its own: the
+        difference is its inputs', each within the tolerance, grown by the node."""
+        return not self.unevaluated and not self.aot_wins and self.own_error <= self.tolerance
+
+    @property
+    def aot_right(self) -> bool:
+        return self.aot_wins or self.amplified
 
     def closeness(self) -> str:
         """'aot is 800x closer', or the same of the reference."""
@@ -82,12 +98,12 @@ class Arbitration:
         no node's result did (the reference computing otherwise once its intermediate values are outputs)
         is not passed."""
         return (bool(self.verdicts) and not self.exhausted and not self.stopped
-                and all(v.aot_wins for v in self.verdicts) and all(c.ok for c in self.comparisons))
+                and all(v.aot_right for v in self.verdicts) and all(c.ok for c in self.comparisons))
 
     @property
     def wrong(self) -> Verdict | None:
         """The node where aot was found the wrong side (or could not be cleared)."""
-        return next((v for v in self.verdicts if not v.aot_wins), None)
+        return next((v for v in self.verdicts if not v.aot_right), None)
 
 
 def arbitrate(result: BisectResult) -> Arbitration:
@@ -105,15 +121,16 @@ def arbitrate(result: BisectResult) -> Arbitration:
             break
         verdict = judge(probed, first, tensors)
         verdicts.append(verdict)
-        if not verdict.aot_wins:
+        if not verdict.aot_right:
             break
-        replaced[first.tensor] = verdict.exact.astype(tensors[first.tensor].dtype)
+        value = verdict.exact if verdict.aot_wins else probed.ours[first.tensor]
+        replaced[first.tensor] = np.asarray(value).astype(tensors[first.tensor].dtype)
         try:
             tensors = _rerun(probed, replaced, result.reference)
         except RunError as err:
             return _finish(result, verdicts, tensors, stopped=str(err))
         rows = compare_rows(probed, tensors)
-    exhausted = any(r.first for r in rows) and len(verdicts) == MAX_NODES and verdicts[-1].aot_wins
+    exhausted = any(r.first for r in rows) and len(verdicts) == MAX_NODES and verdicts[-1].aot_right
     return _finish(result, verdicts, tensors, exhausted=exhausted)
 
 
@@ -146,7 +163,19 @@ def judge(probed: Probed, row: Row, tensors: dict[str, np.ndarray]) -> Verdict:
     # the tolerance of `aot run`, about the float64 value: 1e-4 of its largest magnitude, or one step
     tolerance = max(checks.TOLERANCE * c.scale, 1.001 * c.step)
     reference_error = checks.compare({row.tensor: ref}, {row.tensor: exact})[0].max_abs
-    return _with(base, aot_error=c.max_abs, reference_error=reference_error, tolerance=tolerance, exact=exact)
+    verdict = _with(base, aot_error=c.max_abs, reference_error=reference_error, tolerance=tolerance, exact=exact)
+    if verdict.aot_wins:
+        return verdict
+    own = {name: probed.ours.get(name, value) for name, value in boundary.items()}
+    try:
+        exact_own = _evaluate(probed.proto, nodes, own, row.tensor)
+    except _Unevaluable:
+        return verdict
+    if exact_own.shape != ours.shape:
+        return verdict
+    own_error = checks.compare({row.tensor: ours}, {row.tensor: exact_own},
+                               {row.tensor: steps[value]} if steps else None)[0].max_abs
+    return _with(verdict, own_error=own_error)
 
 
 def _with(verdict: Verdict, **changes) -> Verdict:
@@ -261,7 +290,8 @@ def to_json(arbitration: Arbitration) -> dict:
             "exhausted": arbitration.exhausted,
             "verdicts": [{"node": v.node, "op": v.op, "tensor": v.tensor, "fused": list(v.fused),
                           "aot_error": clean(v.aot_error), "reference_error": clean(v.reference_error),
-                          "tolerance": v.tolerance, "aot_wins": v.aot_wins, "unevaluated": v.unevaluated or None}
+                          "tolerance": v.tolerance, "aot_wins": v.aot_wins, "own_error": clean(v.own_error),
+                          "amplified": v.amplified, "unevaluated": v.unevaluated or None}
                          for v in arbitration.verdicts]}
 
 
@@ -282,6 +312,10 @@ def verdict_line(verdict: Verdict, reference: str) -> str:
               f"(tolerance {_number(verdict.tolerance)})")
     if verdict.aot_wins:
         return f"{where} evaluated in float64 {closer}: {errors}: aot is right there"
+    if verdict.amplified:
+        return (f"{where} evaluated in float64 {closer}: {errors}; from aot's own inputs aot is off by "
+                f"{_number(verdict.own_error)}: the node amplifies its inputs' difference (each within the "
+                f"tolerance), aot is right there")
     return f"{where} evaluated in float64 {closer}: {errors}: aot is wrong there"
 
 
@@ -297,13 +331,15 @@ def lines(arbitration: Arbitration) -> list[str]:
     if arbitration.exhausted:
         text.append(f"still diverging after {MAX_NODES} nodes arbitrated: not arbitrated further")
     wrong = arbitration.wrong
-    won = [v for v in arbitration.verdicts if v.aot_wins]
+    won = [v for v in arbitration.verdicts if v.aot_right]
     corrected = {c.output: c for c in arbitration.comparisons}
     for c in arbitration.mismatches:
         head = f"output '{c.output}': aot differs from {ref} by {_number(c.max_abs)} beyond tolerance"
         if corrected[c.output].ok and won:
             more = len(won) - 1
-            text.append(f"{head}; at node '{won[0].node}' ({won[0].op}) evaluated in float64 {won[0].closeness()}"
+            how = ("aot computes it right from its own inputs, whose difference it amplifies" if won[0].amplified
+                   else won[0].closeness())
+            text.append(f"{head}; at node '{won[0].node}' ({won[0].op}) evaluated in float64 {how}"
                         + (f" (and at {more} more node{'s' if more > 1 else ''})" if more else "") + ": passes")
         elif wrong is not None and not wrong.unevaluated:
             text.append(f"{head}; at node '{wrong.node}' ({wrong.op}) evaluated in float64 "

@@ -206,6 +206,39 @@ def test_later_node_arbitrated_after_the_first(files):
                for t in text), text
 
 
+def reciprocal_of_difference() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """d = x - t (an output too, so aot holds it), y = 1 / d: where d is near 0, y amplifies any difference
+    in d (one of 1e-5, within d's tolerance, makes y differ by 10 at d = 1e-3)."""
+    nodes = [helper.make_node("Sub", ["x", "t"], ["d"], name="sub"),
+             helper.make_node("Reciprocal", ["d"], ["y"], name="recip")]
+    model = make_model(nodes, {"x": (8,)}, {"d": (8,), "y": (8,)}, {"t": np.full(8, 0.5, np.float32)})
+    x = np.array([0.501, 1.5, -2.5, 3.0, 0.25, -0.75, 2.0, 1.0], np.float32)
+    return model, {"x": x}
+
+
+def test_a_node_amplifying_its_inputs_difference_passes():
+    """aot's d made 1e-5 off (within its tolerance): y then differs past the tolerance, but from aot's own
+    d its reciprocal is right; the difference is its input's, which the node grows."""
+    model, feeds = reciprocal_of_difference()
+    with perturbed("sub", 1e-5):
+        result = aot.check(model, feeds)
+    assert [c.output for c in result.mismatches] == ["y"] and result.ok
+    (verdict,) = result.arbitration.verdicts
+    assert verdict.node == "recip" and verdict.amplified and not verdict.aot_wins
+    assert verdict.own_error <= verdict.tolerance < verdict.aot_error
+    text = "\n".join(lines(result.arbitration))
+    assert "the node amplifies its inputs' difference" in text and "amplifies: passes" in text
+
+
+def test_a_wrong_node_that_amplifies_is_still_wrong():
+    model, feeds = reciprocal_of_difference()
+    with perturbed("recip", 1.0):
+        result = aot.check(model, feeds)
+    assert not result.ok
+    (verdict,) = result.arbitration.verdicts
+    assert verdict.node == "recip" and not verdict.amplified and verdict.own_error == pytest.approx(1.0, rel=1e-3)
+
+
 def test_quantized_node_arbitrated_in_codes(tmp_path):
     """An int8 QDQ model below opset 19 (onnx.reference then needs it converted): aot's integer kernel made
     5 steps wrong is found the wrong side, in steps, with the float nodes of its group evaluated with it."""
