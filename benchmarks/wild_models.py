@@ -30,7 +30,9 @@ Each model runs in its own forked worker, --jobs at a time, and ends as
 
     ok         built, ran and matched onnxruntime
     mismatch   ran, outputs differ from onnxruntime and from ONNX's reference implementation (the
-               largest error is shown); where only onnxruntime differs, the model is ok and says so
+               largest error is shown), and the float64 arbitration of `aot run` (aot.arbitrate) finds
+               aot the wrong side; where only onnxruntime differs, or the arbitration clears aot, the
+               model is ok and says so
     refused    aot raised one of its own errors (aot.errors.AotError), with its message
     crash      any other exception, an InternalError (a broken invariant), or the worker died
     timeout    build and run took longer than --timeout seconds
@@ -330,6 +332,12 @@ def try_model(model: Model, settings: dict, timeout: float = 600.0) -> Result:
                 if _matches_onnx_reference(artifact, check):
                     result.status = "ok"
                     result.message = "onnxruntime differs (" + result.message + "); ONNX's reference agrees with aot"
+                else:       # built again node by node, the first diverging node judged in float64 (aot.arbitrate)
+                    judged = aot.check(model.path, feeds, input_shapes=shapes or None, freeze=freeze or None,
+                                       timeout=timeout)
+                    if judged.ok:
+                        result.status = "ok"
+                        result.message = "arbitrated in float64 (" + result.message + "): aot is right"
             else:
                 result.status = "ok"
     except InternalError as err:
