@@ -115,6 +115,23 @@ def test_resize_channels_and_depth():
     resize((1, 3, 4, 5), sizes=[1, 5, 4, 5], mode="nearest")
 
 
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+@pytest.mark.parametrize("transform", ["half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel"])
+@pytest.mark.parametrize("exclude_outside", [0, 1])
+def test_resize_antialias(mode, transform, exclude_outside):
+    """Downsampling with antialias: the filter widened by 1 / scale (to 7 taps at 0.3); upsampling axes
+    keep the plain filter."""
+    resize((1, 2, 11, 9), scales=[1, 1, 0.3, 0.6], mode=mode, antialias=1, coordinate_transformation_mode=transform,
+           exclude_outside=exclude_outside)
+    resize((1, 2, 10, 6), sizes=[1, 2, 4, 9], mode=mode, antialias=1, coordinate_transformation_mode=transform,
+           exclude_outside=exclude_outside)
+
+
+@pytest.mark.parametrize("where", QEMU)
+def test_resize_antialias_on_arm(where):
+    resize((1, 3, 12, 12), scales=[1, 1, 0.5, 0.25], mode="linear", antialias=1)
+
+
 @pytest.mark.parametrize("where", QEMU)
 def test_resize_tf_crop_and_resize(where):
     for mode in ("nearest", "linear", "cubic"):
@@ -153,8 +170,10 @@ def test_upsample():
 
 
 def test_resize_refusals():
-    with pytest.raises(UnsupportedOpError, match="antialias"):
-        resize((1, 1, 4, 4), scales=[1, 1, 0.5, 0.5], mode="linear", antialias=1)
+    model = make_model([node("Resize", ["x", "", "scales"], ["y"], mode="nearest", antialias=1)],
+                       {"x": (1, 1, 4, 4)}, {"y": (1, 1, 2, 2)}, {"scales": f32([1, 1, 0.5, 0.5])}, opset=19)
+    with pytest.raises(UnsupportedOpError, match="antialias=1 is defined for the linear and cubic modes"):
+        aot.build(model, target="host")
     model = make_model([node("Resize", ["x", "", "scales"], ["y"])], {"x": (1, 1, 4, 4), "scales": (3,)},
                        {"y": (1, 1, 8, 8)})
     with pytest.raises(UnsupportedOpError, match=r"scales of shape \[3\] is not 4 values"):
@@ -199,6 +218,14 @@ def resize_fed(shape, scales=None, sizes=None, roi=None, opset=19, tol=1e-4, see
     rng = np.random.default_rng(seed)
     feeds = {"x": randn(rng, shape), **inits}
     return assert_matches_onnxruntime(model, feeds, tol=tol)
+
+
+def test_resize_fed_antialias():
+    """With the scales fed, the filter's width is unknown at build time: refused; sizes fed with the
+    stretch policy fix the scale by the declared shape, and build."""
+    with pytest.raises(UnsupportedOpError, match="antialias=1 with its scale fed at run time"):
+        resize_fed((1, 2, 8, 8), scales=[1, 1, 0.5, 0.5], mode="linear", antialias=1)
+    resize_fed((1, 2, 9, 8), sizes=[1, 2, 4, 3], mode="cubic", antialias=1)
 
 
 @pytest.mark.parametrize("nearest_mode", NEAREST_MODES)

@@ -74,6 +74,7 @@ class Spec:
     nearest: str
     cubic_a: float
     exclude_outside: bool
+    antialias: bool = False     # linear and cubic: when downsampling, the filter stretched by 1 / scale
 
 
 # --- tables ------------------------------------------------------------------------------------------
@@ -137,6 +138,8 @@ def axis_taps(spec: Spec, in_len: int, out_len: int, scale: np.float32, roi: tup
         outside = (xs < 0) | (xs > np.float32(in_len - 1))
         keep = None if not outside.any() else (~outside).astype(np.float32)
     last = in_len - 1
+    if spec.antialias and scale < 1:
+        return _antialias_taps(spec, xs.astype(np.float64), in_len, float(scale), keep)
     if spec.mode == "nearest":
         index = np.clip(_nearest_index(spec, xs, scale < 1), 0, last).astype(np.int64)[:, None]
         return Taps(index, None, keep)
@@ -156,6 +159,42 @@ def axis_taps(spec: Spec, in_len: int, out_len: int, scale: np.float32, roi: tup
         weight = np.where((raw < 0) | (raw > last), 0.0, weight)
         weight = weight / weight.sum(axis=1, keepdims=True)
     return Taps(np.clip(raw, 0, last), weight.astype(np.float32), keep)
+
+
+def _antialias_taps(spec: Spec, xs: np.ndarray, in_len: int, scale: float, keep: np.ndarray | None) -> Taps:
+    """Downsampling with antialias: the linear (triangle) or cubic filter widened by 1 / scale, so that
+    every input element contributes; n taps per output, the weights normalized to sum to 1, the window
+    the n inputs nearest each source coordinate (ties to the smaller index), as ONNX's reference."""
+    base = np.floor(xs)
+    ratio = np.where(xs == base, 1.0, xs - base)
+    if spec.mode == "linear":
+        start = int(np.floor(-1 / scale) + 1)
+        offsets = np.arange(start, 2 - start)
+        weight = np.clip(1 - np.abs((offsets[None, :] - ratio[:, None]) * scale), 0, 1)
+    else:
+        start = int(np.floor(-2 / scale) + 1)
+        offsets = np.arange(start, 2 - start)
+        d = np.abs(scale * (offsets[None, :] - ratio[:, None]))
+        a = spec.cubic_a
+        near = ((a + 2) * d - (a + 3)) * d * d + 1
+        far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+        weight = np.where(d <= 1, near, np.where(d < 2, far, 0.0))
+    weight = weight / weight.sum(axis=1, keepdims=True)
+    n = len(offsets)
+    pad = -(-n // 2)
+    padded = xs + pad
+    p = np.floor(padded).astype(np.int64)
+    frac = padded - p
+    if n % 2 == 0:
+        first = np.where(frac == 0, -(n // 2), -(n // 2) + 1)
+    else:
+        first = np.where(frac <= 0.5, -((n - 1) // 2), -((n - 1) // 2) + 1)
+    raw = (p + first)[:, None] + np.arange(n)[None, :] - pad
+    if spec.exclude_outside:
+        weight = np.where((raw < 0) | (raw >= in_len), 0.0, weight)
+        total = weight.sum(axis=1, keepdims=True)
+        weight = weight / np.where(total == 0, 1.0, total)
+    return Taps(np.clip(raw, 0, in_len - 1), weight.astype(np.float32), keep)
 
 
 # --- taps at run time (scales fed at run time) ------------------------------------------------------
@@ -451,10 +490,11 @@ def _spec(node: Node, opset: int) -> Spec:
         raise refuse(node, f"coordinate_transformation_mode '{transform}' is not supported")
     if nearest not in _NEAREST:
         raise refuse(node, f"nearest_mode '{nearest}' is not supported")
-    if int(node.attrs.get("antialias", 0)):
-        raise refuse(node, "antialias=1 is not supported")
+    antialias = bool(int(node.attrs.get("antialias", 0)))
+    if antialias and mode == "nearest":
+        raise refuse(node, "antialias=1 is defined for the linear and cubic modes, not nearest")
     return Spec(mode, transform, nearest, float(node.attrs.get("cubic_coeff_a", -0.75)),
-                bool(node.attrs.get("exclude_outside", 0)))
+                bool(node.attrs.get("exclude_outside", 0)), antialias)
 
 
 def _fed(rw: Rewriter, node: Node, index: int) -> str:
@@ -551,6 +591,9 @@ def _fed_sources(rw: Rewriter, node: Node, spec: Spec, axes: list[int]) -> tuple
     elif spec.transform in _READS_SCALE and scales and not sizes:
         _per_axis(rw, node, scales, "scales", len(axes))
         scale_source = {a: ("scales", scales, i) for i, a in enumerate(axes)}
+    if spec.antialias and ((scales and not sizes) or scale_source):
+        raise refuse(node, "antialias=1 with its scale fed at run time is not supported: the filter's width "
+                           "depends on the scale (give the scales, or sizes with the stretch policy)")
     roi_source = {}
     if roi:
         _per_axis(rw, node, roi, "roi", 2 * len(axes))
