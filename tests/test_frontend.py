@@ -93,15 +93,31 @@ def _compare(model, feeds, frozen=None, **options):
     return got
 
 
-def test_minus_one_zero_unnamed_and_named_dims_are_unknown():
+def test_minus_one_unnamed_and_named_dims_are_unknown():
     x = np.random.default_rng(0).standard_normal((2, 3, 4, 5)).astype(np.float32)
-    for dims in ([-1, 3, None, None], [0, 3, 4, 5], ["batch", 3, "h", "w"]):
+    for dims in ([-1, 3, None, None], ["batch", 3, "h", "w"]):
         model = _typed_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F32, dims)], [("y", F32, dims)])
         with pytest.raises(aot.ShapeError, match=r"input 'x' has .*ax[ie]s.*--input-shape x=N?x?3x"):
             aot.build(model, out_dir=None)
-        # onnxruntime takes dim_value 0 literally, so the reference runs the model with the shape fixed
         result = aot.check(model, inputs={"x": x}, input_shapes={"x": (2, 3, 4, 5)})
         assert result.ok and result.outputs["y"].shape == (2, 3, 4, 5)
+
+
+def test_a_declared_zero_is_an_empty_dimension_that_input_shape_may_resize():
+    """ONNX's 0 is an empty dimension: an input with no elements has one value and becomes a constant
+    (here Reduce's empty axes list, fed at run time in the model). Some old exporters wrote 0 for a
+    dynamic dimension: --input-shape gives it a size, and the reference runs with that size too."""
+    nodes = [helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=1)]
+    model = _typed_model(nodes, [("x", F32, [2, 3]), ("axes", I64, [0])], [("y", F32, [1, 1])])
+    artifact = aot.build(model, out_dir=None)
+    assert [i["name"] for i in artifact.metadata["inputs"]] == ["x"]
+    x = np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)
+    _compare(model, {"x": x, "axes": np.zeros(0, np.int64)})
+    model = _typed_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F32, [0, 3, 4, 5])],
+                         [("y", F32, [0, 3, 4, 5])])
+    x = np.random.default_rng(0).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    result = aot.check(model, inputs={"x": x}, input_shapes={"x": (2, 3, 4, 5)})
+    assert result.ok and result.outputs["y"].shape == (2, 3, 4, 5)
 
 
 def test_dynamic_dim_message_names_the_axes_and_the_option():

@@ -3,9 +3,10 @@
 Nodes keep their ONNX op type and attributes here; passes turn them into the ops aot lowers.
 
 Dimensions: on a graph input, a dimension with no value, a named one (`dim_param`, e.g. `batch`),
-or a `dim_value` of -1 or 0 is unknown and must be fixed with `--input-shape`. ONNX allows a real
-empty dimension (0), but exporters write 0 and -1 for "dynamic", and an empty model input is no use
-to a compiled model, so aot reads them as unknown. Inputs that share a named dimension get the value
+or a `dim_value` of -1 is unknown and must be fixed with `--input-shape`. A `dim_value` of 0 is an
+empty dimension, as ONNX defines it (some old exporters wrote 0 for "dynamic": `--input-shape` may
+give such a dimension another size). An input with no elements has one possible value, so it is
+compiled as that constant and leaves the C API. Inputs that share a named dimension get the value
 given for it on any of them; two different values for one name are an error.
 """
 
@@ -44,13 +45,17 @@ class LoadedModel:
         """What a reference runtime runs, and the inputs to add to its feeds: the model as the user gave
         it (onnxruntime infers some models' subgraphs less well with static input shapes, and folds an
         If on an initializer less reliably than it runs one on an input), fed the frozen values; an
-        input dimension declared -1 or 0 is made unknown, as aot reads it."""
+        input dimension declared -1 is made unknown, as aot reads it, and one declared 0 too where
+        --input-shape gave it another size."""
         if self.original is None:
             return self.proto, dict(self.frozen)
         proto = onnx.ModelProto.FromString(self.original.SerializeToString())
+        fixed = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim] for vi in self.proto.graph.input}
         for vi in proto.graph.input:
-            for dim in vi.type.tensor_type.shape.dim if vi.type.HasField("tensor_type") else ():
-                if dim.HasField("dim_value") and dim.dim_value <= 0:
+            given = fixed.get(vi.name)
+            for axis, dim in enumerate(vi.type.tensor_type.shape.dim if vi.type.HasField("tensor_type") else ()):
+                overridden = dim.dim_value == 0 and given is not None and given[axis] != 0
+                if dim.HasField("dim_value") and (dim.dim_value < 0 or overridden):
                     dim.Clear()
         return proto, dict(self.frozen)
 
@@ -103,6 +108,8 @@ def load(model: str | os.PathLike | onnx.ModelProto,
     original = proto
     proto, frozen = freeze_inputs(proto, freeze or {}, label)
     proto = _fix_input_shapes(proto, input_shapes or {}, label)
+    proto, empty = _freeze_empty_inputs(proto)
+    frozen.update(empty)
     return LoadedModel(proto, _infer_static_shapes(proto, label), label, hashlib.sha256(data).hexdigest(), frozen,
                        original)
 
@@ -367,8 +374,21 @@ def _named(dim) -> str:
 
 
 def _known(dim) -> bool:
-    """A dimension with a real size; -1 and 0 are how exporters write "dynamic" (see the module doc)."""
-    return dim.HasField("dim_value") and dim.dim_value > 0
+    """A dimension with a size, 0 included; -1 is how exporters write "dynamic" (see the module doc)."""
+    return dim.HasField("dim_value") and dim.dim_value >= 0
+
+
+def _freeze_empty_inputs(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """Inputs with no elements (an empty axes or pads list) bound to their one value, the empty array."""
+    empty = {}
+    for vi in _graph_inputs(proto):
+        ttype = vi.type.tensor_type
+        if ttype.HasField("shape") and any(d.dim_value == 0 for d in ttype.shape.dim):
+            shape = tuple(d.dim_value for d in ttype.shape.dim)
+            empty[vi.name] = np.zeros(shape, onnx.helper.tensor_dtype_to_np_dtype(ttype.elem_type))
+    if not empty:
+        return proto, {}
+    return freeze_inputs(proto, empty, "")
 
 
 def _fix_input_shapes(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], label: str) -> onnx.ModelProto:
@@ -393,8 +413,8 @@ def _fix_input_shapes(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]
                              f"--input-shape {vi.name}=DIMS (input_shapes= in the Python API)")
         dims = ttype.shape.dim
         want = shapes[vi.name] if vi.name in shapes else tuple(
-            d.dim_value if _known(d) else named.get(_named(d), 0) for d in dims)
-        unknown = [axis for axis, size in enumerate(want) if size <= 0]
+            d.dim_value if _known(d) else named.get(_named(d), -1) for d in dims)
+        unknown = [axis for axis, size in enumerate(want) if size < 0]
         if unknown:
             raise ShapeError(_dynamic_message(label, vi.name, dims, unknown))
         del dims[:]
@@ -416,7 +436,7 @@ def _named_dims(inputs: list[onnx.ValueInfoProto], shapes: dict[str, tuple[int, 
             raise OptionError(f"{label}: {given} has rank {len(want)}, the model's input has rank {len(dims)} "
                               f"({_dims_text(dims)})")
         for axis, (dim, size) in enumerate(zip(dims, want)):
-            if _known(dim) and dim.dim_value != size:
+            if _known(dim) and dim.dim_value not in (0, size):      # a declared 0 may mean "dynamic"
                 raise OptionError(f"{label}: {given} contradicts the model's shape {_dims_text(dims)} "
                                   f"(axis {axis} is {dim.dim_value})")
             if _named(dim):
