@@ -24,7 +24,7 @@ from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
 from aot.errors import ModelError, OptionError, ShapeError, UnsupportedOpError
-from aot.frontend import control_flow, validate
+from aot.frontend import control_flow, upgrade, validate
 from aot.graph.evaluate import evaluate
 from aot.graph.ir import Graph, Node, Value
 
@@ -100,11 +100,31 @@ def load(model: str | os.PathLike | onnx.ModelProto,
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as err:     # one line: the checker's message spans several
         raise ModelError(f"{label}: fails the ONNX checker: {' '.join(str(err).split())}") from None
+    proto = upgrade.upgrade_old_opset(proto, label)
     original = proto
+    proto = _initializers_as_constants(proto)
     proto, frozen = freeze_inputs(proto, freeze or {}, label)
     proto = _fix_input_shapes(proto, input_shapes or {}, label)
     return LoadedModel(proto, _infer_static_shapes(proto, label), label, hashlib.sha256(data).hexdigest(), frozen,
                        original)
+
+
+def _initializers_as_constants(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """An initializer also listed as a graph input (as every initializer was before IR version 4, and as
+    some exporters still write them) is, in ONNX, a default value a caller may override at run time; a
+    compiled model takes it as the constant it is. Such inputs are dropped, and the IR version raised to
+    4, the first that lets an initializer not be an input: under IR 3 onnx's shape inference leaves
+    untyped an initializer that is no input, such as every constant aot folds."""
+    initializers = {t.name for t in proto.graph.initializer}
+    listed = [vi for vi in proto.graph.input if vi.name in initializers]
+    if not listed and proto.ir_version >= 4:
+        return proto
+    result = onnx.ModelProto.FromString(proto.SerializeToString())
+    kept = [vi for vi in result.graph.input if vi.name not in initializers]
+    del result.graph.input[:]
+    result.graph.input.extend(kept)
+    result.ir_version = max(result.ir_version, 4)
+    return result
 
 
 def _infer(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
@@ -591,6 +611,7 @@ def to_graph(model: LoadedModel) -> Graph:
     inputs = tuple(vi.name for vi in _graph_inputs(model.inferred))
     for name in inputs:
         declare(name, "a graph input")
+    used = {name for node in g.node for name in node.input} | {vi.name for vi in g.output}
     nodes = []
     for index, node in enumerate(g.node):
         node_name = node.name or f"{node.op_type}_{index}"
@@ -609,14 +630,60 @@ def to_graph(model: LoadedModel) -> Graph:
         if node.domain not in ("", "ai.onnx", "com.microsoft") and any(out and out not in infos for out in node.output):
             raise UnsupportedOpError(f"{label}: node '{node_name}': op {node.op_type} from domain '{node.domain}' "
                                      f"is not supported (the README lists the supported ops)")
-        for name in node.output:
-            declare(name, where)
-        nodes.append(Node(node.op_type, node_name, tuple(node.input), tuple(node.output), attrs))
+        outputs = _without_untyped_unused(node, used, infos, opset)
+        try:
+            for name in outputs:
+                declare(name, where)
+        except ShapeError as err:
+            raise ShapeError(f"{err}: {_no_shape_reason(node, values, opset)}") from None
+        nodes.append(Node(node.op_type, node_name, tuple(node.input), outputs, attrs))
     outputs = tuple(vi.name for vi in g.output)
     for name in outputs:
         declare(name, "a graph output")
     name = os.path.splitext(label)[0]
     return Graph(name, tuple(nodes), values, constants, inputs, outputs, opset)
+
+
+def _without_untyped_unused(node: onnx.NodeProto, used: set[str], infos: dict, opset: int) -> tuple[str, ...]:
+    """The node's outputs, an optional one that nothing reads and shape inference leaves untyped
+    omitted (""), as ONNX spells an output not asked for: old opsets give some no inference rule
+    (Dropout's mask before opset 10), and an output nobody reads needs no shape."""
+    def typed(name: str) -> bool:
+        vi = infos.get(name)
+        return vi is not None and vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")
+
+    if node.domain not in ("", "ai.onnx") or all(not name or name in used or typed(name) for name in node.output):
+        return tuple(node.output)
+    try:
+        formal = onnx.defs.get_schema(node.op_type, max_inclusive_version=opset, domain="").outputs
+    except onnx.defs.SchemaError:
+        return tuple(node.output)
+    optional = onnx.defs.OpSchema.FormalParameterOption.Optional
+    return tuple("" if name and name not in used and not typed(name) and i < len(formal)
+                 and formal[i].option == optional else name for i, name in enumerate(node.output))
+
+
+def _no_shape_reason(node: onnx.NodeProto, values: dict[str, Value], opset: int) -> str:
+    """Why a node's output has no shape, all its inputs having one: what onnx's inference rule for the
+    node says about those inputs."""
+    given = [i for i in node.input if i]
+    shapes = ", ".join(f"'{i}' {'x'.join(map(str, values[i].shape)) or 'scalar'} {values[i].dtype}" for i in given)
+    inputs = f"its inputs are {shapes}" if given else "it has no inputs"
+    if node.domain not in ("", "ai.onnx"):
+        return f"{inputs}, and onnx has no shape rule for domain '{node.domain}'"
+    try:
+        schema = onnx.defs.get_schema(node.op_type, max_inclusive_version=opset, domain="")
+        types = {i: onnx.helper.make_tensor_type_proto(onnx.helper.np_dtype_to_tensor_dtype(np.dtype(values[i].dtype)),
+                                                       list(values[i].shape)) for i in given}
+        inferred = onnx.shape_inference.infer_node_outputs(schema, node, types,
+                                                           opset_imports=[onnx.helper.make_opsetid("", opset)])
+    except (onnx.defs.SchemaError, onnx.shape_inference.InferenceError, TypeError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return f"{inputs}, on which onnx's {node.op_type} rule at opset {opset} fails: {first}"
+    if all(o in inferred and inferred[o].tensor_type.HasField("shape") for o in node.output if o):
+        return (f"{inputs}, from which onnx's {node.op_type} rule at opset {opset} gives it a shape, but shape "
+                f"inference of the whole model left it unknown (an internal error: please report it)")
+    return f"{inputs}, from which onnx's {node.op_type} rule at opset {opset} gives it no shape"
 
 
 def _constant_value(attrs: dict, label: str, node_name: str) -> np.ndarray:

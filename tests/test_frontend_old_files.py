@@ -1,0 +1,173 @@
+"""Old and unusual files as users have them: IR-version-3 models whose initializers are also graph
+inputs, opsets before 7 (legacy broadcasting), stale shape annotations, float64 tensors."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from oracle import assert_matches_onnxruntime, onnxruntime_outputs
+
+import aot
+from aot.errors import ModelError, ShapeError
+from aot.frontend.onnx import load, to_graph
+
+F32 = TensorProto.FLOAT
+
+
+def _legacy_model(nodes, inputs: dict, outputs: dict, initializers: dict, opset: int, ir_version: int = 3,
+                  listed: bool = True) -> onnx.ModelProto:
+    """A model as old exporters wrote it: every initializer also a graph input (`listed`), as IR 3 requires."""
+    declared = [helper.make_tensor_value_info(n, F32, s) for n, s in inputs.items()]
+    if listed:
+        declared += [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+                     for n, a in initializers.items()]
+    graph = helper.make_graph(nodes, "legacy", declared,
+                              [helper.make_tensor_value_info(n, F32, s) for n, s in outputs.items()],
+                              initializer=[numpy_helper.from_array(a, n) for n, a in initializers.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = ir_version
+    onnx.checker.check_model(model)
+    return model
+
+
+# --- IR 3: initializers listed as graph inputs ----------------------------------------------------------------
+
+
+def _zoo_cnn(rng: np.random.Generator) -> onnx.ModelProto:
+    """The shape of the classic ONNX-zoo CNNs (IR 3, opset 9): every initializer also an input; a bias
+    made by ConstantOfShape from a shape initializer (as the zoo's light models make all weights); a
+    Reshape whose shape is an initializer; a Dropout whose mask nothing reads (opset 9 gives it no shape)."""
+    inits = {"conv1_w_0": rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
+             "conv1_b_0__SHAPE": np.array([4], np.int64),
+             "flat_shape": np.array([1, -1], np.int64),
+             "fc_w_0": rng.standard_normal((10, 64)).astype(np.float32),
+             "fc_b_0": rng.standard_normal(10).astype(np.float32)}
+    nodes = [helper.make_node("ConstantOfShape", ["conv1_b_0__SHAPE"], ["conv1_b_0"],
+                              value=numpy_helper.from_array(np.array([0.25], np.float32))),
+             helper.make_node("Conv", ["data_0", "conv1_w_0", "conv1_b_0"], ["r0"], name="n0", kernel_shape=[3, 3],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["r0"], ["r1"], name="n1"),
+             helper.make_node("MaxPool", ["r1"], ["r2"], name="n2", kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Reshape", ["r2", "flat_shape"], ["r3"], name="n3"),
+             helper.make_node("Dropout", ["r3"], ["r4", "r4_mask"], name="n4", ratio=0.5),
+             helper.make_node("Gemm", ["r4", "fc_w_0", "fc_b_0"], ["r5"], name="n5", transB=1),
+             helper.make_node("Softmax", ["r5"], ["prob_1"], name="n6")]
+    return _legacy_model(nodes, {"data_0": [1, 3, 8, 8]}, {"prob_1": [1, 10]}, inits, opset=9)
+
+
+def test_ir3_initializers_listed_as_inputs_build_as_constants():
+    model = _zoo_cnn(np.random.default_rng(0))
+    assert to_graph(load(model)).inputs == ("data_0",)     # the weights are constants, not inputs of the build
+    x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    assert_matches_onnxruntime(model, {"data_0": x})
+
+
+def test_initializers_listed_as_inputs_at_ir_4_build_as_constants():
+    """Later exporters may still list initializers as inputs (keep_initializers_as_inputs)."""
+    model = _zoo_cnn(np.random.default_rng(2))
+    model.ir_version = 8
+    graph = to_graph(load(model))
+    assert graph.inputs == ("data_0",) and "conv1_w_0" in graph.constants
+
+
+def test_a_shape_nothing_infers_is_explained_by_the_nodes_inputs():
+    """Dropout's mask has no inference rule before opset 10: read by a node, it cannot be built, and
+    the message gives the node's input shapes and what onnx's rule made of them."""
+    nodes = [helper.make_node("Dropout", ["x"], ["y", "mask"], name="drop"),
+             helper.make_node("Identity", ["mask"], ["m"], name="keep")]
+    model = _legacy_model(nodes, {"x": [2, 3]}, {"y": [2, 3], "m": [2, 3]}, {}, opset=9)
+    with pytest.raises(ShapeError) as err:
+        to_graph(load(model))
+    message = str(err.value)
+    assert "tensor 'mask' (output of node 'drop' (Dropout))" in message
+    assert "its inputs are 'x' 2x3 float32, from which onnx's Dropout rule at opset 9 gives it no shape" in message
+
+
+# --- opsets before 7: legacy broadcasting --------------------------------------------------------------------
+
+RNG = np.random.default_rng(3)
+X = RNG.standard_normal((2, 3, 4, 5))
+C3, C34, C5, C45 = (RNG.standard_normal(s) for s in ((3,), (3, 4), (5,), (4, 5)))
+# node, initializers, the float64 result with the legacy rule applied by hand
+LEGACY = {
+    "add_axis1": (helper.make_node("Add", ["x", "b"], ["y"], broadcast=1, axis=1), {"b": C3},
+                  lambda: X + C3[:, None, None]),
+    "mul_axis1_rank2": (helper.make_node("Mul", ["x", "b"], ["y"], broadcast=1, axis=1), {"b": C34},
+                        lambda: X * C34[:, :, None]),
+    "sub_suffix": (helper.make_node("Sub", ["x", "b"], ["y"], broadcast=1), {"b": C5}, lambda: X - C5),
+    "div_axis_at_suffix": (helper.make_node("Div", ["x", "b"], ["y"], broadcast=1, axis=2), {"b": C45 + 3},
+                           lambda: X / (C45 + 3)),
+    "sub_negative_axis": (helper.make_node("Sub", ["x", "b"], ["y"], broadcast=1, axis=-3), {"b": C3},
+                          lambda: X - C3[:, None, None]),
+    "prelu_per_channel": (helper.make_node("PRelu", ["x", "b"], ["y"]), {"b": C3},
+                          lambda: np.where(X > 0, X, X * C3[:, None, None])),
+    "prelu_shared": (helper.make_node("PRelu", ["x", "b"], ["y"]), {"b": C3[:1]},
+                     lambda: np.where(X > 0, X, X * C3[0])),
+}
+
+
+@pytest.mark.parametrize("opset", [1, 6])
+@pytest.mark.parametrize("case", sorted(LEGACY))
+def test_legacy_broadcasting_against_numpy(case, opset):
+    if case == "sub_negative_axis" and opset == 1:
+        pytest.skip("a negative axis is not defined before opset 6")
+    node, inits, expected = LEGACY[case]
+    model = _legacy_model([node], {"x": list(X.shape)}, {"y": list(X.shape)},
+                          {k: v.astype(np.float32) for k, v in inits.items()}, opset)
+    got = aot.run(model, inputs={"x": X.astype(np.float32)}, target="host")["y"]
+    np.testing.assert_allclose(got, expected(), rtol=1e-5, atol=1e-5)
+
+
+def _old_cnn(rng: np.random.Generator, legacy: bool) -> onnx.ModelProto:
+    """A small CNN at opset 6 as a Caffe2-era exporter wrote it (`legacy`: conv bias added with
+    broadcast=1 axis=1, a per-channel PRelu slope of shape [C], Gemm with broadcast=1, BatchNormalization
+    and Dropout with is_test), or the same network at opset 7 written with numpy broadcasting."""
+    c = 4
+    per_channel = (c,) if legacy else (c, 1, 1)
+    inits = {"w": rng.standard_normal((c, 3, 3, 3)), "b": rng.standard_normal(per_channel),
+             "scale": rng.uniform(0.5, 1.5, c), "shift": rng.standard_normal(c), "mean": rng.standard_normal(c),
+             "var": rng.uniform(0.5, 2, c), "slope": rng.uniform(0.1, 0.3, per_channel),
+             "fc_w": rng.standard_normal((c * 9, 5)), "fc_b": rng.standard_normal(5)}
+    inits = {k: np.asarray(v, np.float32) for k, v in inits.items()}
+    inits["shape"] = np.array([2, -1], np.int64)
+    old = {"broadcast": 1} if legacy else {}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["conv"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["conv", "b"], ["biased"], **old, **({"axis": 1} if legacy else {})),
+             helper.make_node("BatchNormalization", ["biased", "scale", "shift", "mean", "var"], ["bn"],
+                              epsilon=1e-3, **({"is_test": 1} if legacy else {})),
+             helper.make_node("PRelu", ["bn", "slope"], ["act"]),
+             helper.make_node("MaxPool", ["act"], ["pool"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Reshape", ["pool", "shape"], ["flat"]),
+             helper.make_node("Dropout", ["flat"], ["kept"], **({"is_test": 1} if legacy else {})),
+             helper.make_node("Gemm", ["kept", "fc_w", "fc_b"], ["fc"], **old),
+             helper.make_node("Softmax", ["fc"], ["y"])]
+    return _legacy_model(nodes, {"x": [2, 3, 6, 6]}, {"y": [2, 5]}, inits, opset=6 if legacy else 7)
+
+
+def test_opset_6_cnn_against_onnxruntime_on_its_opset_7_twin():
+    legacy, modern = _old_cnn(np.random.default_rng(4), True), _old_cnn(np.random.default_rng(4), False)
+    x = np.random.default_rng(5).standard_normal((2, 3, 6, 6)).astype(np.float32)
+    expected = onnxruntime_outputs(modern, {"x": x})["y"]
+    got = aot.run(legacy, inputs={"x": x}, target="host")["y"]
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-6)
+    assert aot.check(legacy, inputs={"x": x}, target="host").ok     # the reference runs the upgraded model
+
+
+def test_an_opset_the_converter_cannot_upgrade_is_named():
+    node = helper.make_node("Pad", ["x"], ["y"], paddings=[0, 0, 1, 1, 0, 0, 1, 1])
+    model = _legacy_model([node], {"x": [1, 2, 3, 3]}, {"y": [1, 2, 5, 5]}, {}, opset=1)
+    model.graph.name = "old_pad"
+    with pytest.raises(ModelError, match=r"^old_pad: imports opset 1; aot upgrades models older than opset 7 "
+                                         r"with onnx's version converter, which cannot upgrade this one: it has "
+                                         r"no adapter for Pad from opset 1$"):
+        load(model)
+
+
+def test_legacy_axis_outside_the_first_input_is_named():
+    node = helper.make_node("Add", ["x", "b"], ["y"], name="add", broadcast=1, axis=3)
+    model = _legacy_model([node], {"x": [2, 3, 4, 5]}, {"y": [2, 3, 4, 5]}, {"b": C34.astype(np.float32)}, 6)
+    with pytest.raises(ModelError, match=r"node 'add' \(Add\): axis 3 places its second input \(rank 2\) "
+                                         r"outside the first \(rank 4\)"):
+        load(model)
