@@ -171,3 +171,47 @@ def test_legacy_axis_outside_the_first_input_is_named():
     with pytest.raises(ModelError, match=r"node 'add' \(Add\): axis 3 places its second input \(rank 2\) "
                                          r"outside the first \(rank 4\)"):
         load(model)
+
+
+# --- stale shape annotations ----------------------------------------------------------------------------------
+
+
+def _crnn_head(annotated: list, output: list | None = None) -> onnx.ModelProto:
+    """The head of a CRNN as ddddocr's common.onnx has it: features N x C x H x W reshaped to N x C*H x W,
+    then time-major for the classifier, with the Reshape's output annotated `annotated` (a value_info
+    that an edit of the graph left stale) and the graph output declared `output`."""
+    rng = np.random.default_rng(6)
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 1, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array([1, 32, -1], np.int64), "shape"),
+             numpy_helper.from_array(rng.standard_normal((32, 5)).astype(np.float32), "fc")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="Conv_100", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Reshape", ["c", "shape"], ["r"], name="Reshape_101"),
+             helper.make_node("Transpose", ["r"], ["t"], name="Transpose_102", perm=[2, 0, 1]),
+             helper.make_node("MatMul", ["t", "fc"], ["y"], name="MatMul_103")]
+    graph = helper.make_graph(nodes, "crnn", [helper.make_tensor_value_info("x", F32, [1, 1, 4, 10])],
+                              [helper.make_tensor_value_info("y", F32, output or [10, 1, 5])], initializer=inits,
+                              value_info=[helper.make_tensor_value_info("r", F32, annotated)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    onnx.checker.check_model(model)
+    return model
+
+
+@pytest.mark.parametrize("annotated", [[32, 10], [1, 320], [1, 32, 11]], ids=["rank", "rank_same_size", "dim"])
+def test_a_stale_intermediate_annotation_is_ignored(annotated):
+    with pytest.raises(onnx.shape_inference.InferenceError, match="existing shape differ"):    # as onnx has it
+        onnx.shape_inference.infer_shapes(_crnn_head(annotated), strict_mode=True)
+    assert_matches_onnxruntime(_crnn_head(annotated))
+
+
+def test_a_graph_output_declared_with_another_shape_than_computed_is_refused():
+    with pytest.raises(ModelError, match=r"^crnn: graph output 'y' is declared float \[10, 5\], but is computed by "
+                                         r"node 'MatMul_103' \(MatMul\) as float \[10, 1, 5\]; a graph output's "
+                                         r"declared shape is the compiled model's interface"):
+        load(_crnn_head([1, 32, 10], output=[10, 5]))
+
+
+def test_annotations_consistent_with_the_nodes_are_kept():
+    """A model whose annotations agree with its nodes builds as before, its output shape as declared."""
+    model = _crnn_head([1, 32, 10], output=["time", 1, 5])
+    graph = to_graph(load(model))
+    assert graph.values["r"].shape == (1, 32, 10) and graph.values["y"].shape == (10, 1, 5)

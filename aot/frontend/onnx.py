@@ -146,6 +146,25 @@ def _infer(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
         raise ModelError(f"{label}: ONNX shape inference failed: {first}") from None
 
 
+def _contradicts(vi: onnx.ValueInfoProto, computed) -> bool:
+    """The annotation says another element type, rank or dimension than inference computes."""
+    if computed is None or not vi.type.HasField("tensor_type"):
+        return False
+    declared = vi.type.tensor_type
+    if declared.elem_type and computed.elem_type and declared.elem_type != computed.elem_type:
+        return True
+    if not (declared.HasField("shape") and computed.HasField("shape")):
+        return False
+    a, b = declared.shape.dim, computed.shape.dim
+    return len(a) != len(b) or any(x.HasField("dim_value") and y.HasField("dim_value") and x.dim_value != y.dim_value
+                                   for x, y in zip(a, b))
+
+
+def _type_text(ttype) -> str:
+    shape = f"[{_dims_text(ttype.shape.dim).replace('x', ', ')}]" if ttype.HasField("shape") else "of unknown shape"
+    return f"{_elem_type_name(ttype.elem_type).lower()} {shape}"
+
+
 # How onnx reports the nodes that fail inference, one line each: "(op_type:Softmax, node name: sm): why";
 # a failure inside the node's function body or subgraph nests another "(op_type:..." in `why`.
 _NODE_ERROR = re.compile(r"\(op_type:([^,()]*), node name: ([^()]*)\): (?:\[\w+\] )*(.*)")
@@ -163,20 +182,85 @@ def _node_fault(proto: onnx.ModelProto, message: str) -> str | None:
 
 
 def _infer_static_shapes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
+    """Every tensor's shape, from the nodes. The model's own annotations (intermediate value_info, the
+    graph outputs' shapes) are hints, and exporters leave stale ones behind (a Reshape annotated with
+    the rank it had before the graph was edited) that onnxruntime ignores; strict inference would
+    call them a contradiction. So shapes are first inferred without them; only if a tensor they
+    annotate is left unknown are they used, those the nodes contradict dropped. A graph output's
+    declared shape is the model's interface, which the compiled model's header gives: one the nodes
+    contradict is a ModelError saying both."""
+    proto = _forget_unknown_dims(proto)
+    g = proto.graph
+    hints = {vi.name for vi in g.value_info} | {vi.name for vi in g.output if vi.type.tensor_type.HasField("shape")}
+    try:
+        inferred = _resolve_shapes(_without_annotations(proto), label)
+    except ModelError:
+        if not hints:
+            raise
+        inferred = None     # perhaps an annotation says what inference cannot find: try with them
+    if inferred is not None and not _unknown_outputs(inferred) & hints:
+        _check_declared_outputs(proto, inferred, label)
+        return inferred
+    return _resolve_shapes(_consistent_annotations(proto, inferred, label), label)
+
+
+def _resolve_shapes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
     """ONNX shape inference, helped where it stops short: exporters compute shapes and pads with
     chains of small ops (Shape, Gather, Concat, Slice, Range, ConstantOfShape, ...) that inference
     does not always follow, and an If or Loop may decide on a value known only after folding. While
     some tensor's shape is unknown or control flow is left, inline control flow with constant
     decisions, fold the nodes computable from constants, and infer again. Every round removes a node
     or names a new shape, so this ends."""
-    inferred = _infer(_forget_unknown_dims(proto), label)
-    while _unknown_shapes(inferred) or control_flow.has_control_flow(inferred):
+    inferred = _infer(proto, label)
+    while _unknown_outputs(inferred) or control_flow.has_control_flow(inferred):
         helped = (control_flow.inline_constant_control_flow(inferred) or _fold_constant_nodes(inferred, label)
                   or _contrib_shapes(inferred) or control_flow.select_between_branches(inferred))
         if helped is None:
             break
         inferred = _infer(helped, label)
     return inferred
+
+
+def _without_annotations(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """The model without intermediate value_info, its graph outputs' element types kept, shapes not."""
+    result = onnx.ModelProto.FromString(proto.SerializeToString())
+    del result.graph.value_info[:]
+    for vi in result.graph.output:
+        if vi.type.HasField("tensor_type"):
+            vi.type.tensor_type.ClearField("shape")
+    return result
+
+
+def _computed_types(inferred: onnx.ModelProto) -> dict:
+    infos = list(inferred.graph.value_info) + list(inferred.graph.output)
+    return {vi.name: vi.type.tensor_type for vi in infos if vi.type.HasField("tensor_type")}
+
+
+def _check_declared_outputs(proto: onnx.ModelProto, inferred: onnx.ModelProto | None, label: str) -> None:
+    """Each graph output's declared type and shape agree with what the nodes compute (where known)."""
+    computed = _computed_types(inferred) if inferred is not None else {}
+    for vi in proto.graph.output:
+        if _contradicts(vi, computed.get(vi.name)):
+            producer = next((f" by node '{n.name}' ({n.op_type})" for n in proto.graph.node if vi.name in n.output), "")
+            raise ModelError(f"{label}: graph output '{vi.name}' is declared {_type_text(vi.type.tensor_type)}, "
+                             f"but is computed{producer} as {_type_text(computed[vi.name])}; a graph output's "
+                             f"declared shape is the compiled model's interface: correct it in the model, or "
+                             f"remove it to take the computed one")
+
+
+def _consistent_annotations(proto: onnx.ModelProto, inferred: onnx.ModelProto | None, label: str
+                            ) -> onnx.ModelProto:
+    """The model without the value_info entries that contradict `inferred` (the shapes inferred without
+    annotations, None if that failed)."""
+    _check_declared_outputs(proto, inferred, label)
+    computed = _computed_types(inferred) if inferred is not None else {}
+    kept = [vi for vi in proto.graph.value_info if not _contradicts(vi, computed.get(vi.name))]
+    if len(kept) == len(proto.graph.value_info):
+        return proto
+    result = onnx.ModelProto.FromString(proto.SerializeToString())
+    del result.graph.value_info[:]
+    result.graph.value_info.extend(kept)
+    return result
 
 
 def _forget_unknown_dims(proto: onnx.ModelProto) -> onnx.ModelProto:
@@ -303,12 +387,13 @@ def _contrib_shape(node: onnx.NodeProto, known: dict) -> tuple[int, ...] | None:
     return None
 
 
-def _unknown_shapes(proto: onnx.ModelProto) -> bool:
+def _unknown_outputs(proto: onnx.ModelProto) -> set[str]:
+    """The node outputs whose shape is not fully known."""
     known = {vi.name for vi in list(proto.graph.value_info) + list(proto.graph.output)
              if vi.type.tensor_type.HasField("shape")
              and all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim)}
     known |= {t.name for t in proto.graph.initializer}
-    return any(out and out not in known for node in proto.graph.node for out in node.output)
+    return {out for node in proto.graph.node for out in node.output if out and out not in known}
 
 
 def _fold_constant_nodes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto | None:
