@@ -215,3 +215,63 @@ def test_annotations_consistent_with_the_nodes_are_kept():
     model = _crnn_head([1, 32, 10], output=["time", 1, 5])
     graph = to_graph(load(model))
     assert graph.values["r"].shape == (1, 32, 10) and graph.values["y"].shape == (10, 1, 5)
+
+
+# --- float64 ---------------------------------------------------------------------------------------------------
+
+D, I64 = TensorProto.DOUBLE, TensorProto.INT64
+
+
+def _typed_model(nodes, inputs, outputs, initializers=()) -> onnx.ModelProto:
+    """inputs and outputs: (name, elem type, shape)."""
+    graph = helper.make_graph(nodes, "f64", [helper.make_tensor_value_info(*i) for i in inputs],
+                              [helper.make_tensor_value_info(*o) for o in outputs], initializer=list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_float64_shape_arithmetic_folds():
+    """Sizes computed in double (x.view(int(x.size(0) * 0.5), -1) as some exporters trace it)."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Cast", ["s"], ["sd"], to=D),
+             helper.make_node("Mul", ["sd", "half"], ["sh"]),
+             helper.make_node("Floor", ["sh"], ["sf"]),
+             helper.make_node("Cast", ["sf"], ["si"], to=I64),
+             helper.make_node("Concat", ["si", "rest"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["x", "shape"], ["r"]),
+             helper.make_node("Relu", ["r"], ["y"])]
+    inits = [numpy_helper.from_array(np.array([0.5, 0.5]), "half"), numpy_helper.from_array(np.array([-1], np.int64),
+                                                                                             "rest")]
+    model = _typed_model(nodes, [("x", F32, [4, 6])], [("y", F32, ["a", "b", "c"])], inits)
+    assert assert_matches_onnxruntime(model)["y"].shape == (2, 3, 4)
+
+
+def test_float64_weights_cast_to_float32_fold():
+    w = np.random.default_rng(7).standard_normal((3, 4))
+    nodes = [helper.make_node("Cast", ["w"], ["wf"], to=F32), helper.make_node("MatMul", ["x", "wf"], ["y"])]
+    model = _typed_model(nodes, [("x", F32, [2, 3])], [("y", F32, [2, 4])], [numpy_helper.from_array(w, "w")])
+    assert_matches_onnxruntime(model)
+
+
+FLOAT64_REFUSED = {
+    "cast_to_double": ([helper.make_node("Relu", ["x"], ["f"]), helper.make_node("Cast", ["f"], ["d"], name="c", to=D),
+                        helper.make_node("Cast", ["d"], ["y"], to=F32)], F32, F32,
+                       r"node 'c' \(Cast\): casting 'f' to float64 at run time is not supported"),
+    "double_op": ([helper.make_node("Cast", ["x"], ["d"], to=D), helper.make_node("Sqrt", ["d"], ["q"], name="sqrt"),
+                   helper.make_node("Cast", ["q"], ["y"], to=F32)], F32, F32,
+                  r"\(Cast\): casting 'x' to float64 at run time is not supported"),
+    "double_input": ([helper.make_node("Cast", ["x"], ["y"], name="c", to=F32)], D, F32,
+                     r"f64: graph input 'x' is float64, which no kernel reads or writes"),
+    "double_constant_output": ([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Cast", ["s"], ["y"], to=D)],
+                               F32, D, r"f64: graph output 'y' is float64, which no kernel reads or writes"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FLOAT64_REFUSED))
+def test_float64_at_run_time_is_refused_naming_the_value(case, tmp_path):
+    nodes, x_type, y_type, message = FLOAT64_REFUSED[case]
+    model = _typed_model(nodes, [("x", x_type, [2, 3])], [("y", y_type, [2] if case.endswith("output") else [2, 3])])
+    with pytest.raises(aot.errors.UnsupportedOpError, match=message) as err:
+        aot.build(model, target="host", out_dir=tmp_path)
+    assert "float64" in str(err.value) and "folds at compile time" in str(err.value)

@@ -241,7 +241,8 @@ def _check_declared_outputs(proto: onnx.ModelProto, inferred: onnx.ModelProto | 
     computed = _computed_types(inferred) if inferred is not None else {}
     for vi in proto.graph.output:
         if _contradicts(vi, computed.get(vi.name)):
-            producer = next((f" by node '{n.name}' ({n.op_type})" for n in proto.graph.node if vi.name in n.output), "")
+            producer = next((f" by node '{n.name}' ({n.op_type})" if n.name else f" by a {n.op_type} node"
+                             for n in proto.graph.node if vi.name in n.output), "")
             raise ModelError(f"{label}: graph output '{vi.name}' is declared {_type_text(vi.type.tensor_type)}, "
                              f"but is computed{producer} as {_type_text(computed[vi.name])}; a graph output's "
                              f"declared shape is the compiled model's interface: correct it in the model, or "
@@ -725,8 +726,27 @@ def to_graph(model: LoadedModel) -> Graph:
     outputs = tuple(vi.name for vi in g.output)
     for name in outputs:
         declare(name, "a graph output")
+    _check_interface_dtypes(values, inputs, outputs, label)
     name = os.path.splitext(label)[0]
     return Graph(name, tuple(nodes), values, constants, inputs, outputs, opset)
+
+
+def _check_interface_dtypes(values: dict[str, Value], inputs: tuple[str, ...], outputs: tuple[str, ...],
+                            label: str) -> None:
+    """The C API passes tensors of the dtypes kernels compute; a float64 or float16 input or output has
+    no kernel to read or write it, even where everything between folds."""
+    for kind, names in (("input", inputs), ("output", outputs)):
+        for name in names:
+            dtype = values[name].dtype
+            if dtype in _NO_KERNEL_DTYPES:
+                note = " (float64 builds only where it folds at compile time: constants, shape arithmetic)" \
+                    if dtype == "float64" else ""
+                raise UnsupportedOpError(f"{label}: graph {kind} '{name}' is {dtype}, which no kernel reads or "
+                                         f"writes; a compiled model's inputs and outputs are float32, integer or "
+                                         f"bool tensors{note}")
+
+
+_NO_KERNEL_DTYPES = frozenset({"float64", "float16"})
 
 
 def _without_untyped_unused(node: onnx.NodeProto, used: set[str], infos: dict, opset: int) -> tuple[str, ...]:
