@@ -1,0 +1,68 @@
+"""3-D convolution against onnxruntime: Conv over N x C x D x H x W with bias or none, groups (depthwise
+too), strides, dilations, explicit and automatic pads, a weight computed at run time, and a small 3-D
+network around it (BatchNormalization, Relu, MaxPool, GlobalAveragePool over five dimensions)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+from oracle import assert_matches_onnxruntime, make_model
+
+X = (2, 4, 5, 6, 7)
+# attributes, weight shape (O, I/group, kD, kH, kW), with a bias
+CASES = {
+    "plain": ({}, (3, 4, 3, 3, 3), True),
+    "no_bias_strided_padded": ({"strides": [2, 1, 2], "pads": [1, 0, 1, 1, 1, 0]}, (5, 4, 3, 2, 3), False),
+    "grouped_dilated": ({"group": 2, "dilations": [2, 1, 2]}, (6, 2, 2, 3, 2), True),
+    "depthwise": ({"group": 4, "pads": [1] * 6}, (4, 1, 3, 3, 3), True),
+    "same_lower": ({"auto_pad": "SAME_LOWER", "strides": [2, 2, 3]}, (3, 4, 2, 3, 4), True),
+    "pointwise": ({}, (7, 4, 1, 1, 1), True),
+    "window_past_the_input": ({"pads": [2, 3, 3, 2, 3, 3]}, (2, 4, 5, 7, 7), False),
+}
+
+
+def _conv(case: str, seed: int = 0):
+    attrs, wshape, bias = CASES[case]
+    rng = np.random.default_rng(seed)
+    inits = {"w": rng.standard_normal(wshape).astype(np.float32)}
+    if bias:
+        inits["b"] = rng.standard_normal(wshape[0]).astype(np.float32)
+    node = helper.make_node("Conv", ["x", *inits], ["y"], name="conv", **attrs)
+    return make_model([node], {"x": X}, {"y": None}, inits, opset=17)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_volume_conv(case):
+    assert_matches_onnxruntime(_conv(case))
+
+
+def test_volume_conv_weight_and_bias_computed_at_run_time():
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], strides=[1, 2, 2], pads=[0, 1, 1, 0, 1, 1], group=2)
+    model = make_model([node], {"x": (1, 4, 3, 5, 5), "w": (6, 2, 2, 3, 3), "b": (6,)}, {"y": None}, opset=17)
+    assert_matches_onnxruntime(model)
+
+
+def test_volume_network():
+    rng = np.random.default_rng(1)
+
+    def f32(*shape):
+        return rng.standard_normal(shape).astype(np.float32)
+
+    inits = {"w1": f32(4, 2, 3, 3, 3), "b1": f32(4), "scale": np.abs(f32(4)) + 0.5, "shift": f32(4),
+             "mean": f32(4), "var": np.abs(f32(4)) + 0.5, "w2": f32(6, 2, 1, 3, 3), "fc": f32(6, 5)}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1] * 6),
+             helper.make_node("BatchNormalization", ["c1", "scale", "shift", "mean", "var"], ["bn"]),
+             helper.make_node("Relu", ["bn"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2, 2], strides=[2, 2, 2]),
+             helper.make_node("Conv", ["p", "w2"], ["c2"], group=2),
+             helper.make_node("GlobalAveragePool", ["c2"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["flat"]),
+             helper.make_node("MatMul", ["flat", "fc"], ["y"])]
+    assert_matches_onnxruntime(make_model(nodes, {"x": (1, 2, 6, 8, 8)}, {"y": None}, inits, opset=17))
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("target", ["aarch64", "cortex-m4"])
+def test_volume_conv_under_emulation(target):
+    assert_matches_onnxruntime(_conv("grouped_dilated"), target=target)
