@@ -1,6 +1,7 @@
 """3-D convolution against onnxruntime: Conv over N x C x D x H x W with bias or none, groups (depthwise
 too), strides, dilations, explicit and automatic pads, a weight computed at run time, and a small 3-D
-network around it (BatchNormalization, Relu, MaxPool, GlobalAveragePool over five dimensions)."""
+network around it (BatchNormalization, Relu, MaxPool, GlobalAveragePool over five dimensions); 3-D
+ConvTranspose with strides, dilations, groups, pads, output_padding, auto_pad and output_shape."""
 
 from __future__ import annotations
 
@@ -62,7 +63,34 @@ def test_volume_network():
     assert_matches_onnxruntime(make_model(nodes, {"x": (1, 2, 6, 8, 8)}, {"y": None}, inits, opset=17))
 
 
+TRANSPOSED = {
+    "plain": ({}, (4, 3, 2, 2, 2), True),
+    "strided_padded": ({"strides": [2, 2, 2], "pads": [1, 0, 1, 0, 1, 1]}, (4, 2, 3, 3, 3), False),
+    "output_padding_dilated": ({"strides": [2, 1, 3], "output_padding": [1, 0, 2], "dilations": [1, 2, 1]},
+                               (4, 3, 2, 2, 3), True),
+    "grouped": ({"group": 2, "strides": [2, 2, 1], "dilations": [2, 1, 1]}, (4, 3, 2, 3, 2), True),
+    "same_upper": ({"auto_pad": "SAME_UPPER", "strides": [2, 2, 2]}, (4, 2, 3, 3, 3), True),
+    "output_shape": ({"output_shape": [5, 9, 10], "strides": [2, 2, 2]}, (4, 2, 3, 3, 2), True),
+}
+
+
+def _conv_transpose(case: str, seed: int = 0):
+    attrs, wshape, bias = TRANSPOSED[case]
+    rng = np.random.default_rng(seed)
+    inits = {"w": rng.standard_normal(wshape).astype(np.float32)}
+    if bias:
+        inits["b"] = rng.standard_normal(wshape[1] * attrs.get("group", 1)).astype(np.float32)
+    node = helper.make_node("ConvTranspose", ["x", *inits], ["y"], name="deconv", **attrs)
+    return make_model([node], {"x": (2, 4, 3, 4, 5)}, {"y": None}, inits, opset=17)
+
+
+@pytest.mark.parametrize("case", sorted(TRANSPOSED))
+def test_volume_conv_transpose(case):
+    assert_matches_onnxruntime(_conv_transpose(case))
+
+
 @pytest.mark.qemu
 @pytest.mark.parametrize("target", ["aarch64", "cortex-m4"])
 def test_volume_conv_under_emulation(target):
     assert_matches_onnxruntime(_conv("grouped_dilated"), target=target)
+    assert_matches_onnxruntime(_conv_transpose("grouped"), target=target)

@@ -68,8 +68,8 @@ def _begin_pads(rw: Rewriter, node: Node, spatial, kernel, strides, dilations) -
 def canonical_conv_transpose(rw: Rewriter, node: Node) -> None:
     w = const_input(rw, node, 1, "the weight")
     rank = w.ndim - 2
-    if rank not in (1, 2):
-        raise refuse(node, f"{rank}-D transposed convolution is not supported (1-D and 2-D are)")
+    if rank not in (1, 2, 3):
+        raise refuse(node, f"{rank}-D transposed convolution is not supported (1-D to 3-D are)")
     x, y = node.inputs[0], node.outputs[0]
     xs, ys = rw.values[x].shape, rw.values[y].shape
     kernel = tuple(w.shape[2:])
@@ -80,6 +80,10 @@ def canonical_conv_transpose(rw: Rewriter, node: Node) -> None:
     if any(p < 0 for p in begins):
         raise refuse(node, "negative pads are not supported")
     bias = const_input(rw, node, 2, "the bias")
+    if rank == 3:       # direct loops over NCDHW (conv_volume.py)
+        rw.add("VolumeConvTranspose", node.name, list(node.inputs[:3]), [y], strides=strides, dilations=dilations,
+               begins=tuple(begins), group=groups)
+        return
     if rank == 1:       # as 2-D over a height of 1
         xs, ys, kernel, strides, dilations, begins = ((xs[0], xs[1], 1, xs[2]), (ys[0], ys[1], 1, ys[2]),
                                                       (1,) + kernel, (1,) + strides, (1,) + dilations, [0] + begins)
