@@ -146,25 +146,6 @@ def _infer(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
         raise ModelError(f"{label}: ONNX shape inference failed: {first}") from None
 
 
-def _contradicts(vi: onnx.ValueInfoProto, computed) -> bool:
-    """The annotation says another element type, rank or dimension than inference computes."""
-    if computed is None or not vi.type.HasField("tensor_type"):
-        return False
-    declared = vi.type.tensor_type
-    if declared.elem_type and computed.elem_type and declared.elem_type != computed.elem_type:
-        return True
-    if not (declared.HasField("shape") and computed.HasField("shape")):
-        return False
-    a, b = declared.shape.dim, computed.shape.dim
-    return len(a) != len(b) or any(x.HasField("dim_value") and y.HasField("dim_value") and x.dim_value != y.dim_value
-                                   for x, y in zip(a, b))
-
-
-def _type_text(ttype) -> str:
-    shape = f"[{_dims_text(ttype.shape.dim).replace('x', ', ')}]" if ttype.HasField("shape") else "of unknown shape"
-    return f"{_elem_type_name(ttype.elem_type).lower()} {shape}"
-
-
 # How onnx reports the nodes that fail inference, one line each: "(op_type:Softmax, node name: sm): why";
 # a failure inside the node's function body or subgraph nests another "(op_type:..." in `why`.
 _NODE_ERROR = re.compile(r"\(op_type:([^,()]*), node name: ([^()]*)\): (?:\[\w+\] )*(.*)")
@@ -262,6 +243,25 @@ def _consistent_annotations(proto: onnx.ModelProto, inferred: onnx.ModelProto | 
     del result.graph.value_info[:]
     result.graph.value_info.extend(kept)
     return result
+
+
+def _contradicts(vi: onnx.ValueInfoProto, computed) -> bool:
+    """The annotation says another element type, rank or dimension than inference computes."""
+    if computed is None or not vi.type.HasField("tensor_type"):
+        return False
+    declared = vi.type.tensor_type
+    if declared.elem_type and computed.elem_type and declared.elem_type != computed.elem_type:
+        return True
+    if not (declared.HasField("shape") and computed.HasField("shape")):
+        return False
+    a, b = declared.shape.dim, computed.shape.dim
+    return len(a) != len(b) or any(x.HasField("dim_value") and y.HasField("dim_value") and x.dim_value != y.dim_value
+                                   for x, y in zip(a, b))
+
+
+def _type_text(ttype) -> str:
+    shape = f"[{_dims_text(ttype.shape.dim).replace('x', ', ')}]" if ttype.HasField("shape") else "of unknown shape"
+    return f"{_elem_type_name(ttype.elem_type).lower()} {shape}"
 
 
 def _forget_unknown_dims(proto: onnx.ModelProto) -> onnx.ModelProto:
