@@ -67,14 +67,13 @@ def _numpy_broadcasting(proto: onnx.ModelProto, label: str, opset: int) -> onnx.
     nodes: list[onnx.NodeProto] = []
     for index, node in enumerate(result.graph.node):
         trailing = _trailing_ones(node, ranks, label, opset, index)
-        if trailing:
-            operand = 1
-            unsqueezed = _fresh(f"{node.input[operand]}_unsqueezed", names)
-            first = len(ranks[node.input[operand]])
-            nodes.append(helper.make_node("Unsqueeze", [node.input[operand]], [unsqueezed],
+        if trailing:        # the second operand (B, PRelu's slope) gets `trailing` dimensions of 1
+            b = node.input[1]
+            unsqueezed = _fresh(f"{b}_unsqueezed", names)
+            nodes.append(helper.make_node("Unsqueeze", [b], [unsqueezed],
                                           name=_fresh(f"{node.name or node.op_type}_unsqueeze", names),
-                                          axes=list(range(first, first + trailing))))
-            node.input[operand] = unsqueezed
+                                          axes=list(range(len(ranks[b]), len(ranks[b]) + trailing))))
+            node.input[1] = unsqueezed
         if node.op_type in _AXIS_BROADCAST:
             kept = [a for a in node.attribute if a.name != "axis"]
             del node.attribute[:]
