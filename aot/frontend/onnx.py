@@ -1,4 +1,5 @@
-"""ONNX → Graph: load, check, freeze inputs, fix input shapes, infer shapes, map nodes one to one.
+"""ONNX → Graph: load, check, upgrade an opset older than 7 (upgrade.py), freeze inputs, fix input shapes,
+infer shapes, map nodes one to one.
 
 Nodes keep their ONNX op type and attributes here; passes turn them into the ops aot lowers.
 
