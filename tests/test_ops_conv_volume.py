@@ -10,6 +10,9 @@ import pytest
 from onnx import helper
 from oracle import assert_matches_onnxruntime, make_model
 
+import aot
+from aot.errors import ModelError
+
 X = (2, 4, 5, 6, 7)
 # attributes, weight shape (O, I/group, kD, kH, kW), with a bias
 CASES = {
@@ -94,3 +97,13 @@ def test_volume_conv_transpose(case):
 def test_volume_conv_under_emulation(target):
     assert_matches_onnxruntime(_conv("grouped_dilated"), target=target)
     assert_matches_onnxruntime(_conv_transpose("grouped"), target=target)
+
+
+def test_volume_conv_transpose_weight_not_fitting_the_input_channels_is_named(tmp_path):
+    """onnx's inference does not check that the weight's first axis spans the input's channels."""
+    weight = np.ones((3, 4, 2, 2, 2), np.float32)
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="deconv", strides=[2, 2, 2])
+    model = make_model([node], {"x": (1, 4, 3, 4, 4)}, {"y": None}, {"w": weight}, opset=17)
+    with pytest.raises(ModelError, match=r"node 'deconv' \(ConvTranspose\): a weight of shape \[3, 4, 2, 2, 2\] "
+                                         r"with group 1 does not fit 4 input channels"):
+        aot.build(model, target="host", out_dir=tmp_path)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from aot.graph.ir import Node, Rewriter
+from aot.ops.conv_volume import add_volume_conv_transpose
 from aot.ops.registry import define
 from aot.ops.rewrite import const_input, refuse, view
 
@@ -80,9 +81,8 @@ def canonical_conv_transpose(rw: Rewriter, node: Node) -> None:
     if any(p < 0 for p in begins):
         raise refuse(node, "negative pads are not supported")
     bias = const_input(rw, node, 2, "the bias")
-    if rank == 3:       # direct loops over NCDHW (conv_volume.py)
-        rw.add("VolumeConvTranspose", node.name, list(node.inputs[:3]), [y], strides=strides, dilations=dilations,
-               begins=tuple(begins), group=groups)
+    if rank == 3:       # direct loops over NCDHW
+        add_volume_conv_transpose(rw, node, strides, dilations, begins, groups)
         return
     if rank == 1:       # as 2-D over a height of 1
         xs, ys, kernel, strides, dilations, begins = ((xs[0], xs[1], 1, xs[2]), (ys[0], ys[1], 1, ys[2]),
