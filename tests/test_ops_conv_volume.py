@@ -107,3 +107,15 @@ def test_volume_conv_transpose_weight_not_fitting_the_input_channels_is_named(tm
     with pytest.raises(ModelError, match=r"node 'deconv' \(ConvTranspose\): a weight of shape \[3, 4, 2, 2, 2\] "
                                          r"with group 1 does not fit 4 input channels"):
         aot.build(model, target="host", out_dir=tmp_path)
+
+
+@pytest.mark.parametrize("rank", [2, 3])
+def test_conv_transpose_output_shape_with_an_odd_total_pad(rank):
+    """output_shape without auto_pad puts the odd pad at the beginning (ONNX's rule, onnxruntime's result),
+    unlike SAME_UPPER; 2-D shares the rule with 3-D."""
+    rng = np.random.default_rng(2)
+    inits = {"w": rng.standard_normal((2, 3) + (3,) * rank).astype(np.float32)}
+    # per axis: 2 * (n - 1) + 3 - out = 1 for n = 3, out = 6
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2] * rank, output_shape=[6] * rank)
+    model = make_model([node], {"x": (1, 2) + (3,) * rank}, {"y": None}, inits, opset=17)
+    assert assert_matches_onnxruntime(model)["y"].shape == (1, 3) + (6,) * rank

@@ -49,7 +49,8 @@ def _phase_weights(w: np.ndarray, groups: int, strides, dilations, taps) -> np.n
 
 def _begin_pads(rw: Rewriter, node: Node, spatial, kernel, strides, dilations) -> list[int]:
     """Where the output starts in the full result: the begin pads, explicit or from auto_pad/output_shape
-    (ONNX's rule: for an odd total, SAME_UPPER and explicit output_shape put the extra pad at the end)."""
+    (ONNX's rule, which onnxruntime follows: for an odd total, SAME_UPPER puts the extra pad at the end,
+    SAME_LOWER and an output_shape without auto_pad at the beginning)."""
     rank = len(spatial)
     auto_pad = node.attrs.get("auto_pad", "NOTSET")
     out_shape = node.attrs.get("output_shape")
@@ -61,7 +62,7 @@ def _begin_pads(rw: Rewriter, node: Node, spatial, kernel, strides, dilations) -
         begins = []
         for n, k, s, d, a, t in zip(spatial, kernel, strides, dilations, adj, targets):
             total = max(0, s * (n - 1) + a + (k - 1) * d + 1 - t)
-            begins.append(total - total // 2 if auto_pad == "SAME_LOWER" else total // 2)
+            begins.append(total // 2 if auto_pad == "SAME_UPPER" else total - total // 2)
         return begins
     return list(node.attrs.get("pads", (0,) * (2 * rank))[:rank])
 
