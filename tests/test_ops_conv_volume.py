@@ -99,12 +99,14 @@ def test_volume_conv_under_emulation(target):
     assert_matches_onnxruntime(_conv_transpose("grouped"), target=target)
 
 
-def test_volume_conv_transpose_weight_not_fitting_the_input_channels_is_named(tmp_path):
+@pytest.mark.parametrize("rank", [2, 3])
+def test_conv_transpose_weight_not_fitting_the_input_channels_is_named(rank, tmp_path):
     """onnx's inference does not check that the weight's first axis spans the input's channels."""
-    weight = np.ones((3, 4, 2, 2, 2), np.float32)
-    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="deconv", strides=[2, 2, 2])
-    model = make_model([node], {"x": (1, 4, 3, 4, 4)}, {"y": None}, {"w": weight}, opset=17)
-    with pytest.raises(ModelError, match=r"node 'deconv' \(ConvTranspose\): a weight of shape \[3, 4, 2, 2, 2\] "
+    weight = np.ones((3, 4) + (2,) * rank, np.float32)
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="deconv", strides=[2] * rank)
+    model = make_model([node], {"x": (1, 4) + (3,) * rank}, {"y": None}, {"w": weight}, opset=17)
+    shape = ", ".join(map(str, weight.shape))
+    with pytest.raises(ModelError, match=rf"node 'deconv' \(ConvTranspose\): a weight of shape \[{shape}\] "
                                          r"with group 1 does not fit 4 input channels"):
         aot.build(model, target="host", out_dir=tmp_path)
 

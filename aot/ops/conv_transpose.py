@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from aot.errors import ModelError
 from aot.graph.ir import Node, Rewriter
 from aot.ops.conv_volume import add_volume_conv_transpose
 from aot.ops.registry import define
@@ -67,6 +68,15 @@ def _begin_pads(rw: Rewriter, node: Node, spatial, kernel, strides, dilations) -
     return list(node.attrs.get("pads", (0,) * (2 * rank))[:rank])
 
 
+def _check_channels(rw: Rewriter, node: Node, weight: tuple[int, ...], groups: int) -> None:
+    """The weight's first axis spans the input channels, which `group` divides (onnx's inference checks
+    neither)."""
+    channels = rw.values[node.inputs[0]].shape[1]
+    if groups < 1 or weight[0] != channels or channels % groups:
+        raise ModelError(f"node '{node.name}' (ConvTranspose): a weight of shape {list(weight)} with group {groups} "
+                         f"does not fit {channels} input channels")
+
+
 def canonical_conv_transpose(rw: Rewriter, node: Node) -> None:
     w = const_input(rw, node, 1, "the weight")
     rank = w.ndim - 2
@@ -78,6 +88,7 @@ def canonical_conv_transpose(rw: Rewriter, node: Node) -> None:
     strides = tuple(node.attrs.get("strides", (1,) * rank))
     dilations = tuple(node.attrs.get("dilations", (1,) * rank))
     groups = int(node.attrs.get("group", 1))
+    _check_channels(rw, node, w.shape, groups)
     begins = _begin_pads(rw, node, xs[2:], kernel, strides, dilations)
     if any(p < 0 for p in begins):
         raise refuse(node, "negative pads are not supported")

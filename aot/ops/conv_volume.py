@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from aot.errors import ModelError
 from aot.graph.ir import Graph, Node, Rewriter
 from aot.graph.quant import node_quant
 from aot.kernel.ir import Builder, Cast, Expr, Kernel, binop, const, maximum, minimum, select
@@ -37,14 +36,8 @@ def canonical_volume_conv(rw: Rewriter, node: Node) -> None:
 
 def add_volume_conv_transpose(rw: Rewriter, node: Node, strides: tuple[int, ...], dilations: tuple[int, ...],
                               begins: list[int], groups: int) -> None:
-    """ConvTranspose(x, w, b?) with a 5-D weight -> VolumeConvTranspose; the other attributes are read by
-    conv_transpose.py, which calls this. The weight's first axis spans the input channels (onnx's
-    inference does not check it)."""
-    channels = rw.values[node.inputs[0]].shape[1]
-    weight = rw.values[node.inputs[1]].shape
-    if groups < 1 or weight[0] != channels or channels % groups:
-        raise ModelError(f"node '{node.name}' (ConvTranspose): a weight of shape {list(weight)} with group {groups} "
-                         f"does not fit {channels} input channels")
+    """ConvTranspose(x, w, b?) with a 5-D weight -> VolumeConvTranspose; conv_transpose.py reads and checks
+    the attributes and calls this."""
     rw.add("VolumeConvTranspose", node.name, list(node.inputs[:3]), node.outputs[:1], strides=tuple(strides),
            dilations=tuple(dilations), begins=tuple(begins), group=groups)
 
