@@ -155,6 +155,29 @@ def test_opset_6_cnn_against_onnxruntime_on_its_opset_7_twin():
     assert aot.check(legacy, inputs={"x": x}, target="host").ok     # the reference runs the upgraded model
 
 
+@pytest.mark.parametrize("opset", [6, 7, 8])
+def test_batchnorm_per_activation_before_opset_9(opset):
+    """spatial=0: statistics of the shape of one sample, one value per activation."""
+    rng = np.random.default_rng(8)
+    stats = {k: (np.abs(rng.standard_normal((3, 4, 5))) + 0.5).astype(np.float32) for k in ("s", "b", "m", "v")}
+    legacy = {"is_test": 1} if opset < 7 else {}
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], spatial=0, epsilon=1e-3, **legacy)
+    model = _legacy_model([node], {"x": [2, 3, 4, 5]}, {"y": [2, 3, 4, 5]}, stats, opset)
+    x = rng.standard_normal((2, 3, 4, 5))
+    expected = (x - stats["m"]) / np.sqrt(stats["v"].astype(np.float64) + 1e-3) * stats["s"] + stats["b"]
+    got = aot.run(model, inputs={"x": x.astype(np.float32)}, target="host")["y"]
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_batchnorm_per_activation_with_per_channel_statistics_is_named(tmp_path):
+    stats = {k: np.ones(3, np.float32) for k in ("s", "b", "m", "v")}
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="bn", spatial=0)
+    model = _legacy_model([node], {"x": [2, 3, 4, 5]}, {"y": [2, 3, 4, 5]}, stats, 7)
+    with pytest.raises(ModelError, match=r"node 'bn' \(BatchNormalization\): with spatial=0 's' must have the "
+                                         r"shape of one sample, \[3, 4, 5\]"):
+        aot.build(model, target="host", out_dir=tmp_path)
+
+
 def test_an_opset_the_converter_cannot_upgrade_is_named():
     node = helper.make_node("Pad", ["x"], ["y"], paddings=[0, 0, 1, 1, 0, 0, 1, 1])
     model = _legacy_model([node], {"x": [1, 2, 3, 3]}, {"y": [1, 2, 5, 5]}, {}, opset=1)
