@@ -178,6 +178,19 @@ def test_batchnorm_per_activation_with_per_channel_statistics_is_named(tmp_path)
         aot.build(model, target="host", out_dir=tmp_path)
 
 
+def test_opset_1_reshape_by_attribute_and_concat_without_axis():
+    """Reshape-1 takes its shape as an attribute (the converter makes it an int64 Constant, which Constant
+    cannot hold before opset 9), Concat-1 defaults to axis 1."""
+    m = np.random.default_rng(9).standard_normal((24, 5))
+    nodes = [helper.make_node("Concat", ["x", "x"], ["both"]),
+             helper.make_node("Reshape", ["both"], ["flat"], shape=[2, -1]),
+             helper.make_node("MatMul", ["flat", "m"], ["y"])]
+    model = _legacy_model(nodes, {"x": [2, 3, 2, 2]}, {"y": [2, 5]}, {"m": m.astype(np.float32)}, opset=1)
+    x = np.random.default_rng(10).standard_normal((2, 3, 2, 2))
+    got = aot.run(model, inputs={"x": x.astype(np.float32)}, target="host")["y"]
+    np.testing.assert_allclose(got, np.concatenate([x, x], axis=1).reshape(2, -1) @ m, rtol=1e-5, atol=1e-5)
+
+
 def test_an_opset_the_converter_cannot_upgrade_is_named():
     node = helper.make_node("Pad", ["x"], ["y"], paddings=[0, 0, 1, 1, 0, 0, 1, 1])
     model = _legacy_model([node], {"x": [1, 2, 3, 3]}, {"y": [1, 2, 5, 5]}, {}, opset=1)

@@ -39,12 +39,39 @@ def upgrade_old_opset(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
         return proto
     legacy = _numpy_broadcasting(proto, label, opset)
     try:
-        upgraded = version_converter.convert_version(legacy, UPGRADED_OPSET)
+        upgraded = _typed_constants(version_converter.convert_version(legacy, UPGRADED_OPSET))
         onnx.checker.check_model(upgraded)
     except Exception as err:    # noqa: BLE001 - the converter raises RuntimeError, IndexError, checker errors, ...
         raise ModelError(f"{label}: imports opset {opset}; aot upgrades models older than opset {UPGRADED_OPSET} "
                          f"with onnx's version converter, which cannot upgrade this one: {_reason(err)}") from None
     return upgraded
+
+
+def _typed_constants(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """The converter writes Reshape's old `shape` attribute as an int64 Constant node, which Constant
+    before opset 9 cannot hold (its values are float): such a node becomes an initializer (listed as a
+    graph input too where the IR version asks for it)."""
+    g = proto.graph
+    floats = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE}
+    odd = {i for i, n in enumerate(g.node) if n.op_type == "Constant" and n.domain in ("", "ai.onnx")
+           and len(n.attribute) == 1 and n.attribute[0].name == "value" and n.attribute[0].t.data_type not in floats}
+    if not odd:
+        return proto
+    kept = []
+    for i, node in enumerate(g.node):
+        if i not in odd:
+            kept.append(node)
+            continue
+        tensor = onnx.TensorProto()
+        tensor.CopyFrom(node.attribute[0].t)
+        tensor.name = node.output[0]
+        g.initializer.append(tensor)
+        if proto.ir_version < 4:
+            g.input.append(helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims)))
+    nodes = [onnx.NodeProto.FromString(n.SerializeToString()) for n in kept]
+    del g.node[:]
+    g.node.extend(nodes)
+    return proto
 
 
 def _reason(err: Exception) -> str:
