@@ -1,4 +1,5 @@
-"""ONNX → Graph: load, check, freeze inputs, fix input shapes, infer shapes, map nodes one to one.
+"""ONNX → Graph: load, check, upgrade an opset older than 7 (upgrade.py), freeze inputs, fix input shapes,
+infer shapes, map nodes one to one.
 
 Nodes keep their ONNX op type and attributes here; passes turn them into the ops aot lowers.
 
@@ -25,7 +26,7 @@ from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
 from aot.errors import ModelError, OptionError, ShapeError, UnsupportedOpError
-from aot.frontend import control_flow, validate
+from aot.frontend import control_flow, upgrade, validate
 from aot.graph.evaluate import evaluate
 from aot.graph.ir import Graph, Node, Value
 
@@ -105,13 +106,33 @@ def load(model: str | os.PathLike | onnx.ModelProto,
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as err:     # one line: the checker's message spans several
         raise ModelError(f"{label}: fails the ONNX checker: {' '.join(str(err).split())}") from None
+    proto = upgrade.upgrade_old_opset(proto, label)
     original = proto
+    proto = _initializers_as_constants(proto)
     proto, frozen = freeze_inputs(proto, freeze or {}, label)
     proto = _fix_input_shapes(proto, input_shapes or {}, label)
     proto, empty = _freeze_empty_inputs(proto)
     frozen.update(empty)
     return LoadedModel(proto, _infer_static_shapes(proto, label), label, hashlib.sha256(data).hexdigest(), frozen,
                        original)
+
+
+def _initializers_as_constants(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """An initializer also listed as a graph input (as every initializer was before IR version 4, and as
+    some exporters still write them) is, in ONNX, a default value a caller may override at run time; a
+    compiled model takes it as the constant it is. Such inputs are dropped, and the IR version raised to
+    4, the first that lets an initializer not be an input: under IR 3 onnx's shape inference leaves
+    untyped an initializer that is no input, such as every constant aot folds."""
+    initializers = {t.name for t in proto.graph.initializer}
+    listed = [vi for vi in proto.graph.input if vi.name in initializers]
+    if not listed and proto.ir_version >= 4:
+        return proto
+    result = onnx.ModelProto.FromString(proto.SerializeToString())
+    kept = [vi for vi in result.graph.input if vi.name not in initializers]
+    del result.graph.input[:]
+    result.graph.input.extend(kept)
+    result.ir_version = max(result.ir_version, 4)
+    return result
 
 
 def _infer(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
@@ -150,20 +171,105 @@ def _node_fault(proto: onnx.ModelProto, message: str) -> str | None:
 
 
 def _infer_static_shapes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
+    """Every tensor's shape, from the nodes. The model's own annotations (intermediate value_info, the
+    graph outputs' shapes) are hints, and exporters leave stale ones behind (a Reshape annotated with
+    the rank it had before the graph was edited) that onnxruntime ignores; strict inference would
+    call them a contradiction. So shapes are first inferred without them; only if a tensor they
+    annotate is left unknown are they used, those the nodes contradict dropped. A graph output's
+    declared shape is the model's interface, which the compiled model's header gives: one the nodes
+    contradict is a ModelError saying both."""
+    proto = _forget_unknown_dims(proto)
+    g = proto.graph
+    hints = {vi.name for vi in g.value_info} | {vi.name for vi in g.output if vi.type.tensor_type.HasField("shape")}
+    try:
+        inferred = _resolve_shapes(_without_annotations(proto), label)
+    except ModelError:
+        if not hints:
+            raise
+        inferred = None     # perhaps an annotation says what inference cannot find: try with them
+    if inferred is not None and not _unknown_outputs(inferred) & hints:
+        _check_declared_outputs(proto, inferred, label)
+        return inferred
+    return _resolve_shapes(_consistent_annotations(proto, inferred, label), label)
+
+
+def _resolve_shapes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
     """ONNX shape inference, helped where it stops short: exporters compute shapes and pads with
     chains of small ops (Shape, Gather, Concat, Slice, Range, ConstantOfShape, ...) that inference
     does not always follow, and an If or Loop may decide on a value known only after folding. While
     some tensor's shape is unknown or control flow is left, inline control flow with constant
     decisions, fold the nodes computable from constants, and infer again. Every round removes a node
     or names a new shape, so this ends."""
-    inferred = _infer(_forget_unknown_dims(proto), label)
-    while _unknown_shapes(inferred) or control_flow.has_control_flow(inferred):
+    inferred = _infer(proto, label)
+    while _unknown_outputs(inferred) or control_flow.has_control_flow(inferred):
         helped = (control_flow.inline_constant_control_flow(inferred) or _fold_constant_nodes(inferred, label)
                   or _contrib_shapes(inferred) or control_flow.select_between_branches(inferred))
         if helped is None:
             break
         inferred = _infer(helped, label)
     return inferred
+
+
+def _without_annotations(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """The model without intermediate value_info, its graph outputs' element types kept, shapes not."""
+    result = onnx.ModelProto.FromString(proto.SerializeToString())
+    del result.graph.value_info[:]
+    for vi in result.graph.output:
+        if vi.type.HasField("tensor_type"):
+            vi.type.tensor_type.ClearField("shape")
+    return result
+
+
+def _computed_types(inferred: onnx.ModelProto) -> dict:
+    infos = list(inferred.graph.value_info) + list(inferred.graph.output)
+    return {vi.name: vi.type.tensor_type for vi in infos if vi.type.HasField("tensor_type")}
+
+
+def _check_declared_outputs(proto: onnx.ModelProto, inferred: onnx.ModelProto | None, label: str) -> None:
+    """Each graph output's declared type and shape agree with what the nodes compute (where known)."""
+    computed = _computed_types(inferred) if inferred is not None else {}
+    for vi in proto.graph.output:
+        if _contradicts(vi, computed.get(vi.name)):
+            producer = next((f" by node '{n.name}' ({n.op_type})" if n.name else f" by a {n.op_type} node"
+                             for n in proto.graph.node if vi.name in n.output), "")
+            raise ModelError(f"{label}: graph output '{vi.name}' is declared {_type_text(vi.type.tensor_type)}, "
+                             f"but is computed{producer} as {_type_text(computed[vi.name])}; a graph output's "
+                             f"declared shape is the compiled model's interface: correct it in the model, or "
+                             f"remove it to take the computed one")
+
+
+def _consistent_annotations(proto: onnx.ModelProto, inferred: onnx.ModelProto | None, label: str
+                            ) -> onnx.ModelProto:
+    """The model without the value_info entries that contradict `inferred` (the shapes inferred without
+    annotations, None if that failed)."""
+    _check_declared_outputs(proto, inferred, label)
+    computed = _computed_types(inferred) if inferred is not None else {}
+    kept = [vi for vi in proto.graph.value_info if not _contradicts(vi, computed.get(vi.name))]
+    if len(kept) == len(proto.graph.value_info):
+        return proto
+    result = onnx.ModelProto.FromString(proto.SerializeToString())
+    del result.graph.value_info[:]
+    result.graph.value_info.extend(kept)
+    return result
+
+
+def _contradicts(vi: onnx.ValueInfoProto, computed) -> bool:
+    """The annotation says another element type, rank or dimension than inference computes."""
+    if computed is None or not vi.type.HasField("tensor_type"):
+        return False
+    declared = vi.type.tensor_type
+    if declared.elem_type and computed.elem_type and declared.elem_type != computed.elem_type:
+        return True
+    if not (declared.HasField("shape") and computed.HasField("shape")):
+        return False
+    a, b = declared.shape.dim, computed.shape.dim
+    return len(a) != len(b) or any(x.HasField("dim_value") and y.HasField("dim_value") and x.dim_value != y.dim_value
+                                   for x, y in zip(a, b))
+
+
+def _type_text(ttype) -> str:
+    shape = f"[{_dims_text(ttype.shape.dim).replace('x', ', ')}]" if ttype.HasField("shape") else "of unknown shape"
+    return f"{_elem_type_name(ttype.elem_type).lower()} {shape}"
 
 
 def _forget_unknown_dims(proto: onnx.ModelProto) -> onnx.ModelProto:
@@ -290,12 +396,13 @@ def _contrib_shape(node: onnx.NodeProto, known: dict) -> tuple[int, ...] | None:
     return None
 
 
-def _unknown_shapes(proto: onnx.ModelProto) -> bool:
+def _unknown_outputs(proto: onnx.ModelProto) -> set[str]:
+    """The node outputs whose shape is not fully known."""
     known = {vi.name for vi in list(proto.graph.value_info) + list(proto.graph.output)
              if vi.type.tensor_type.HasField("shape")
              and all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim)}
     known |= {t.name for t in proto.graph.initializer}
-    return any(out and out not in known for node in proto.graph.node for out in node.output)
+    return {out for node in proto.graph.node for out in node.output if out and out not in known}
 
 
 def _fold_constant_nodes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto | None:
@@ -611,6 +718,7 @@ def to_graph(model: LoadedModel) -> Graph:
     inputs = tuple(vi.name for vi in _graph_inputs(model.inferred))
     for name in inputs:
         declare(name, "a graph input")
+    used = {name for node in g.node for name in node.input} | {vi.name for vi in g.output}
     nodes = []
     for index, node in enumerate(g.node):
         node_name = node.name or f"{node.op_type}_{index}"
@@ -629,14 +737,79 @@ def to_graph(model: LoadedModel) -> Graph:
         if node.domain not in ("", "ai.onnx", "com.microsoft") and any(out and out not in infos for out in node.output):
             raise UnsupportedOpError(f"{label}: node '{node_name}': op {node.op_type} from domain '{node.domain}' "
                                      f"is not supported (the README lists the supported ops)")
-        for name in node.output:
-            declare(name, where)
-        nodes.append(Node(node.op_type, node_name, tuple(node.input), tuple(node.output), attrs))
+        outputs = _without_untyped_unused(node, used, infos, opset)
+        try:
+            for name in outputs:
+                declare(name, where)
+        except ShapeError as err:
+            raise ShapeError(f"{err}: {_no_shape_reason(node, values, opset)}") from None
+        nodes.append(Node(node.op_type, node_name, tuple(node.input), outputs, attrs))
     outputs = tuple(vi.name for vi in g.output)
     for name in outputs:
         declare(name, "a graph output")
+    _check_interface_dtypes(values, inputs, outputs, label)
     name = os.path.splitext(label)[0]
     return Graph(name, tuple(nodes), values, constants, inputs, outputs, opset)
+
+
+def _check_interface_dtypes(values: dict[str, Value], inputs: tuple[str, ...], outputs: tuple[str, ...],
+                            label: str) -> None:
+    """The C API passes tensors of the dtypes kernels compute; a float64 or float16 input or output has
+    no kernel to read or write it, even where everything between folds."""
+    for kind, names in (("input", inputs), ("output", outputs)):
+        for name in names:
+            dtype = values[name].dtype
+            if dtype in _NO_KERNEL_DTYPES:
+                note = " (float64 builds only where it folds at compile time: constants, shape arithmetic)" \
+                    if dtype == "float64" else ""
+                raise UnsupportedOpError(f"{label}: graph {kind} '{name}' is {dtype}, which no kernel reads or "
+                                         f"writes; a compiled model's inputs and outputs are float32, integer or "
+                                         f"bool tensors{note}")
+
+
+_NO_KERNEL_DTYPES = frozenset({"float64", "float16"})
+
+
+def _without_untyped_unused(node: onnx.NodeProto, used: set[str], infos: dict, opset: int) -> tuple[str, ...]:
+    """The node's outputs, an optional one that nothing reads and shape inference leaves untyped
+    omitted (""), as ONNX spells an output not asked for: old opsets give some no inference rule
+    (Dropout's mask before opset 10), and an output nobody reads needs no shape."""
+    def typed(name: str) -> bool:
+        vi = infos.get(name)
+        return vi is not None and vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")
+
+    if node.domain not in ("", "ai.onnx") or all(not name or name in used or typed(name) for name in node.output):
+        return tuple(node.output)
+    try:
+        formal = onnx.defs.get_schema(node.op_type, max_inclusive_version=opset, domain="").outputs
+    except onnx.defs.SchemaError:
+        return tuple(node.output)
+    optional = onnx.defs.OpSchema.FormalParameterOption.Optional
+    return tuple("" if name and name not in used and not typed(name) and i < len(formal)
+                 and formal[i].option == optional else name for i, name in enumerate(node.output))
+
+
+def _no_shape_reason(node: onnx.NodeProto, values: dict[str, Value], opset: int) -> str:
+    """Why a node's output has no shape, all its inputs having one: what onnx's inference rule for the
+    node says about those inputs."""
+    given = [i for i in node.input if i]
+    shapes = ", ".join(f"'{i}' {'x'.join(map(str, values[i].shape)) or 'scalar'} {values[i].dtype}" for i in given)
+    inputs = f"its inputs are {shapes}" if given else "it has no inputs"
+    if node.domain not in ("", "ai.onnx"):
+        return f"{inputs}, and onnx has no shape rule for domain '{node.domain}'"
+    try:
+        schema = onnx.defs.get_schema(node.op_type, max_inclusive_version=opset, domain="")
+        types = {i: onnx.helper.make_tensor_type_proto(onnx.helper.np_dtype_to_tensor_dtype(np.dtype(values[i].dtype)),
+                                                       list(values[i].shape)) for i in given}
+        inferred = onnx.shape_inference.infer_node_outputs(schema, node, types,
+                                                           opset_imports=[onnx.helper.make_opsetid("", opset)])
+    except (onnx.defs.SchemaError, onnx.shape_inference.InferenceError, TypeError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return f"{inputs}, on which onnx's {node.op_type} rule at opset {opset} fails: {first}"
+    if all(o in inferred and inferred[o].tensor_type.HasField("shape") for o in node.output if o):
+        return (f"{inputs}, from which onnx's {node.op_type} rule at opset {opset} gives it a shape, but shape "
+                f"inference of the whole model left it unknown (an internal error: please report it)")
+    return f"{inputs}, from which onnx's {node.op_type} rule at opset {opset} gives it no shape"
 
 
 def _constant_value(attrs: dict, label: str, node_name: str) -> np.ndarray:

@@ -44,6 +44,7 @@ from aot.kernel.ir import (
     select,
 )
 from aot.ops import LowerContext
+from aot.ops.conv_volume import canonical_volume_conv
 from aot.ops.epilogue import apply
 from aot.ops.quantized import add_quantized, quantize, requantize_fixed, widen
 from aot.ops.registry import MATRIX_OPERANDS, Fusion, Layout, QuantForm, define, op_def, operand
@@ -992,9 +993,13 @@ def _check_group(rw: Rewriter, node: Node) -> None:
 
 def canonical_conv(rw: Rewriter, node: Node) -> None:
     """1-D and 2-D convolutions with constant weights; a 1-D one runs as 2-D over a height of 1. A weight
-    or bias computed at run time takes a direct convolution instead (conv_direct.py)."""
+    or bias computed at run time takes a direct convolution instead (conv_direct.py), and so does a 3-D
+    convolution (conv_volume.py)."""
     _check_group(rw, node)
     x, weight, bias = (operand(node, name) for name in ("x", "weight", "bias"))
+    if len(rw.values[weight].shape) == 5:      # 3-D: direct loops over the model's NCDHW layout
+        canonical_volume_conv(rw, node)
+        return
     if any(name and name not in rw.constants for name in (weight, bias)):
         from aot.ops.conv_direct import canonical_conv_computed  # that module builds on this one
         canonical_conv_computed(rw, node)

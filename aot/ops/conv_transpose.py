@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from aot.errors import ModelError
 from aot.graph.ir import Node, Rewriter
+from aot.ops.conv_volume import add_volume_conv_transpose
 from aot.ops.registry import define
 from aot.ops.rewrite import const_input, refuse, view
 
@@ -55,7 +57,8 @@ def _phase_weights(w: np.ndarray, groups: int, strides, dilations, taps, fill=0)
 
 def _begin_pads(rw: Rewriter, node: Node, spatial, kernel, strides, dilations) -> list[int]:
     """Where the output starts in the full result: the begin pads, explicit or from auto_pad/output_shape
-    (ONNX's rule: for an odd total, SAME_UPPER and explicit output_shape put the extra pad at the end)."""
+    (ONNX's rule, which onnxruntime follows: for an odd total, SAME_UPPER puts the extra pad at the end,
+    SAME_LOWER and an output_shape without auto_pad at the beginning)."""
     rank = len(spatial)
     auto_pad = node.attrs.get("auto_pad", "NOTSET")
     out_shape = node.attrs.get("output_shape")
@@ -67,7 +70,7 @@ def _begin_pads(rw: Rewriter, node: Node, spatial, kernel, strides, dilations) -
         begins = []
         for n, k, s, d, a, t in zip(spatial, kernel, strides, dilations, adj, targets):
             total = max(0, s * (n - 1) + a + (k - 1) * d + 1 - t)
-            begins.append(total - total // 2 if auto_pad == "SAME_LOWER" else total // 2)
+            begins.append(total // 2 if auto_pad == "SAME_UPPER" else total - total // 2)
         return begins
     return list(node.attrs.get("pads", (0,) * (2 * rank))[:rank])
 
@@ -109,22 +112,35 @@ def _direct_operands(rw: Rewriter, node: Node, w4: tuple[int, ...], groups: int,
     return matrix, _gathered(rw, node, bias, tiled, "phase_b", pad=False)
 
 
+def _check_channels(rw: Rewriter, node: Node, weight: tuple[int, ...], groups: int) -> None:
+    """The weight's first axis spans the input channels, which `group` divides (onnx's inference checks
+    neither)."""
+    channels = rw.values[node.inputs[0]].shape[1]
+    if groups < 1 or weight[0] != channels or channels % groups:
+        raise ModelError(f"node '{node.name}' (ConvTranspose): a weight of shape {list(weight)} with group {groups} "
+                         f"does not fit {channels} input channels")
+
+
 def canonical_conv_transpose(rw: Rewriter, node: Node) -> None:
     """ConvTranspose -> Conv (constant weights, packed) or ConvDirect (a weight or bias computed at run
-    time), then PhaseInterleave; 1-D as 2-D over a height of 1."""
+    time), then PhaseInterleave; 1-D as 2-D over a height of 1; 3-D as direct loops (conv_volume.py)."""
     wshape = rw.values[node.inputs[1]].shape
     rank = len(wshape) - 2
-    if rank not in (1, 2):
-        raise refuse(node, f"{rank}-D transposed convolution is not supported (1-D and 2-D are)")
+    if rank not in (1, 2, 3):
+        raise refuse(node, f"{rank}-D transposed convolution is not supported (1-D to 3-D are)")
     x, y = node.inputs[0], node.outputs[0]
     xs, ys = rw.values[x].shape, rw.values[y].shape
     kernel = tuple(wshape[2:])
     strides = tuple(node.attrs.get("strides", (1,) * rank))
     dilations = tuple(node.attrs.get("dilations", (1,) * rank))
     groups = int(node.attrs.get("group", 1))
+    _check_channels(rw, node, wshape, groups)
     begins = _begin_pads(rw, node, xs[2:], kernel, strides, dilations)
     if any(p < 0 for p in begins):
         raise refuse(node, "negative pads are not supported")
+    if rank == 3:       # direct loops over NCDHW
+        add_volume_conv_transpose(rw, node, strides, dilations, begins, groups)
+        return
     w4 = tuple(wshape)
     if rank == 1:       # as 2-D over a height of 1
         xs, ys, kernel, strides, dilations, begins = ((xs[0], xs[1], 1, xs[2]), (ys[0], ys[1], 1, ys[2]),

@@ -13,7 +13,7 @@ from aot.kernel.ir import Broadcast, Builder, Cast, Expr, Kernel, binop, const, 
 from aot.ops import DTYPES, LowerContext
 from aot.ops.elementwise import canonical_float_mod, elementwise_loops
 from aot.ops.registry import ALL_DTYPES, Layout, broadcast_shape, define, same_shape
-from aot.ops.rewrite import refuse, view
+from aot.ops.rewrite import FLOAT64_NOTE, refuse, view
 
 _COMPARE = {"Equal": "eq", "Less": "lt", "Greater": "gt", "LessOrEqual": "le", "GreaterOrEqual": "ge"}
 _LOGIC = {"And": "and", "Or": "or", "Xor": "xor"}
@@ -99,6 +99,8 @@ def mod(ctx: LowerContext, node: Node, name: str) -> Kernel:
 # --- ONNX ops ------------------------------------------------------------------------------------------
 
 _ONNX_TYPES = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64", 9: "bool"}
+_OTHER_TYPES = {4: "uint16", 5: "int16", 8: "string", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64",
+                16: "bfloat16"}
 
 
 def canonical_keep(rw: Rewriter, node: Node) -> None:
@@ -111,8 +113,10 @@ def canonical_cast(rw: Rewriter, node: Node) -> None:
     x, out = node.inputs[0], node.outputs[0]
     dst = rw.values[out].dtype
     if node.op == "Cast" and node.attrs.get("to") not in _ONNX_TYPES:
-        raise refuse(node, f"casting to TensorProto type {node.attrs.get('to')} is not supported "
-                           f"(float32, uint8, int8, int32, int64, bool)")
+        to = node.attrs.get("to")
+        name = _OTHER_TYPES.get(to, f"TensorProto type {to}")
+        raise refuse(node, f"casting '{x}' to {name} at run time is not supported (float32, uint8, int8, int32, "
+                           f"int64, bool){FLOAT64_NOTE if name == 'float64' else ''}")
     if dst not in DTYPES or dst == "int16":
         raise refuse(node, f"casting to {dst} is not supported (float32, uint8, int8, int32, int64, bool)")
     if rw.values[x].dtype == dst:

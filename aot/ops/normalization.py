@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from aot.errors import ModelError
 from aot.graph.ir import Node, Rewriter
 from aot.kernel import math as kmath
 from aot.kernel.ir import Buffer, Builder, Expr, Kernel, Reduce, Var, binop, const, fma, maximum, minimum, select
@@ -272,6 +273,24 @@ define("MeanVarianceNormalization", canonical=canonical_mvn)
 
 # --- BatchNormalization ----------------------------------------------------------------------------------
 
+def _per_activation_batchnorm(rw: Rewriter, node: Node, eps: float) -> None:
+    """BatchNormalization with spatial=0 (before opset 9): scale, bias, mean and variance have the shape
+    C x D1 x ... x Dn of one sample, one value per activation; y = x * a + b broadcast over the batch."""
+    x, out = node.inputs[0], node.outputs[0]
+    sample = rw.values[x].shape[1:]
+    stats = [const_input(rw, node, i, what) for i, what in enumerate(("scale", "bias", "mean", "variance"), start=1)]
+    for name, value in zip(node.inputs[1:5], stats):
+        if tuple(value.shape) != sample:
+            raise ModelError(f"node '{node.name}' (BatchNormalization): with spatial=0 '{name}' must have the shape "
+                             f"of one sample, {list(sample)} (one value per activation), not {list(value.shape)}")
+    gamma, beta, mean, var = (value.astype(np.float64) for value in stats)
+    a = gamma / np.sqrt(var + eps)
+    scaled = rw.like(out + "_scaled", x)
+    rw.add("Mul", node.name + "_mul", [x, rw.constant(node.name + "_scale", a.astype(np.float32))], [scaled])
+    rw.add("Add", node.name + "_add", [scaled, rw.constant(node.name + "_shift", (beta - mean * a).astype(np.float32))],
+           [out])
+
+
 def canonical_batchnorm(rw: Rewriter, node: Node) -> None:
     """Inference-mode BatchNormalization. With constant statistics the node stays for fold_batchnorm;
     with any computed, y = x * a + b with a = scale / sqrt(var + eps) and b = bias - mean * a,
@@ -280,6 +299,9 @@ def canonical_batchnorm(rw: Rewriter, node: Node) -> None:
         _training_batchnorm(rw, node)
         return
     eps = float(node.attrs.get("epsilon", 1e-5))
+    if not node.attrs.get("spatial", 1):       # opsets 7 and 8: statistics per activation
+        _per_activation_batchnorm(rw, node, eps)
+        return
     if all(name in rw.constants for name in node.inputs[1:5]):
         for i, what in enumerate(("scale", "bias", "mean", "variance"), start=1):
             const_input(rw, node, i, what)

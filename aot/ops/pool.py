@@ -3,6 +3,8 @@ GlobalAveragePool, GlobalMaxPool."""
 
 from __future__ import annotations
 
+from math import prod
+
 from aot.graph.ir import Node, Rewriter
 from aot.graph.quant import RANGES, Quant, node_quant
 from aot.kernel import math
@@ -142,13 +144,13 @@ def canonical_global_pool(rw: Rewriter, node: Node) -> None:
     shape = rw.values[node.inputs[0]].shape
     if len(shape) == 4:
         rw.keep(node.with_(attrs=fused_acts(node)))
-    elif len(shape) == 3:
-        x2 = view(rw, node, node.inputs[0], shape[:2] + (1, shape[2]))
+    elif len(shape) >= 3:     # 1-D, 3-D, ...: the spatial axes seen as one row of a 2-D input
+        x2 = view(rw, node, node.inputs[0], shape[:2] + (1, prod(shape[2:])))
         out2 = rw.like(node.outputs[0] + "_2d", node.outputs[0], shape[:2] + (1, 1))
         rw.add(node.op, node.name, [x2], [out2], **fused_acts(node))
         view(rw, node, out2, rw.values[node.outputs[0]].shape, node.outputs[0])
     else:
-        raise refuse(node, f"input of rank {len(shape)} is not supported (rank 3 or 4)")
+        raise refuse(node, f"input of rank {len(shape)} is not supported (rank 3 or more)")
 
 
 _INT8 = frozenset({"float32", "int8", "uint8"})

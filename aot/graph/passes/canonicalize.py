@@ -21,6 +21,7 @@ from aot.errors import UnsupportedOpError
 from aot.graph.ir import Graph, Node, Rewriter
 from aot.graph.quant import node_quant
 from aot.ops.registry import op_def
+from aot.ops.rewrite import FLOAT64_NOTE
 
 _QUANTIZED = frozenset({"int8", "uint8"})    # what a node carrying quantization parameters may read
 
@@ -45,5 +46,6 @@ def _check_dtypes(rw: Rewriter, node: Node, allowed: frozenset[str]) -> None:
             continue
         dtype = rw.values[name].dtype
         if dtype not in allowed:
+            note = FLOAT64_NOTE if dtype == "float64" else ""
             raise UnsupportedOpError(f"node '{node.name}' ({node.op}): input '{name}' is {dtype}; this op takes "
-                                     f"{', '.join(sorted(allowed))} tensors")
+                                     f"{', '.join(sorted(allowed))} tensors{note}")
