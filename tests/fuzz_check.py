@@ -194,14 +194,20 @@ def arbitrate(graph: GraphFacts, name: str, out, ref, exact) -> str:
 
 
 def float64_outputs(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
-    """The graph evaluated in float64 by onnx.reference; None if it cannot be."""
+    """The graph evaluated in float64 by onnx.reference; where it cannot run an op in float64, in
+    float32 (then a second, independent float32 reference, arbitrating onnxruntime's own errors, such
+    as its MeanVarianceNormalization's 0/0 where the ONNX function adds an epsilon); None if neither."""
     from onnx.reference import ReferenceEvaluator
+    names = [o.name for o in model.graph.output]
     try:
         wide = to_float64(model)
         feeds = {k: (v.astype(np.float64) if v.dtype == np.float32 else v) for k, v in inputs.items()}
-        names = [o.name for o in wide.graph.output]
         return dict(zip(names, ReferenceEvaluator(wide).run(None, feeds)))
-    except Exception:          # noqa: BLE001 - an op the reference cannot run in float64: no arbitration
+    except Exception:          # noqa: BLE001 - an op the reference cannot run in float64
+        pass
+    try:
+        return dict(zip(names, ReferenceEvaluator(model).run(None, inputs)))
+    except Exception:          # noqa: BLE001 - no arbitration
         return None
 
 

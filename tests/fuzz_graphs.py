@@ -424,7 +424,8 @@ def conv_geometry(b: Builder, spatial: tuple[int, ...], transpose: bool = False)
     attrs: dict = {"kernel_shape": kernel, "strides": strides}
     if any(d != 1 for d in dilations):
         attrs["dilations"] = dilations
-    if b.coin(0.2) and not transpose:
+    if b.coin(0.2) and not transpose and all(d == 1 for d in dilations):
+        # (onnxruntime does not dilate SAME windows: refused for Conv, another output size for MaxPool)
         attrs["auto_pad"] = b.choice(["SAME_UPPER", "SAME_LOWER", "VALID"])
         if attrs["auto_pad"] == "VALID" and any(
                 s < dilations[i] * (kernel[i] - 1) + 1 for i, s in enumerate(spatial)):
@@ -984,7 +985,8 @@ def make_gather(b: Builder) -> None:
     else:
         k = int(b.rng.integers(1, x.rank + 1))
         batch = b.random_shape(int(b.rng.integers(0, 3)), 1, 3)
-        values = np.stack([b.rng.integers(-d, d, batch) for d in x.shape[:k]], axis=-1).astype(np.int64)
+        # non-negative: onnxruntime rejects negative GatherND indices (ONNX allows them)
+        values = np.stack([b.rng.integers(0, d, batch) for d in x.shape[:k]], axis=-1).astype(np.int64)
         idx = b.new_input(values.shape, "int64", values) if b.coin(0.6) else b.constant(values, register=False)
         b.one(op, [x, idx], batch + x.shape[k:], x.dtype, **moved(x))
 
