@@ -92,18 +92,25 @@ def materialize_outputs(graph: Graph) -> Graph:
     rw = Rewriter(graph)
     claimed: set[str] = set()
     copies: dict[str, str] = {}
+    moved: dict[str, str] = {}      # constant outputs: their new names, which their readers read
     for out in graph.outputs:
         r = root(out)
         if out in graph.constants:
-            rw.add("Copy", out + "_copy", [rw.constant(out + "_value", rw.constants.pop(out))], [out])
+            moved[out] = rw.constant(out + "_value", rw.constants.pop(out))
+            rw.add("Copy", out + "_copy", [moved[out]], [out])
         elif out not in producers:
             raise UnsupportedOpError(f"graph output '{out}' is also a graph input: aot needs it computed by the model")
         elif r in graph.inputs or r in graph.constants or r in claimed:
             copies[out] = rw.like(out + "_src", out)
         else:
             claimed.add(r)
+    # A copied output's readers read its source: a view of it that is an output itself claimed that
+    # storage above, and must see the value there, not in the copy (which would leave it unwritten).
+    # A kernel reading a constant output (a weight) reads the constant under its new name.
+    reads = {**copies, **moved}
     for node in graph.nodes:
-        rw.keep(node.with_(outputs=tuple(copies.get(out, out) for out in node.outputs)))
+        rw.keep(node.with_(inputs=tuple(reads.get(i, i) for i in node.inputs),
+                           outputs=tuple(copies.get(out, out) for out in node.outputs)))
         for out in node.outputs:
             if out in copies:
                 rw.add("Copy", out + "_copy", [copies[out]], [out])

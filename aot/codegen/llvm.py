@@ -117,7 +117,11 @@ class ModuleBuilder:
         set.add(fn.attributes, '"no-builtins"')   # keep LLVM from turning loops into memcpy/memset calls
         for arg, buf in zip(fn.args, kernel.params):
             arg.name = buf.name
-            arg.add_attribute("noalias")
+            # A kernel that may write its output over a dying input (its Reuse) is correct only in the
+            # order its loops run; noalias would let LLVM move a store above a load of the same bytes
+            # (the AArch64 scheduler did, in a backward depthwise convolution).
+            if not kernel.reuse:
+                arg.add_attribute("noalias")
         _FunctionEmitter(self, fn, dict(zip(kernel.params, fn.args))).emit(kernel.body)
 
     def optimized(self) -> llvm.ModuleRef:

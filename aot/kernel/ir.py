@@ -323,7 +323,9 @@ def maximum(a, b) -> Expr: return binop("max", a, b)
 def fma(a: Expr, b: Expr, c: Expr) -> Expr: return Fma(*_splat(a, b, c))
 def select(cond: Expr, a, b) -> Expr:
     a, b = as_expr(a, b if isinstance(b, Expr) else None), as_expr(b, a if isinstance(a, Expr) else None)
-    return Select(cond, *_splat(a, b))
+    # the condition too: a scalar operand of a vector kernel (Pow of a broadcast base) makes scalar
+    # conditions meet vector values, and the other way round
+    return Select(*_splat(cond, a, b))
 
 
 def _splat(*exprs: Expr) -> list[Expr]:

@@ -77,6 +77,14 @@ class _Chains:
         self.encodings = encodings
         self.producers = graph.producers()
         self.users = graph.consumers()
+        self._from_constants: set[str] = set()
+        for node in graph.nodes:          # in topological order
+            if not op_def(node.op).random and all(self.computable(i) for i in node.inputs):
+                self._from_constants.update(node.outputs)
+
+    def computable(self, name: str) -> bool:
+        """`name` is a constant or made from constants only: fold_constants will evaluate it."""
+        return not name or name in self.graph.constants or name in self._from_constants
 
     def const(self, name: str):
         return self.graph.constants.get(name) if name else None
@@ -153,6 +161,10 @@ def _match(chains: _Chains, rw: Rewriter, node: Node) -> tuple[Node, list[Node]]
     definition = op_def(node.op)
     form = definition.quant
     if form is QuantForm.NONE:
+        return None
+    if all(chains.computable(i) for i in node.inputs):
+        # made from constants only: fold_constants evaluates the float op with ONNX semantics. The integer
+        # form would fold as the float op too, but on the codes, without the rescale between encodings.
         return None
     out = chains.quantized_output(node.outputs[0])
     if out is None:
