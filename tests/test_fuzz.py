@@ -25,8 +25,6 @@ KNOWN_REFUSALS = ("negative pads (cropping) are not supported",)
 KNOWN_BUGS = (
     ("refused", re.compile(r"cannot infer the shape .*\(GroupNormalization\)"), "test_group_normalization_opset_21"),
     ("refused", re.compile(r"cannot infer the shape .*\(GatherND\)"), "test_gather_nd_to_a_scalar"),
-    ("crash", re.compile(r"ValueError: cannot reshape array of size \d+ into shape"),
-     "test_grouped_conv_transpose_of_a_constant"),
 )
 
 
@@ -199,12 +197,10 @@ def test_pow_of_a_broadcast_scalar_base(target):
     assert check(model, inputs, target).kind == "pass", check(model, inputs, target)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: onnx.reference's ConvTranspose fails for group > 1 and aot's "
-                   "fold_constants lets its ValueError out (a crash); not folding instead then fails in to_nhwc, "
-                   "which expects a computed input")
 def test_grouped_conv_transpose_of_a_constant():
     """Seed 2026, graph 97: ConvTranspose(group=2) whose data input is a constant (there a
-    DequantizeLinear of an int8 constant)."""
+    DequantizeLinear of an int8 constant). onnx.reference's ConvTranspose fails for group > 1, so
+    fold_constants leaves it to aot's kernel, its data copied in at run time."""
     rng = np.random.default_rng(0)
     inits = [numpy_helper.from_array(rng.standard_normal((7, 4, 1, 1)).astype(np.float32), "x"),
              numpy_helper.from_array(rng.standard_normal((4, 3, 1, 2)).astype(np.float32), "w")]
@@ -285,13 +281,11 @@ def test_pool_ceil_mode_window_in_the_padding():
     assert outcome.kind == "pass", outcome
 
 
-@pytest.mark.xfail(strict=True, reason="bug: fold_constants evaluates constant nodes with onnx.reference and lets its "
-                   "errors out: its GlobalMaxPool of a 3-D tensor returns the wrong shape (ValueError in the reshape), "
-                   "its MaxPool ignores explicit pads (RuntimeError: output shape cannot be negative)")
 @pytest.mark.parametrize("op", ["GlobalMaxPool", "MaxPool"])
 def test_pooling_of_a_constant(op):
     """Seed 1, graphs 219 (GlobalMaxPool of a [1, 6, 1] constant) and 820 (MaxPool, kernel 3, pads 1, 2 of
-    a [1, 1, 1] constant)."""
+    a [1, 1, 1] constant): onnx.reference gives the first the wrong shape and refuses the second's pads,
+    so aot's kernels compute them."""
     if op == "GlobalMaxPool":
         c, node, shape = np.arange(6, dtype=np.float32).reshape(1, 6, 1), helper.make_node(op, ["c"], ["y"]), [1, 6, 1]
     else:

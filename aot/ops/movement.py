@@ -276,7 +276,10 @@ define("Pad", canonical=canonical_pad, lower=pad, layout=Layout.FOLLOW, axis_att
 define("Slice", canonical=canonical_slice, lower=slice_, layout=Layout.FOLLOW, moves_values=True, dtypes=ALL_DTYPES,
        axis_attrs={"starts": AxisAttr.PER_AXIS, "steps": AxisAttr.PER_AXIS})
 define("Split", canonical=canonical_split, dtypes=ALL_DTYPES)
-define("Copy", lower=copy, moves_values=True, dtypes=ALL_DTYPES, check=same_size)
+# Copy is aot's own (no ONNX model has it): fold_constants makes one to compute a constant at run time
+# that onnx.reference cannot evaluate, and canonicalize keeps it.
+define("Copy", canonical=lambda rw, node: rw.keep(node), lower=copy, moves_values=True, dtypes=ALL_DTYPES,
+       check=same_size)
 
 
 def _row_bytes(graph: Graph, value: str) -> int:
