@@ -191,7 +191,7 @@ def _session(ort, model: bytes):
     def session(precise_uint8: bool):
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
-        options.log_severity_level = 3      # errors only: a refused model is reported once, by us
+        options.log_severity_level = 4      # fatal only: an error is reported once, by us, as one line
         options.add_session_config_entry("session.qdqisint8allowed", "1")
         options.add_session_config_entry("session.x64quantprecision", "1" if precise_uint8 else "0")
         return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])

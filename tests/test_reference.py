@@ -5,7 +5,6 @@ where onnxruntime is the inaccurate side the run passes and says so; where aot i
 
 from __future__ import annotations
 
-import contextlib
 import json
 import subprocess
 import sys
@@ -15,9 +14,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from oracle import make_model
+from test_bisect import perturbed
 
 import aot
-from aot import ops
 from aot import reference as checks
 from aot.arbitrate import lines
 from aot.cli import main
@@ -28,32 +27,26 @@ def cli(*args, cwd=None):
     return subprocess.run([sys.executable, "-m", "aot", *map(str, args)], capture_output=True, text=True, cwd=cwd)
 
 
-@contextlib.contextmanager
-def perturbed(node: str, amount: float):
-    """Builds inside add `amount` to every element of aot node `node`'s output."""
-    ops.PERTURB[node] = amount
-    try:
-        yield
-    finally:
-        del ops.PERTURB[node]
 
 
-def gemm_opset6() -> onnx.ModelProto:
-    """Gemm with the legacy `broadcast` attribute (opset 6), which onnxruntime has no kernel for."""
-    rng = np.random.default_rng(0)
-    w = rng.standard_normal((3, 4)).astype(np.float32)
-    c = np.arange(3, dtype=np.float32)
-    node = helper.make_node("Gemm", ["x", "w", "c"], ["y"], name="gemm", broadcast=1, transB=1)
-    graph = helper.make_graph(
-        [node], "gemm6",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4]),
-         helper.make_tensor_value_info("w", TensorProto.FLOAT, [3, 4]),      # IR 3: initializers are inputs
-         helper.make_tensor_value_info("c", TensorProto.FLOAT, [3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
-        initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(c, "c")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 6)], ir_version=3)
-    onnx.checker.check_model(model)
-    return model
+def dilated_same() -> onnx.ModelProto:
+    """A Conv with dilations and auto_pad SAME_UPPER, valid ONNX that onnxruntime refuses to run
+    ("Dilation not supported for AutoPadType::SAME_UPPER")."""
+    w = np.random.default_rng(0).standard_normal((2, 1, 3, 3)).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="conv", dilations=[2, 2], auto_pad="SAME_UPPER")
+    return make_model([node], {"x": (1, 1, 6, 6)}, {"y": (1, 2, 6, 6)}, {"w": w})
+
+
+def exact_dilated_same(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    """The Conv above in float64: the dilated 3x3 window spans 5, so 2 pads on every side."""
+    w = numpy_helper.to_array(model.graph.initializer[0]).astype(np.float64)
+    padded = np.pad(x.astype(np.float64)[0, 0], 2)
+    y = np.zeros((1, 2, 6, 6))
+    for o in range(2):
+        for i in range(3):
+            for j in range(3):
+                y[0, o] += w[o, 0, i, j] * padded[2 * i:2 * i + 6, 2 * j:2 * j + 6]
+    return y
 
 
 def tiny_logits(pool: bool = False) -> onnx.ModelProto:
@@ -83,7 +76,7 @@ def exact_sigmoid(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
 def files(tmp_path_factory):
     folder = tmp_path_factory.mktemp("models")
     paths = {}
-    for name, model in (("gemm6", gemm_opset6()), ("logits", tiny_logits()), ("logits_pool", tiny_logits(True))):
+    for name, model in (("dilated", dilated_same()), ("logits", tiny_logits()), ("logits_pool", tiny_logits(True))):
         paths[name] = folder / f"{name}.onnx"
         onnx.save(model, paths[name])
     return paths
@@ -91,24 +84,22 @@ def files(tmp_path_factory):
 
 # --- the fallback to onnx.reference ----------------------------------------------------------------
 
-def test_onnxruntime_refuses_the_opset6_model(files):
-    proto = onnx.load(files["gemm6"])
-    with pytest.raises(RunError, match=r"the reference, onnxruntime, cannot run it: .*Gemm\(6\)"):
+def test_onnxruntime_refuses_the_dilated_same_conv(files):
+    proto = onnx.load(files["dilated"])
+    with pytest.raises(RunError, match=r"the reference, onnxruntime, cannot run it: .*Dilation not supported"):
         checks.reference_outputs(proto, checks.random_inputs(proto))
 
 
 def test_fallback_to_onnx_reference(files):
-    result = aot.check(files["gemm6"])
-    assert result.ok and result.reference_used == "onnx" and "Gemm(6)" in result.fallback_reason
-    proto = onnx.load(files["gemm6"])
-    w, c = (numpy_helper.to_array(t) for t in proto.graph.initializer)
-    x = result.inputs["x"].astype(np.float64)
-    np.testing.assert_allclose(result.outputs["y"], x @ w.T.astype(np.float64) + c, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(result.reference["y"], x @ w.T.astype(np.float64) + c, rtol=1e-5, atol=1e-5)
+    result = aot.check(files["dilated"])
+    assert result.ok and result.reference_used == "onnx" and "Dilation not supported" in result.fallback_reason
+    exact = exact_dilated_same(onnx.load(files["dilated"]), result.inputs["x"])
+    np.testing.assert_allclose(result.outputs["y"], exact, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(result.reference["y"], exact, rtol=1e-5, atol=1e-5)
 
 
 def test_cli_fallback_says_so(files):
-    proc = cli("run", files["gemm6"])
+    proc = cli("run", files["dilated"])
     assert proc.returncode == 0, proc.stderr
     assert "note: onnxruntime cannot run the model ([ONNXRuntimeError]" in proc.stdout
     assert "the reference is onnx.reference instead" in proc.stdout
@@ -117,7 +108,7 @@ def test_cli_fallback_says_so(files):
 
 
 def test_cli_fallback_under_bisect(files, capsys):
-    assert main(["run", str(files["gemm6"]), "--bisect"]) == 0
+    assert main(["run", str(files["dilated"]), "--bisect"]) == 0
     out = capsys.readouterr().out
     assert "the reference is onnx.reference instead" in out and "vs onnx.reference, node by node" in out
 
@@ -289,7 +280,7 @@ def test_bisect_needs_a_reference(files):
 
 @pytest.mark.parametrize("command", ["run", "bench"])
 def test_bad_reference_is_one_line(files, command):
-    proc = cli(command, files["gemm6"], "--reference", "tvm")
+    proc = cli(command, files["dilated"], "--reference", "tvm")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == ["aot: error: reference 'tvm' is not one of onnxruntime, onnx, none"]
 
@@ -302,10 +293,10 @@ def test_bad_reference_in_the_api_before_building(tmp_path):
 def test_bench_compares_with_the_fallback(files):
     from aot.bench import bench
 
-    result = bench(files["gemm6"], repeat=2)
-    assert result.ok and result.reference == "onnx" and "Gemm(6)" in result.fallback_reason
+    result = bench(files["dilated"], repeat=2)
+    assert result.ok and result.reference == "onnx" and "Dilation not supported" in result.fallback_reason
     assert [c.output for c in result.comparisons] == ["y"]
-    none = bench(files["gemm6"], repeat=2, reference="none")
+    none = bench(files["dilated"], repeat=2, reference="none")
     assert none.reference == "none" and none.comparisons == []
 
 

@@ -85,14 +85,14 @@ def select_between_branches(proto: onnx.ModelProto) -> onnx.ModelProto | None:
         prefix = node.name or f"If_{index}"
         then_nodes, then_inits, then_outs = _inline(_subgraph(node, "then_branch"), {}, f"{prefix}/then/", taken)
         else_nodes, else_inits, else_outs = _inline(_subgraph(node, "else_branch"), {}, f"{prefix}/else/", taken)
-        scalar_shape = _fresh(f"{prefix}/scalar_shape", taken)
-        cond = _fresh(f"{prefix}/condition", taken)
+        scalar_shape = fresh_name(f"{prefix}/scalar_shape", taken)
+        cond = fresh_name(f"{prefix}/condition", taken)
         initializers += then_inits + else_inits + [numpy_helper.from_array(np.zeros(0, np.int64), scalar_shape)]
         nodes += then_nodes + else_nodes
         nodes.append(onnx.helper.make_node("Reshape", [node.input[0], scalar_shape], [cond], name=cond))
         for i, (a, b, out) in enumerate(zip(then_outs, else_outs, node.output)):
             if out:
-                nodes.append(onnx.helper.make_node("Where", [cond, a, b], [out], name=_fresh(f"{prefix}/select_{i}",
+                nodes.append(onnx.helper.make_node("Where", [cond, a, b], [out], name=fresh_name(f"{prefix}/select_{i}",
                                                                                               taken)))
         changed = True
     return _with_nodes(proto, nodes, initializers) if changed else None
@@ -141,7 +141,8 @@ def _all_names(g: onnx.GraphProto) -> set[str]:
     return names
 
 
-def _fresh(name: str, taken: set[str]) -> str:
+def fresh_name(name: str, taken: set[str]) -> str:
+    """`name`, or the first of name_1, name_2, ... not in `taken` (which then holds it)."""
     candidate, n = name, 1
     while candidate in taken:
         candidate, n = f"{name}_{n}", n + 1
@@ -157,7 +158,7 @@ def _inline(sub: onnx.GraphProto, bindings: dict[str, str], prefix: str, taken: 
     rename = dict(bindings)
     for name in [t.name for t in sub.initializer] + [o for n in sub.node for o in n.output if o]:
         if name not in rename:
-            rename[name] = _fresh(prefix + name, taken)
+            rename[name] = fresh_name(prefix + name, taken)
     inits = []
     for t in sub.initializer:
         copy = onnx.TensorProto()
@@ -191,7 +192,7 @@ def _rename_node(node: onnx.NodeProto, rename: dict[str, str]) -> None:
 def _identities(sources: Iterable[str], targets: Iterable[str], prefix: str, taken: set[str]
                 ) -> list[onnx.NodeProto]:
     """Identity nodes giving a subgraph's outputs the names the control-flow node's outputs had."""
-    return [onnx.helper.make_node("Identity", [src], [dst], name=_fresh(f"{prefix}/output_{i}", taken))
+    return [onnx.helper.make_node("Identity", [src], [dst], name=fresh_name(f"{prefix}/output_{i}", taken))
             for i, (src, dst) in enumerate(zip(sources, targets)) if dst]
 
 
@@ -250,10 +251,10 @@ def _unroll(node: onnx.NodeProto, constants: dict[str, onnx.TensorProto], prefix
     nodes: list[onnx.NodeProto] = []
     inits: list[onnx.TensorProto] = []
     scans: list[list[str]] = [[] for _ in body.output[1 + n_carried:]]
-    true = _fresh(f"{prefix}/true", taken)
+    true = fresh_name(f"{prefix}/true", taken)
     inits.append(numpy_helper.from_array(np.array(True), true))
     for i in range(count):
-        iteration = _fresh(f"{prefix}/{i}/iteration", taken)
+        iteration = fresh_name(f"{prefix}/{i}/iteration", taken)
         inits.append(numpy_helper.from_array(np.array(i, np.int64), iteration))
         bindings = {body.input[0].name: iteration, body.input[1].name: true}
         bindings.update({formal.name: actual for formal, actual in zip(body.input[2:], carried)})
@@ -265,18 +266,18 @@ def _unroll(node: onnx.NodeProto, constants: dict[str, onnx.TensorProto], prefix
             scans[j].append(name)
     nodes += _identities(carried, node.output[:n_carried], prefix, taken)
     if scans and any(node.output[n_carried:]):
-        axes = _fresh(f"{prefix}/axes", taken)
+        axes = fresh_name(f"{prefix}/axes", taken)
         inits.append(numpy_helper.from_array(np.array([0], np.int64), axes))
     for j, (values, out) in enumerate(zip(scans, node.output[n_carried:])):
         if not out:
             continue
         stacked = []
         for i, value in enumerate(values):
-            name = _fresh(f"{prefix}/scan_{j}/{i}", taken)
+            name = fresh_name(f"{prefix}/scan_{j}/{i}", taken)
             stacked.append(name)
             nodes.append(onnx.helper.make_node("Unsqueeze", [value, axes], [name], name=name) if opset >= 13
                          else onnx.helper.make_node("Unsqueeze", [value], [name], name=name, axes=[0]))
-        nodes.append(onnx.helper.make_node("Concat", stacked, [out], name=_fresh(f"{prefix}/scan_{j}", taken),
+        nodes.append(onnx.helper.make_node("Concat", stacked, [out], name=fresh_name(f"{prefix}/scan_{j}", taken),
                                            axis=0))
     return nodes, inits
 
@@ -323,7 +324,7 @@ def _unroll_scan(node: onnx.NodeProto, length: int, prefix: str, taken: set[str]
     inits: list[onnx.TensorProto] = []
 
     def const(hint: str, value) -> str:
-        name = _fresh(f"{prefix}/{hint}", taken)
+        name = fresh_name(f"{prefix}/{hint}", taken)
         inits.append(numpy_helper.from_array(np.asarray(value, np.int64), name))
         return name
 
@@ -333,7 +334,7 @@ def _unroll_scan(node: onnx.NodeProto, length: int, prefix: str, taken: set[str]
         bindings = {formal.name: actual for formal, actual in zip(body.input[:n_states], states)}
         for j, (source, axis, direction) in enumerate(zip(node.input[n_states:], in_axes, in_dirs)):
             index = length - 1 - t if direction else t
-            part, item = _fresh(f"{prefix}/{t}/slice_{j}", taken), _fresh(f"{prefix}/{t}/item_{j}", taken)
+            part, item = fresh_name(f"{prefix}/{t}/slice_{j}", taken), fresh_name(f"{prefix}/{t}/item_{j}", taken)
             if opset >= 10:
                 nodes.append(onnx.helper.make_node("Slice", [source, const("start", [index]), const("end", [index + 1]),
                                                              const("axis", [axis])], [part], name=part))
@@ -355,10 +356,10 @@ def _unroll_scan(node: onnx.NodeProto, length: int, prefix: str, taken: set[str]
         axis = out_axes[j]
         stacked = []
         for value in reversed(values) if out_dirs[j] else values:
-            name = _fresh(f"{prefix}/scan_{j}/step", taken)
+            name = fresh_name(f"{prefix}/scan_{j}/step", taken)
             nodes.append(_axes_node("Unsqueeze", value, name, axis, opset, const))
             stacked.append(name)
-        nodes.append(onnx.helper.make_node("Concat", stacked, [out], name=_fresh(f"{prefix}/scan_{j}", taken),
+        nodes.append(onnx.helper.make_node("Concat", stacked, [out], name=fresh_name(f"{prefix}/scan_{j}", taken),
                                            axis=axis))
     return nodes, inits
 

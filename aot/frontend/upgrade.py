@@ -20,6 +20,7 @@ import onnx
 from onnx import helper, version_converter
 
 from aot.errors import ModelError
+from aot.frontend.control_flow import fresh_name
 
 # The opset models are upgraded to: the first with numpy broadcasting, the oldest aot's ops read.
 UPGRADED_OPSET = 7
@@ -96,9 +97,9 @@ def _numpy_broadcasting(proto: onnx.ModelProto, label: str, opset: int) -> onnx.
         trailing = _trailing_ones(node, ranks, label, opset, index)
         if trailing:        # the second operand (B, PRelu's slope) gets `trailing` dimensions of 1
             b = node.input[1]
-            unsqueezed = _fresh(f"{b}_unsqueezed", names)
+            unsqueezed = fresh_name(f"{b}_unsqueezed", names)
             nodes.append(helper.make_node("Unsqueeze", [b], [unsqueezed],
-                                          name=_fresh(f"{node.name or node.op_type}_unsqueeze", names),
+                                          name=fresh_name(f"{node.name or node.op_type}_unsqueeze", names),
                                           axes=list(range(len(ranks[b]), len(ranks[b]) + trailing))))
             node.input[1] = unsqueezed
         if node.op_type in _AXIS_BROADCAST:
@@ -154,11 +155,3 @@ def _ranks(proto: onnx.ModelProto) -> dict[str, tuple]:
               if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")}
     shapes.update({t.name: tuple(t.dims) for t in g.initializer})
     return shapes
-
-
-def _fresh(name: str, taken: set[str]) -> str:
-    candidate, n = name, 1
-    while candidate in taken:
-        candidate, n = f"{name}_{n}", n + 1
-    taken.add(candidate)
-    return candidate
