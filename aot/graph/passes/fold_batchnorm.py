@@ -41,8 +41,9 @@ def fold_batchnorm(graph: Graph) -> Graph:
 
 def _affine(rw: Rewriter, bn: Node) -> tuple[np.ndarray, np.ndarray]:
     gamma, beta, mean, var = (rw.constants[name].astype(np.float64) for name in bn.inputs[1:5])
-    a = gamma / np.sqrt(var + bn.attrs["epsilon"])
-    return a, beta - mean * a
+    with np.errstate(all="ignore"):     # a negative variance gives NaN (and a zero one inf), as in onnxruntime
+        a = gamma / np.sqrt(var + bn.attrs["epsilon"])
+        return a, beta - mean * a
 
 
 def _fold_into(rw: Rewriter, src: Node, a: np.ndarray, b: np.ndarray, out: str) -> Node:
