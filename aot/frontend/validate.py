@@ -655,12 +655,13 @@ def reshape(n: NodeFacts) -> str | None:
 
 def gemm(n: NodeFacts) -> str | None:
     """Gemm's A and B are matrices whose inner dimensions agree once transA/transB are applied."""
-    a, b = n.shape(0), n.shape(1)
+    b_index = 3 if n.op == "QGemm" else 1       # QGemm: A, its scale and zero point, then B
+    a, b = n.shape(0), n.shape(b_index)
     if a is None or b is None:
         return None
-    for name, s in (("A", a), ("B", b)):
+    for name, i, s in (("A", 0, a), ("B", b_index, b)):
         if len(s) != 2:
-            return f"input {name} ('{n.input('AB'.index(name))}') has shape {list(s)}; Gemm takes matrices"
+            return f"input {name} ('{n.input(i)}') has shape {list(s)}; {n.op} takes matrices"
     k_a = a[0] if n.attrs.get("transA", 0) else a[1]
     k_b = b[1] if n.attrs.get("transB", 0) else b[0]
     if None not in (k_a, k_b) and k_a != k_b:
@@ -798,7 +799,7 @@ def channel_params(n: NodeFacts) -> str | None:
 
 # The scale inputs of the quantizing ops (QLinearConcat: its y_scale, then each input's scale).
 _SCALES = {"QuantizeLinear": (1,), "DequantizeLinear": (1,), "QLinearConv": (1, 4, 6), "QLinearMatMul": (1, 4, 6),
-           "QGemm": (1, 4, 6), "QLinearAdd": (1, 4, 6), "QLinearMul": (1, 4, 6), "QLinearAveragePool": (1, 3),
+           "QGemm": (1, 4, 7), "QLinearAdd": (1, 4, 6), "QLinearMul": (1, 4, 6), "QLinearAveragePool": (1, 3),
            "QLinearGlobalAveragePool": (1, 3), "QLinearSigmoid": (1, 3), "QLinearLeakyRelu": (1, 3),
            "QLinearSoftmax": (1, 3)}
 
