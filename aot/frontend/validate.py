@@ -438,12 +438,13 @@ def _count_text(values: list, want: int, what: str) -> str:
     return f"has {len(values)} values ({values}); {what} takes {want}"
 
 
-def _ranged(name: str, values: list[int] | None, low: int, high: int = _MAX_INT) -> str | None:
+def _ranged(name: str, values: list[int] | None, low: int, high: int = _MAX_INT, what: str = "attribute"
+            ) -> str | None:
     """Each value within [low, high]."""
     for v in values or ():
         if not low <= v <= high:
             bound = f"at least {low}" if high == _MAX_INT else f"from {low} to {high}"
-            return f"attribute '{name}' holds {v}; each value must be {bound}"
+            return f"{what} '{name}' holds {v}; each value must be {bound}"
     return None
 
 
@@ -553,8 +554,8 @@ def perm(n: NodeFacts) -> str | None:
     return None
 
 
-# Where each op takes its axes (attribute "axes", or the constant input at this index) and how the
-# rank they index is found: "in" the input's rank, "out" the input's plus the number of axes (Unsqueeze).
+# Where each op takes its axes: attribute "axes" (older opsets), or the constant input at this index
+# (None: only the attribute). They index the input's axes; Unsqueeze's, the output's.
 _AXES_INPUT = {"ReduceSum": 1, "ReduceMean": 1, "ReduceMax": 1, "ReduceMin": 1, "ReduceProd": 1, "ReduceL1": 1,
                "ReduceL2": 1, "ReduceLogSum": 1, "ReduceLogSumExp": 1, "ReduceSumSquare": 1, "Squeeze": 1,
                "Unsqueeze": 1, "Slice": 3, "Pad": 3, "Resize": None, "LayerNormalization": None,
@@ -667,6 +668,23 @@ def gemm(n: NodeFacts) -> str | None:
     if None not in (k_a, k_b) and k_a != k_b:
         return (f"A {list(a)} (transA={n.attrs.get('transA', 0)}) and B {list(b)} (transB="
                 f"{n.attrs.get('transB', 0)}) disagree on the inner dimension ({k_a} vs {k_b})")
+    out = (a[1] if n.attrs.get("transA", 0) else a[0], b[0] if n.attrs.get("transB", 0) else b[1])
+    c_index = 6 if n.op == "QGemm" else 2
+    c = n.shape(c_index)
+    if c is not None and (len(c) > 2 or any(d not in (1, o) for d, o in zip(c[::-1], out[::-1]) if None not in (d, o))):
+        return f"C '{n.input(c_index)}' {list(c)} does not broadcast to the product's shape {list(out)}"
+    return None
+
+
+def cumsum(n: NodeFacts) -> str | None:
+    """CumSum's axis: one value naming an axis of the input."""
+    value, rank = n.ints("axis", 1), n.rank(0)
+    if value is None:
+        return None
+    if len(value) != 1:
+        return f"axis '{n.input(1)}' holds {len(value)} values; CumSum takes one"
+    if rank is not None and not -rank <= value[0] < rank:
+        return f"axis '{n.input(1)}' is {value[0]}; input '{n.input(0)}' of rank {rank} takes -{rank} to {rank - 1}"
     return None
 
 
@@ -699,7 +717,7 @@ def indices(n: NodeFacts) -> str | None:
         batch = int(n.attrs.get("batch_dims", 0))
         if len(idx) < 1 or idx[-1] is None:
             return None if len(idx) else f"{name} must have rank 1 or more"
-        if not 0 <= batch < min(len(data), len(idx)) + (1 if batch == 0 else 0) or idx[-1] > len(data) - batch:
+        if not 0 <= batch < min(len(data), len(idx)) or idx[-1] > len(data) - batch:
             return f"{name} with batch_dims {batch} index more axes than data '{n.input(0)}' {list(data)} has"
     updates = n.shape(2)
     if n.op == "ScatterND" and updates is not None and len(idx) >= 1 and idx[-1] is not None:
@@ -732,7 +750,7 @@ def resize(n: NodeFacts) -> str | None:
     if sizes:
         if count is not None and len(sizes) != count:
             return f"sizes '{n.input(3)}' " + _count_text(sizes, count, f"a {n.op} of {count} axes")
-        return _ranged("sizes", sizes, 0)
+        return _ranged(n.input(3), sizes, 0, what="sizes")
     return None
 
 
@@ -767,7 +785,7 @@ def tile(n: NodeFacts) -> str | None:
         return None
     if rank is not None and len(repeats) != rank:
         return f"repeats '{n.input(1)}' " + _count_text(repeats, rank, f"an input of rank {rank}")
-    return _ranged("repeats", repeats, 0)
+    return _ranged(n.input(1), repeats, 0, what="repeats")
 
 
 def topk(n: NodeFacts) -> str | None:
@@ -788,7 +806,7 @@ def channel_params(n: NodeFacts) -> str | None:
     """BatchNormalization's scale, bias, mean and variance (InstanceNormalization's scale and bias)
     have one value per channel."""
     x = n.shape(0)
-    if x is None or len(x) < 2 or x[1] is None:
+    if x is None or len(x) < 2 or x[1] is None or n.attrs.get("spatial", 1) == 0:   # opset < 9: per element
         return None
     for i in range(1, 5 if n.op == "BatchNormalization" else 3):
         shape = n.shape(i)
@@ -811,7 +829,8 @@ def scales(n: NodeFacts) -> str | None:
         value = n.value(i)
         if value is None:
             continue
-        if value.dtype.kind != "f" or not np.all(np.isfinite(value)) or np.any(value == 0):
+        # (bfloat16 and the float8 types come out of numpy_helper as neither kind: not checked)
+        if value.dtype.kind in "iub" or (value.dtype.kind == "f" and not np.all(np.isfinite(value) & (value != 0))):
             shown = value.reshape(-1)[:8].tolist()
             return f"scale '{n.input(i)}' ({value.dtype} {shown}) must be finite floats other than 0"
     return None
@@ -834,6 +853,7 @@ def _table() -> dict[str, tuple[Rule, ...]]:
     add(split_sizes, ("Split",))
     add(reshape, ("Reshape",))
     add(gemm, ("Gemm", "QGemm"))
+    add(cumsum, ("CumSum",))
     add(pads_input, ("Pad",))
     add(indices, ("GatherElements", "ScatterElements", "Scatter", "GatherND", "ScatterND"))
     add(resize, ("Resize", "Upsample"))
@@ -859,7 +879,9 @@ def check_attributes(proto: onnx.ModelProto, label: str, inferred: bool = False)
                  if a.type in (AttributeProto.INT, AttributeProto.INTS, AttributeProto.FLOAT,
                                AttributeProto.FLOATS, AttributeProto.STRING)}
         facts = NodeFacts(node, attrs, shapes, constants)
-        for rule in (flags, *ATTRIBUTE_RULES.get(node.op_type, ())):
+        # Attribute types are checked (check_nodes) only in the domains whose schemas aot has.
+        checked = node.domain in ("", "ai.onnx") or (node.domain, node.op_type) in CONTRIB_SCHEMAS
+        for rule in (flags, *(ATTRIBUTE_RULES.get(node.op_type, ()) if checked else ())):
             problem = rule(facts)
             if problem:
                 raise ModelError(f"{label}: {where}: {problem}")
