@@ -789,7 +789,11 @@ def tile(n: NodeFacts) -> str | None:
 
 
 def topk(n: NodeFacts) -> str | None:
-    """TopK's k: one value, from 0 to the length of the axis."""
+    """TopK's k: one value, from 0 to the length of the axis; largest and sorted 0 or 1 (onnxruntime
+    reads any other value as 0, aot as 1)."""
+    for flag in ("largest", "sorted"):
+        if n.attrs.get(flag, 1) not in (0, 1):
+            return f"attribute '{flag}' is {n.attrs[flag]}; TopK takes 0 or 1"
     k, x = n.ints("k", 1), n.shape(0)
     if k is None:
         return None
