@@ -8,8 +8,18 @@ or outside the model's directory; NaN weights; hostile names; bad options; a 10,
 Each case runs through the CLI's `main` in this process, in a directory of its own. Whatever the
 case, `aot build` either succeeds (exit 0, a complete output directory) or fails with one
 `aot: error:` line (argparse's usage line besides, for a bad option) and leaves no output directory;
-it never raises, and never writes outside its output directory. A case marked "error" is invalid and
-must fail; one marked "ok" is valid and must build.
+it never raises, and never writes outside its output directory (nor into the home directory, which
+each test points at an empty one). A case marked "error" is invalid and must fail; one marked "ok" is
+valid and must build.
+
+Besides the corpus, mutants: seed models covering the main op families (dense, convolution and
+pooling, ConvTranspose and Resize, shape movement, reductions and normalization, indexing,
+onnxruntime's quantized contrib ops) with attribute values (wrong lengths, zeros, negatives, huge
+values, other types), small constant inputs, tensor shapes or element types changed, or bits
+flipped, generated from their index. A refused mutant's error must name the model or a node, op or
+tensor; a few built ones run and must agree with onnxruntime. AOT_HOSTILE_MUTANTS sets how many
+(the first N are the same whatever the count), AOT_HOSTILE_COMPARED how many built ones per chunk
+run: `AOT_HOSTILE_MUTANTS=20000 AOT_HOSTILE_COMPARED=50 pytest -n 2 tests/test_hostile.py -k mutants`.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 import traceback
 import warnings
 from dataclasses import dataclass, field
@@ -47,6 +58,7 @@ class Case:
     links: dict[str, str] = field(default_factory=dict)     # symlinks beside the model: name -> target
     model_file: str = "model.onnx"
     argv: tuple[str, ...] | None = None     # the whole command line after `aot`, instead of the above
+    note: str = ""                  # what a mutant changed
 
 
 # --------------------------------------------------------------------------- valid models to break
@@ -116,7 +128,104 @@ def branches() -> onnx.ModelProto:
     return _model(nodes, [_f32("x", [1, 8])], [_f32("y", [1, 8])], [numpy_helper.from_array(np.array(True), "cond")])
 
 
-BASES = {"mlp": mlp, "cnn": cnn, "contrib": contrib, "branches": branches}
+def _const(name: str, values, dtype=np.int64) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.array(values, dtype), name)
+
+
+def _weights(rng: np.random.Generator, name: str, shape) -> onnx.TensorProto:
+    return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+
+def vision() -> onnx.ModelProto:
+    """x[1,4,8,8] -> depthwise Conv (group, dilations) -> BatchNormalization -> AveragePool -> ConvTranspose
+    -> Resize -> GlobalAveragePool."""
+    rng = np.random.default_rng(2)
+    inits = [_weights(rng, "dw", (4, 1, 3, 3)), _weights(rng, "db", (4,)),
+             _weights(rng, "scale", (4,)), _weights(rng, "bias", (4,)), _weights(rng, "mean", (4,)),
+             numpy_helper.from_array(rng.uniform(0.5, 2, 4).astype(np.float32), "var"),
+             _weights(rng, "tw", (4, 2, 2, 2)), _weights(rng, "tb", (2,)),
+             numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")]
+    nodes = [helper.make_node("Conv", ["x", "dw", "db"], ["c"], name="depthwise", group=4, kernel_shape=[3, 3],
+                              pads=[2, 2, 2, 2], dilations=[2, 2], strides=[1, 1]),
+             helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["n"], name="bn",
+                              epsilon=1e-5),
+             helper.make_node("AveragePool", ["n"], ["p"], name="avgpool", kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1], count_include_pad=0),
+             helper.make_node("ConvTranspose", ["p", "tw", "tb"], ["t"], name="deconv", kernel_shape=[2, 2],
+                              strides=[2, 2], output_padding=[1, 1]),
+             helper.make_node("Resize", ["t", "", "scales"], ["r"], name="resize", mode="nearest"),
+             helper.make_node("GlobalAveragePool", ["r"], ["y"], name="gap")]
+    return _model(nodes, [_f32("x", [1, 4, 8, 8])], [_f32("y", [1, 2, 1, 1])], inits)
+
+
+def shapes() -> onnx.ModelProto:
+    """x[2,3,4] -> Transpose -> Reshape -> Slice -> Split -> Concat -> Unsqueeze -> Pad -> Squeeze -> Flatten."""
+    inits = [_const("shape", [4, 6]), _const("starts", [0, 1]), _const("ends", [4, 6]), _const("axes", [0, 1]),
+             _const("steps", [1, 2]), _const("split", [1, 3]), _const("uaxes", [0]),
+             _const("pads", [0, 0, 1, 0, 0, 2]), _const("saxes", [0])]
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], name="transpose", perm=[2, 0, 1]),
+             helper.make_node("Reshape", ["t", "shape"], ["r"], name="reshape"),
+             helper.make_node("Slice", ["r", "starts", "ends", "axes", "steps"], ["s"], name="slice"),
+             helper.make_node("Split", ["s", "split"], ["s0", "s1"], name="split", axis=0),
+             helper.make_node("Concat", ["s1", "s0"], ["c"], name="concat", axis=0),
+             helper.make_node("Unsqueeze", ["c", "uaxes"], ["u"], name="unsqueeze"),
+             helper.make_node("Pad", ["u", "pads"], ["p"], name="pad", mode="constant"),
+             helper.make_node("Squeeze", ["p", "saxes"], ["q"], name="squeeze"),
+             helper.make_node("Flatten", ["q"], ["y"], name="flatten", axis=1)]
+    return _model(nodes, [_f32("x", [2, 3, 4])], [_f32("y", [4, 6])], inits)
+
+
+def reduce() -> onnx.ModelProto:
+    """x[2,3,4] -> ReduceMean(axes, keepdims) -> LayerNormalization -> Softmax -> Gather -> CumSum -> ArgMax."""
+    rng = np.random.default_rng(3)
+    inits = [_weights(rng, "gamma", (4,)), _weights(rng, "beta", (4,)), _const("idx", [[0, 2], [1, 1]]),
+             _const("cax", 1, np.int32)]
+    nodes = [helper.make_node("ReduceMean", ["x"], ["m"], name="mean", axes=[1], keepdims=1),
+             helper.make_node("Sub", ["x", "m"], ["d"], name="sub"),
+             helper.make_node("LayerNormalization", ["d", "gamma", "beta"], ["l"], name="layernorm", axis=-1,
+                              epsilon=1e-5),
+             helper.make_node("Softmax", ["l"], ["s"], name="softmax", axis=1),
+             helper.make_node("Gather", ["s", "idx"], ["g"], name="gather", axis=2),
+             helper.make_node("CumSum", ["g", "cax"], ["c"], name="cumsum", exclusive=0, reverse=1),
+             helper.make_node("ArgMax", ["c"], ["y"], name="argmax", axis=1, keepdims=0)]
+    return _model(nodes, [_f32("x", [2, 3, 4])], [helper.make_tensor_value_info("y", TensorProto.INT64, [2, 2, 2])],
+                  inits)
+
+
+def index() -> onnx.ModelProto:
+    """x[2,4,4,4] -> DepthToSpace -> SpaceToDepth -> GatherElements -> ScatterND -> Expand -> Tile -> TopK."""
+    inits = [_const("gi", np.zeros((2, 4, 4, 4), np.int64) + np.arange(4) % 3),
+             _const("si", [[0, 1], [1, 3]]), numpy_helper.from_array(np.ones((2, 4, 4), np.float32), "upd"),
+             _const("eshape", [2, 4, 4, 4]), _const("reps", [1, 1, 1, 2]), _const("k", [3])]
+    nodes = [helper.make_node("DepthToSpace", ["x"], ["d"], name="d2s", blocksize=2, mode="CRD"),
+             helper.make_node("SpaceToDepth", ["d"], ["s"], name="s2d", blocksize=2),
+             helper.make_node("GatherElements", ["s", "gi"], ["g"], name="gather_elements", axis=3),
+             helper.make_node("ScatterND", ["g", "si", "upd"], ["n"], name="scatter_nd"),
+             helper.make_node("Expand", ["n", "eshape"], ["e"], name="expand"),
+             helper.make_node("Tile", ["e", "reps"], ["t"], name="tile"),
+             helper.make_node("TopK", ["t", "k"], ["y", "yi"], name="topk", axis=-1, largest=1, sorted=1)]
+    outputs = [_f32("y", [2, 4, 4, 3]), helper.make_tensor_value_info("yi", TensorProto.INT64, [2, 4, 4, 3])]
+    return _model(nodes, [_f32("x", [2, 4, 4, 4])], outputs, inits)
+
+
+def qpool() -> onnx.ModelProto:
+    """QuantizeLinear -> QLinearAveragePool -> QLinearGlobalAveragePool (com.microsoft) -> DequantizeLinear."""
+    scalars = {"xs": np.float32(0.05), "xz": np.uint8(128), "ys": np.float32(0.04), "yz": np.uint8(120)}
+    inits = [numpy_helper.from_array(np.array(v), n) for n, v in scalars.items()]
+    ms = "com.microsoft"
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"], name="q"),
+             helper.make_node("QLinearAveragePool", ["xq", "xs", "xz", "ys", "yz"], ["pq"], name="qavgpool",
+                              domain=ms, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], count_include_pad=1),
+             helper.make_node("QLinearGlobalAveragePool", ["pq", "ys", "yz", "xs", "xz"], ["gq"], name="qgap",
+                              domain=ms, channels_last=0),
+             helper.make_node("DequantizeLinear", ["gq", "xs", "xz"], ["y"], name="dq")]
+    model = _model(nodes, [_f32("x", [1, 3, 7, 7])], [_f32("y", [1, 3, 1, 1])], inits)
+    model.opset_import.append(helper.make_opsetid(ms, 1))
+    return model
+
+
+BASES = {"mlp": mlp, "cnn": cnn, "contrib": contrib, "branches": branches, "vision": vision, "shapes": shapes,
+         "reduce": reduce, "index": index, "qpool": qpool}
 
 
 def _bytes(model: onnx.ModelProto) -> bytes:
@@ -411,6 +520,35 @@ def attributes() -> list[Case]:
             n.attribute.extend(kept)
         return change
 
+    def constant(name, values):
+        def change(m):
+            t = _init(m, name)
+            array = numpy_helper.to_array(t)
+            t.CopyFrom(numpy_helper.from_array(np.array(values, array.dtype), name))
+        return change
+
+    def weights(name, dims):
+        def change(m):
+            t = _init(m, name)
+            array = numpy_helper.to_array(t)
+            values = np.ones(dims, array.dtype) if array.dtype.kind != "f" else np.full(dims, 0.5, array.dtype)
+            t.CopyFrom(numpy_helper.from_array(values, name))
+        return change
+
+    def reshape_graph_input(dims):
+        def change(m):
+            shape = m.graph.input[0].type.tensor_type.shape
+            del shape.dim[:]
+            for d in dims:
+                shape.dim.add().dim_value = d
+        return change
+
+    def both(*changes):
+        def change(m):
+            for c in changes:
+                c(m)
+        return change
+
     def repeat(node, name):
         def change(m):
             n = _node(m, node)
@@ -455,10 +593,71 @@ def attributes() -> list[Case]:
         "graph-attribute-on-relu": ("mlp", attr("relu", helper.make_attribute(
             "body", helper.make_graph([], "empty", [], [])))),
         "kernel-shape-missing": ("cnn", drop("pool", "kernel_shape")),
+        # values that contradict the shapes they describe, or each other
+        "slice-step-zero": ("shapes", constant("steps", [1, 0])),
+        "slice-lengths-differ": ("shapes", constant("steps", [1, 1, 1])),
+        "conv-weight-vs-kernel-shape": ("cnn", weights("w", (4, 2, 2, 2))),
+        "conv-weight-vs-channels": ("cnn", weights("w", (4, 3, 3, 3))),
+        "conv-weight-vs-group": ("cnn", attr("conv", helper.make_attribute("group", 2))),
+        "conv-weight-rank": ("cnn", weights("w", (4, 2, 3))),
+        "conv-bias-length": ("cnn", weights("b", (5,))),
+        "depthwise-weight-vs-group": ("vision", weights("dw", (4, 2, 3, 3))),
+        "depthwise-group-not-dividing": ("vision", attr("depthwise", helper.make_attribute("group", 3))),
+        "gemm-weight-vs-transB": ("mlp", attr("gemm", helper.make_attribute("transB", 0))),
+        "gemm-weight-rank": ("mlp", weights("w2", (4, 8, 1))),
+        "gemm-transA-huge": ("mlp", attr("gemm", helper.make_attribute("transA", 1 << 40))),
+        "gemm-bias-length": ("mlp", weights("b2", (8,))),
+        "gemm-bias-column": ("mlp", weights("b2", (4, 1))),
+        "cumsum-axis-empty": ("reduce", constant("cax", [])),
+        "cumsum-axis-out-of-range": ("reduce", constant("cax", 7)),
+        "pads-long": ("cnn", attr("conv", helper.make_attribute("pads", [1, 1, 1, 1, 1, 1]))),
+        "strides-short": ("cnn", attr("pool", helper.make_attribute("strides", [2]))),
+        "strides-long": ("cnn", attr("conv", helper.make_attribute("strides", [1, 1, 1]))),
+        "dilations-short": ("vision", attr("depthwise", helper.make_attribute("dilations", [2]))),
+        "dilations-negative": ("vision", attr("depthwise", helper.make_attribute("dilations", [-2, 2]))),
+        "kernel-shape-short": ("cnn", attr("conv", helper.make_attribute("kernel_shape", [3]))),
+        "avgpool-pads-huge": ("vision", attr("avgpool", helper.make_attribute("pads", [1 << 40] * 4))),
+        "output-padding-too-large": ("vision", attr("deconv", helper.make_attribute("output_padding", [2, 2]))),
+        "output-padding-short": ("vision", attr("deconv", helper.make_attribute("output_padding", [1]))),
+        "output-shape-long": ("vision", attr("deconv", helper.make_attribute("output_shape", [8, 8, 8]))),
+        "deconv-bias-length": ("vision", weights("tb", (4,))),
+        "perm-short": ("shapes", attr("transpose", helper.make_attribute("perm", [1, 0]))),
+        "perm-long": ("shapes", attr("transpose", helper.make_attribute("perm", [0, 1, 2, 3]))),
+        "perm-repeated": ("shapes", attr("transpose", helper.make_attribute("perm", [0, 0, 1]))),
+        "perm-negative": ("shapes", attr("transpose", helper.make_attribute("perm", [-1, 0, 1]))),
+        "axes-repeated": ("reduce", attr("mean", helper.make_attribute("axes", [1, 1]))),
+        "axes-out-of-range": ("reduce", attr("mean", helper.make_attribute("axes", [5]))),
+        "unsqueeze-axes-repeated": ("shapes", constant("uaxes", [0, 0])),
+        "split-sum": ("shapes", constant("split", [1, 2])),
+        "split-negative": ("shapes", constant("split", [5, -1])),
+        "reshape-two-minus-ones": ("shapes", constant("shape", [-1, -1])),
+        "reshape-count": ("shapes", constant("shape", [5, 5])),
+        "pads-input-short": ("shapes", constant("pads", [0, 1, 0, 2])),
+        "resize-scales-short": ("vision", constant("scales", [2.0, 2.0])),
+        "resize-scales-zero": ("vision", constant("scales", [1.0, 1.0, 0.0, 2.0])),
+        "gather-elements-indices-rank": ("index", weights("gi", (2, 4, 4))),
+        "scatter-nd-updates-shape": ("index", weights("upd", (2, 4, 5))),
+        "blocksize-zero": ("index", attr("d2s", helper.make_attribute("blocksize", 0))),
+        "blocksize-not-dividing": ("index", attr("d2s", helper.make_attribute("blocksize", 3))),
+        "tile-repeats-short": ("index", constant("reps", [1, 2])),
+        "topk-k-too-large": ("index", constant("k", [9])),
+        "topk-largest-2": ("index", attr("topk", helper.make_attribute("largest", 2))),
+        "batchnorm-mean-length": ("vision", weights("mean", (3,))),
+        "quantize-scale-zero": ("contrib", constant("xs", np.float32(0))),
+        "qavgpool-strides-empty": ("qpool", attr("qavgpool", helper.make_attribute("strides", [],
+                                                                                  attr_type=AttributeProto.INTS))),
+        "qavgpool-pads-short": ("qpool", attr("qavgpool", helper.make_attribute("pads", [1, 1]))),
+        "qavgpool-strides-zero": ("qpool", attr("qavgpool", helper.make_attribute("strides", [0, 0]))),
+        "qavgpool-input-rank": ("qpool", reshape_graph_input([1, 3, 7])),
     }
     cases = [Case(f"attribute-{label}", _edit(base, change), expect="error") for label, (base, change) in bad.items()]
     lenient = {
         "transB-2": ("mlp", attr("gemm", helper.make_attribute("transB", 2))),     # onnxruntime: nonzero is true
+        "quantize-scale-negative": ("contrib", constant("xs", np.float32(-0.05))),
+        "resize-scales-by-axes": ("vision", both(lambda m: setattr(m.opset_import[0], "version", 18),
+                                                 attr("resize", helper.make_attribute("axes", [2, 3])),
+                                                 constant("scales", [2.0, 2.0]))),
+        "output-padding-below-stride": ("vision", attr("deconv", helper.make_attribute("output_padding", [0, 1]))),
         "strides-missing": ("cnn", drop("conv", "strides")),
         "kernel-shape-absent-on-conv": ("cnn", drop("conv", "kernel_shape")),
         "alpha-nan": ("cnn", attr("leaky", helper.make_attribute("alpha", float("nan")))),
@@ -654,6 +853,182 @@ def deep_chain(count: int = 10_000) -> Case:
     return Case(f"deep-chain-{count}", _bytes(_model(nodes, [_f32("x", [1, 16])], [_f32("y", [1, 16])])), expect="ok")
 
 
+# --------------------------------------------------------------------------- mutants of valid models
+
+# Mutants per run: a modest number in CI, more for a long run (see the module's docstring). Of the
+# mutants that build, up to AOT_HOSTILE_COMPARED per chunk also run and are compared with onnxruntime.
+MUTANTS = int(os.environ.get("AOT_HOSTILE_MUTANTS", "400"))
+COMPARED = int(os.environ.get("AOT_HOSTILE_COMPARED", "2"))
+MUTANT_BASES = ("mlp", "cnn", "contrib", "vision", "shapes", "reduce", "index", "qpool")
+
+_ODD_INTS = (0, -1, -2, 2, 3, 7, 1 << 31, 1 << 40, (1 << 63) - 1, -(1 << 63))
+_ODD_FLOATS = (0.0, -1.0, float("nan"), float("inf"), float("-inf"), 1e30, -1e-30)
+_ODD_STRINGS = ("", "SAME_UPPER", "SAME_LOWER", "VALID", "NOTSET", "linear", "cubic", "nearest", "DCR", "CRD",
+                "reflect", "edge", "wrap", "bogus", "half_pixel", "floor")
+
+
+def _odd_ints(values: list[int], rng: np.random.Generator) -> list[int]:
+    """A list of ints like `values` but of the wrong length, or with a zero, negative, huge or repeated entry."""
+    values = list(values) or [1]
+    i = int(rng.integers(len(values)))
+    odd = int(rng.choice(_ODD_INTS))
+    choices = [values[:-1], values + [values[-1]], [], values * 2, values[:i] + [odd] + values[i + 1:],
+               [0] * len(values), [-v - 1 for v in values], values[::-1], [values[0]] * len(values),
+               [int(v) for v in rng.integers(-3, 6, int(rng.integers(1, 7)))]]
+    return choices[int(rng.integers(len(choices)))]
+
+
+def _odd_value(attr: AttributeProto, rng: np.random.Generator) -> AttributeProto | None:
+    """The attribute with a value of its own type that is wrong, or now and then of another type."""
+    if rng.random() < 0.1:      # another type altogether
+        value = [rng.choice(_ODD_INTS), 1.5, "1", [1.0, 2.0], [1, 2]][int(rng.integers(5))]
+        return helper.make_attribute(attr.name, value.item() if isinstance(value, np.generic) else value)
+    if attr.type == AttributeProto.INT:
+        return helper.make_attribute(attr.name, int(rng.choice(_ODD_INTS)))
+    if attr.type == AttributeProto.INTS:
+        return helper.make_attribute(attr.name, _odd_ints(list(attr.ints), rng), attr_type=AttributeProto.INTS)
+    if attr.type == AttributeProto.FLOAT:
+        return helper.make_attribute(attr.name, float(rng.choice(_ODD_FLOATS)))
+    if attr.type == AttributeProto.FLOATS:
+        floats = [float(rng.choice(_ODD_FLOATS)) for _ in range(int(rng.integers(0, 5)))]
+        return helper.make_attribute(attr.name, floats, attr_type=AttributeProto.FLOATS)
+    if attr.type == AttributeProto.STRING:
+        return helper.make_attribute(attr.name, str(rng.choice(_ODD_STRINGS)))
+    return None
+
+
+def _pick(items: list, rng: np.random.Generator):
+    return items[int(rng.integers(len(items)))] if items else None
+
+
+def mutate_attribute(m: onnx.ModelProto, rng: np.random.Generator) -> str | None:
+    """One attribute of one node gets an odd value."""
+    node = _pick([n for n in m.graph.node if n.attribute], rng)
+    if node is None:
+        return None
+    attr = _pick(list(node.attribute), rng)
+    new = _odd_value(attr, rng)
+    if new is None:
+        return None
+    _set_attr(m, node.name, new)
+    return f"{node.name}.{attr.name} = {helper.get_attribute_value(new)!r}"[:200]
+
+
+def add_attribute(m: onnx.ModelProto, rng: np.random.Generator) -> str | None:
+    """A node gets an attribute its op declares but the node did not set, with an odd value."""
+    node = _pick(list(m.graph.node), rng)
+    try:
+        schema = onnx.defs.get_schema(node.op_type, max_inclusive_version=17, domain=node.domain)
+    except onnx.defs.SchemaError:
+        return None
+    have = {a.name for a in node.attribute}
+    kinds = {AttributeProto.INT: [1], AttributeProto.INTS: [1, 1], AttributeProto.FLOAT: [1.0],
+             AttributeProto.FLOATS: [1.0], AttributeProto.STRING: ["x"]}
+    name = _pick(sorted(n for n, a in schema.attributes.items() if n not in have and int(a.type) in kinds), rng)
+    if name is None:
+        return None
+    kind = int(schema.attributes[name].type)
+    blank = helper.make_attribute(name, kinds[kind][0] if kind in (AttributeProto.INT, AttributeProto.FLOAT,
+                                                                    AttributeProto.STRING) else kinds[kind],
+                                  attr_type=kind)
+    new = _odd_value(blank, rng)
+    node.attribute.append(new)
+    return f"{node.name}.{name} += {helper.get_attribute_value(new)!r}"[:200]
+
+
+def mutate_constant(m: onnx.ModelProto, rng: np.random.Generator) -> str | None:
+    """A small constant input (shape, axes, starts, pads, indices, scales, zero points) gets odd values."""
+    t = _pick([t for t in m.graph.initializer if np.prod(t.dims) <= 16], rng)
+    if t is None:
+        return None
+    array = numpy_helper.to_array(t)
+    flat = array.reshape(-1).tolist()
+    if array.dtype.kind == "f":
+        new = np.array([float(rng.choice(_ODD_FLOATS)) if rng.random() < 0.5 else v for v in flat] or [0.0])
+        new = new.reshape(array.shape) if new.size == array.size else new
+    elif array.dtype.kind in "iu":
+        info = np.iinfo(array.dtype)
+        values = [min(max(v, int(info.min)), int(info.max)) for v in _odd_ints(flat, rng)]
+        new = np.array(values, np.int64)
+        new = new.reshape(array.shape) if new.size == array.size else new
+    else:
+        return None
+    t.CopyFrom(numpy_helper.from_array(new.astype(array.dtype), t.name))
+    return f"{t.name} = {new.tolist()!r}"[:200]
+
+
+def reshape_initializer(m: onnx.ModelProto, rng: np.random.Generator) -> str | None:
+    """An initializer gets other dims (one changed, one more or one fewer), its data remade to match."""
+    t = _pick(list(m.graph.initializer), rng)
+    dims = _odd_dims(list(t.dims), rng)
+    array = numpy_helper.to_array(t)
+    if array.dtype.kind == "f":
+        new = rng.standard_normal(dims).astype(array.dtype)
+    else:
+        new = rng.integers(0, 4, dims).astype(array.dtype)
+    t.CopyFrom(numpy_helper.from_array(new, t.name))
+    return f"{t.name}: {list(array.shape)} -> {dims}"
+
+
+def reshape_input(m: onnx.ModelProto, rng: np.random.Generator) -> str | None:
+    """A graph input (or output) is declared with other dims."""
+    vi = _pick(list(m.graph.input) + list(m.graph.output), rng)
+    shape = vi.type.tensor_type.shape
+    old = [d.dim_value for d in shape.dim]
+    dims = _odd_dims(old, rng)
+    del shape.dim[:]
+    for d in dims:
+        shape.dim.add().dim_value = d
+    return f"{vi.name}: {old} -> {dims}"
+
+
+def _odd_dims(dims: list[int], rng: np.random.Generator) -> list[int]:
+    i = int(rng.integers(len(dims))) if dims else 0
+    choices = [dims[:i] + [max(1, dims[i] + int(rng.choice([-1, 1, 2])))] + dims[i + 1:] if dims else [2],
+               dims[:i] + [dims[i] * 2] + dims[i + 1:] if dims else [3], [1] + dims, dims + [1], dims[:-1],
+               dims[1:], dims[::-1]]
+    return choices[int(rng.integers(len(choices)))]
+
+
+def retype_initializer(m: onnx.ModelProto, rng: np.random.Generator) -> str | None:
+    """An initializer's element type changes (its values converted)."""
+    t = _pick(list(m.graph.initializer), rng)
+    array = numpy_helper.to_array(t)
+    dtype = np.dtype(str(rng.choice(["float64", "float16", "int64", "int32", "int8", "uint8", "bool"])))
+    with np.errstate(all="ignore"):
+        t.CopyFrom(numpy_helper.from_array(array.astype(dtype), t.name))
+    return f"{t.name}: {array.dtype} -> {dtype}"
+
+
+MUTATIONS = (mutate_attribute, mutate_attribute, add_attribute, mutate_constant, mutate_constant,
+             reshape_initializer, reshape_input, retype_initializer)
+
+
+def mutant(i: int) -> Case:
+    """Mutant i: a seed model with one or two mutations, or a few flipped bits; the same for the same i."""
+    rng = np.random.default_rng([SEED, i])
+    base = MUTANT_BASES[i % len(MUTANT_BASES)]
+    model = BASES[base]()
+    if rng.random() < 0.05:
+        data = bytearray(_bytes(model))
+        for _ in range(int(rng.integers(1, 5))):
+            bit = int(rng.integers(0, 8 * len(data)))
+            data[bit // 8] ^= 1 << (bit % 8)
+        return Case(f"mutant-{base}-{i}", bytes(data), note="bit flips")
+    notes = []
+    for _ in range(1 + int(rng.random() < 0.2)):
+        for _attempt in range(8):
+            note = MUTATIONS[int(rng.integers(len(MUTATIONS)))](model, rng)
+            if note is not None:
+                notes.append(note)
+                break
+    return Case(f"mutant-{base}-{i}", _bytes(model), note="; ".join(notes))
+
+
+def mutants(count: int = MUTANTS) -> list[Case]:
+    return [mutant(i) for i in range(count)]
+
+
 def corpus() -> list[Case]:
     rng = np.random.default_rng(SEED)
     cases = (fuzzed(rng) + structure() + [nested_ifs()] + dims_and_dtypes() + ops_and_opsets() + attributes()
@@ -794,15 +1169,20 @@ STRICT_C = ["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
 
 
 @pytest.mark.parametrize("chunk", range(CHUNKS))
-def test_hostile_corpus(chunk, tmp_path):
+def test_hostile_corpus(chunk, tmp_path, home):
+    root = tmp_path / "cases"
     failures = []
     for case in CHUNK_CASES[chunk]:
-        outcome = run_case(case, tmp_path)
+        outcome = run_case(case, root)
         found = problems(case, outcome)
+        if not found and outcome.code != 0 and case.name.startswith("attribute-"):
+            found = named_in_error(case, outcome)
         if not found and outcome.code == 0 and case.name.startswith("name-"):
-            found = svg_problems(case, tmp_path) + (c_problems(case, tmp_path) if shutil.which(STRICT_C[0]) else [])
+            found = svg_problems(case, root) + (c_problems(case, root) if shutil.which(STRICT_C[0]) else [])
         failures += [f"{case.name}: {p}" for p in found]
     assert not failures, "\n".join(failures)
+    assert not list(home.rglob("*")), "written into the home directory"
+
 
 
 def test_deep_chain_builds(tmp_path):
@@ -810,3 +1190,134 @@ def test_deep_chain_builds(tmp_path):
     case = deep_chain()
     outcome = run_case(case, tmp_path)
     assert not problems(case, outcome), problems(case, outcome)
+
+
+# --------------------------------------------------------------------------- mutants, against onnxruntime
+
+MUTANT_CHUNKS = 8
+MUTANT_CASES = mutants()
+
+
+def named_in_error(case: Case, outcome: Outcome) -> list[str]:
+    """A refusal names the model, or a node, op or tensor of it (an undecodable mutant: the model)."""
+    line = outcome.stderr.strip().splitlines()[-1] if outcome.stderr.strip() else ""
+    try:
+        graph = onnx.load_from_string(case.model).graph
+        names = {n.name for n in graph.node} | {n.op_type for n in graph.node} | {t.name for t in graph.initializer}
+    except Exception:       # noqa: BLE001 - bytes that do not parse name nothing but the model
+        names = set()
+    if case.model_file in line or any(f"'{name}'" in line or f"({name})" in line for name in names if name):
+        return []
+    return [f"its error names neither the model nor a node, op or tensor: {line!r}"]
+
+
+def differs_from_onnxruntime(case: Case, root: Path, ort_home: Path) -> list[str]:
+    """Run a built mutant through its C entry point and onnxruntime on the same random inputs: the same
+    results (a mutant onnxruntime refuses is not compared). Where onnxruntime's output holds NaN or
+    infinity (NaN weights, say), only the elements finite in both are compared: libraries propagate
+    NaN through max and min differently, and IEEE leaves that open."""
+    from aot import api, reference
+    from aot.errors import AotError, RunError
+
+    proto = onnx.load_from_string(case.model)
+    feeds = reference.random_inputs(proto)
+    with pytest.MonkeyPatch.context() as env:      # importing onnxruntime writes under the home directory
+        env.setenv("HOME", str(ort_home))
+        env.setenv("XDG_CACHE_HOME", str(ort_home / ".cache"))
+        try:
+            expected = reference.reference_outputs(proto, feeds)
+        except RunError:
+            return []
+    try:
+        got = api.run(root / case.name / case.model_file, feeds, out_dir=root / case.name / "run", timeout=60)
+    except AotError as err:
+        return [f"built, but running it failed: {err}"]
+    found = []
+    unordered = {out: next((a.i for a in n.attribute if a.name == "axis"), -1)    # TopK outputs: their axis
+                 for n in proto.graph.node if n.op_type == "TopK" for out in n.output
+                 if any(a.name == "sorted" and a.i == 0 for a in n.attribute)}
+    for name, want in expected.items():
+        have = got[name].astype(np.float64)
+        want = want.astype(np.float64)
+        if name in unordered:       # TopK with sorted=0 returns its k elements in any order
+            have, want = np.sort(have, axis=unordered[name]), np.sort(want, axis=unordered[name])
+        if have.shape != want.shape:
+            found.append(f"output '{name}' has shape {list(have.shape)}, onnxruntime's {list(want.shape)}")
+            continue
+        same = (have == want) | (np.isnan(have) & np.isnan(want))
+        if not np.all(np.isfinite(want)):   # libraries take the max of NaN and x differently: compare the rest
+            same |= ~np.isfinite(want) | ~np.isfinite(have)
+        comparison = reference.compare({name: np.where(same, 0, have)}, {name: np.where(same, 0, want)})[0]
+        if not comparison.ok:
+            found.append(f"output '{name}' differs from onnxruntime's by {comparison.max_abs:.3g} "
+                         f"(scale {comparison.scale:.3g})")
+    return found
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch) -> Path:
+    """An empty home directory (and cache) for the test: a build must leave it empty."""
+    path = tmp_path / "home"
+    path.mkdir()
+    monkeypatch.setenv("HOME", str(path))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(path / ".cache"))
+    return path
+
+
+@pytest.mark.parametrize("chunk", range(MUTANT_CHUNKS))
+def test_mutants(chunk, tmp_path, home):
+    """Seed models with attribute values, constant inputs, tensor shapes or element types changed (or
+    bits flipped): each builds, or is refused with one error line naming what is at fault; no
+    traceback, nothing written outside the output directory or into the home directory. A few that
+    build (COMPARED per chunk) also run and must agree with onnxruntime where it runs them."""
+    root, ort_home = tmp_path / "cases", tmp_path / "ort-home"
+    root.mkdir()
+    failures, compared = [], 0
+    for case in MUTANT_CASES[chunk::MUTANT_CHUNKS]:
+        outcome = run_case(case, root)
+        found = problems(case, outcome)
+        if not found and outcome.code != 0:
+            found = named_in_error(case, outcome)
+        if not found and outcome.code == 0 and compared < COMPARED:
+            compared += 1
+            found = differs_from_onnxruntime(case, root, ort_home)
+        failures += [f"{case.name} ({case.note}): {p}" for p in found]
+    written = sorted(str(p.relative_to(home)) for p in home.rglob("*"))
+    assert not written, f"written into the home directory: {written}"
+    assert not failures, "\n".join(failures)
+
+
+def test_mutants_cover_the_seeds_and_mutations():
+    """The default count reaches every seed model and every kind of mutation."""
+    assert {c.name.split("-")[1] for c in MUTANT_CASES} == set(MUTANT_BASES)
+    kinds = {"=", "+=", "->", ":", "bit flips"}
+    assert all(any(k in c.note for c in MUTANT_CASES) for k in kinds)
+    assert len(MUTANT_CASES) == MUTANTS
+
+
+def test_build_never_imports_onnxruntime(tmp_path):
+    """Building a model with onnxruntime's contrib ops reads their schemas from aot's own table:
+    importing onnxruntime would write a device id under the home directory."""
+    (tmp_path / "model.onnx").write_bytes(_bytes(contrib()))
+    home = tmp_path / "home"
+    home.mkdir()
+    script = ("import sys; from aot import cli; code = cli.main(['build', 'model.onnx', '-o', 'out']); "
+              "sys.exit(code or 3 * ('onnxruntime' in sys.modules))")
+    env = {**os.environ, "HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache")}
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert not list(home.rglob("*"))
+
+
+def test_contrib_schemas_match_onnxruntime(home):
+    """aot's table of the contrib ops it compiles says what onnxruntime's schemas say."""
+    ort = pytest.importorskip("onnxruntime.capi.onnxruntime_pybind11_state")
+    from aot.frontend.validate import CONTRIB_SCHEMAS
+
+    theirs = {(s.domain, s.name): s for s in ort.get_all_operator_schema()}
+    for key, ours in CONTRIB_SCHEMAS.items():
+        schema = theirs[key]
+        assert (ours.since_version, ours.min_input, ours.max_input, ours.min_output, ours.max_output) == (
+            schema.since_version, schema.min_input, schema.max_input, schema.min_output, schema.max_output), key
+        assert {n: (a.type, a.required) for n, a in ours.attributes.items()} == {
+            n: (int(a.type), a.required) for n, a in schema.attributes.items()}, key

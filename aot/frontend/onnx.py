@@ -107,14 +107,16 @@ def load(model: str | os.PathLike | onnx.ModelProto,
     except onnx.checker.ValidationError as err:     # one line: the checker's message spans several
         raise ModelError(f"{label}: fails the ONNX checker: {' '.join(str(err).split())}") from None
     proto = upgrade.upgrade_old_opset(proto, label)
+    validate.check_attributes(proto, label)
     original = proto
     proto = _initializers_as_constants(proto)
     proto, frozen = freeze_inputs(proto, freeze or {}, label)
     proto = _fix_input_shapes(proto, input_shapes or {}, label)
     proto, empty = _freeze_empty_inputs(proto)
     frozen.update(empty)
-    return LoadedModel(proto, _infer_static_shapes(proto, label), label, hashlib.sha256(data).hexdigest(), frozen,
-                       original)
+    inferred = _infer_static_shapes(proto, label)
+    validate.check_attributes(inferred, label, inferred=True)
+    return LoadedModel(proto, inferred, label, hashlib.sha256(data).hexdigest(), frozen, original)
 
 
 def _initializers_as_constants(proto: onnx.ModelProto) -> onnx.ModelProto:
@@ -374,6 +376,8 @@ def _contrib_shape(node: onnx.NodeProto, known: dict) -> tuple[int, ...] | None:
         return (x[0], x[-1]) + (1,) * (len(x) - 2) if attrs.get("channels_last") else x[:2] + (1,) * (len(x) - 2)
     if op == "QLinearAveragePool":
         kernel, rank = attrs["kernel_shape"], len(attrs["kernel_shape"])
+        if len(x) != rank + 2:      # validate.check_attributes names the mismatch once inference is done
+            return None
         strides = attrs.get("strides", [1] * rank)
         pads = attrs.get("pads", [0] * 2 * rank)
         rounding = np.ceil if attrs.get("ceil_mode", 0) else np.floor

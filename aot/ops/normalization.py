@@ -382,7 +382,8 @@ class _VectorOps:
 
     def rsqrt(self, a: str) -> str:
         if a in self.rw.constants:
-            value = 1.0 / np.sqrt(self.rw.constants[a].astype(np.float64))
+            with np.errstate(all="ignore"):     # a negative variance gives NaN, as in onnxruntime
+                value = 1.0 / np.sqrt(self.rw.constants[a].astype(np.float64))
             return self.rw.constant(f"{self.node.name}_rsqrt", value.astype(np.float32))
         out = self.rw.like(f"{self.node.name}_rsqrt", a)
         self.rw.add("Unary", f"{self.node.name}_rsqrt", [a], [out], fn="rsqrt", params=())

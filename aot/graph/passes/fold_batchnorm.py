@@ -41,8 +41,9 @@ def fold_batchnorm(graph: Graph) -> Graph:
 
 def _affine(rw: Rewriter, bn: Node) -> tuple[np.ndarray, np.ndarray]:
     gamma, beta, mean, var = (rw.constants[name].astype(np.float64) for name in bn.inputs[1:5])
-    a = gamma / np.sqrt(var + bn.attrs["epsilon"])
-    return a, beta - mean * a
+    with np.errstate(all="ignore"):     # a negative variance gives NaN (and a zero one inf), as in onnxruntime
+        a = gamma / np.sqrt(var + bn.attrs["epsilon"])
+        return a, beta - mean * a
 
 
 def _fold_into(rw: Rewriter, src: Node, a: np.ndarray, b: np.ndarray, out: str) -> Node:
@@ -51,9 +52,11 @@ def _fold_into(rw: Rewriter, src: Node, a: np.ndarray, b: np.ndarray, out: str) 
     old_bias = rw.constants[bias].astype(np.float64) if bias else 0.0
     axis_shape = [1] * weight.ndim              # scale the weight's output channels
     axis_shape[op_def(src.op).weight_channel_axis] = -1
-    weight = weight * a.reshape(axis_shape)
+    with np.errstate(all="ignore"):     # infinite or NaN statistics give infinities and NaN, no warning
+        weight = weight * a.reshape(axis_shape)
+        new_bias = old_bias * a + b
     new_w = rw.constant(w + "_bn", weight.astype(np.float32))
-    new_b = rw.constant(src.name + "_bias_bn", (old_bias * a + b).astype(np.float32))
+    new_b = rw.constant(src.name + "_bias_bn", new_bias.astype(np.float32))
     return with_operands(src, weight=new_w, bias=new_b).with_(outputs=(out,))
 
 
