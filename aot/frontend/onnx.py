@@ -190,9 +190,30 @@ def _infer_static_shapes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
             raise
         inferred = None     # perhaps an annotation says what inference cannot find: try with them
     if inferred is not None and not _unknown_outputs(inferred) & hints:
-        _check_declared_outputs(proto, inferred, label)
+        try:
+            _check_declared_outputs(proto, inferred, label)
+        except ModelError:
+            declared = _declared_outputs_agree(proto, label)
+            if declared is None:
+                raise
+            return declared
         return inferred
     return _resolve_shapes(_consistent_annotations(proto, inferred, label), label)
+
+
+def _declared_outputs_agree(proto: onnx.ModelProto, label: str) -> onnx.ModelProto | None:
+    """Shapes inferred with the graph outputs' declared shapes in place (intermediate value_info left
+    out), where onnx's inference accepts them and every output comes out as declared: its rules have gaps
+    of their own (STFT's onesided frames counted two-sided when the frame length is a folded constant),
+    which a model's declaration fills. None if inference refuses them or computes otherwise."""
+    hinted = onnx.ModelProto.FromString(proto.SerializeToString())
+    del hinted.graph.value_info[:]
+    try:
+        inferred = _resolve_shapes(hinted, label)
+    except ModelError:
+        return None
+    computed = _computed_types(inferred)
+    return None if any(_contradicts(vi, computed.get(vi.name)) for vi in proto.graph.output) else inferred
 
 
 def _resolve_shapes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
