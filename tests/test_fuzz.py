@@ -16,10 +16,12 @@ from fuzz_graphs import generate
 from fuzz_reduce import reduce, script
 from onnx import TensorProto, helper, numpy_helper
 
+import aot
+
 SEED = 2026
 HOST_GRAPHS, AARCH64_GRAPHS, CHUNK = 320, 32, 16
 # Refusals that are genuine limits the README states (anything else refused is a bug of the fuzzer's or aot's).
-KNOWN_REFUSALS = ("negative pads (cropping) are not supported",)
+KNOWN_REFUSALS: tuple[str, ...] = ()
 # Open bugs, each kept by an xfail test below on its minimal graph: (outcome, pattern of its message, test).
 # A graph failing this way is not reported again; any other failure is.
 KNOWN_BUGS = (
@@ -266,12 +268,10 @@ def test_max_pool_same_upper_kernel_below_stride():
     assert outcome.kind == "pass", outcome
 
 
-@pytest.mark.xfail(strict=True, reason="bug: pooling with ceil_mode=1 where the last window would start in the end "
-                   "padding: ONNX (and onnxruntime) drop that window, aot's import keeps it (one column more), "
-                   "then a graph verifier finds the shapes of its readers inconsistent (InternalError)")
 def test_pool_ceil_mode_window_in_the_padding():
     """Seed 1, graphs 364 and 1876: MaxPool(kernel [2, 3], pads [1, 2, 1, 2], strides [1, 2], ceil_mode)
-    on 7x6 is 8x4 by ONNX's rule, read by an Add with a tensor of that shape."""
+    on 7x6 is 8x4 by ONNX's rule (the last window would start in the end padding and is dropped; onnx's
+    shape inference counts it), read by an Add with a tensor of that shape."""
     inits = [numpy_helper.from_array(np.ones((1, 1, 8, 4), np.float32), "b")]
     model = _model([helper.make_node("MaxPool", ["x"], ["p"], ceil_mode=1, kernel_shape=[2, 3], pads=[1, 2, 1, 2],
                                      strides=[1, 2]),
@@ -294,3 +294,26 @@ def test_pooling_of_a_constant(op):
     model = _model([node], {}, {"y": shape}, [numpy_helper.from_array(c, "c")])
     outcome = check(model, {})
     assert outcome.kind == "pass", outcome
+
+
+@pytest.mark.parametrize("include_pad", [0, 1])
+def test_average_pool_ceil_mode_dropped_window_then_mean(include_pad):
+    """Seed 7, graph 138: AveragePool(kernel 2, pads 1, 1, stride 2, ceil_mode) of length 3 has 2 windows,
+    the third starting in the end padding; taken (as onnx's inference counts it) it added a 0 (or, without
+    counting pads, 0/0) to the GlobalAveragePool after it."""
+    model = _model([helper.make_node("AveragePool", ["x"], ["p"], ceil_mode=1, count_include_pad=include_pad,
+                                     kernel_shape=[2], pads=[1, 1], strides=[2]),
+                    helper.make_node("GlobalAveragePool", ["p"], ["y"])], {"x": [3, 3, 3]}, {"y": [3, 3, 1]})
+    x = np.random.default_rng(0).standard_normal((3, 3, 3)).astype(np.float32)
+    outcome = check(model, {"x": x})
+    assert outcome.kind == "pass", outcome
+
+
+def test_pool_ceil_mode_window_dropped_on_one_axis_kept_on_another_is_refused():
+    """Rows: the third window would start in the end padding (dropped); columns: the second starts inside
+    the input (kept). No ceil_mode flag says that: a clear refusal, not a wrong count."""
+    model = _model([helper.make_node("MaxPool", ["x"], ["y"], name="pool", ceil_mode=1, kernel_shape=[2, 2],
+                                     pads=[1, 0, 1, 0], strides=[2, 3])], {"x": [1, 1, 3, 4]}, {"y": [1, 1, 2, 2]})
+    with pytest.raises(aot.UnsupportedOpError, match="node 'pool' \\(MaxPool\\): with ceil_mode=1 its last window "
+                                                     "is dropped on one axis and kept on another"):
+        aot.build(model, target="host")

@@ -137,6 +137,44 @@ def _initializers_as_constants(proto: onnx.ModelProto) -> onnx.ModelProto:
     return result
 
 
+def _floor_dropped_ceil_windows(proto: onnx.ModelProto, inferred: onnx.ModelProto, label: str
+                                ) -> onnx.ModelProto | None:
+    """Pooling with ceil_mode=1 drops a last window that would start in the end padding (ONNX's
+    reference and onnxruntime do), but onnx's shape inference counts it: one output too many. Where that
+    window is dropped on every axis whose count ceil_mode changes, the pool is ceil_mode=0 (the same
+    windows); where it is kept on some axis and dropped on another, no flag says so: refused. None if
+    no pool changes."""
+    shapes = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim]
+              for vi in list(inferred.graph.value_info) + list(inferred.graph.input)}
+    result, changed = onnx.ModelProto.FromString(proto.SerializeToString()), False
+    for node in result.graph.node:
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        if node.op_type not in ("MaxPool", "AveragePool") or not attrs.get("ceil_mode") or "pads" not in attrs:
+            continue
+        spatial = shapes.get(node.input[0], [])[2:]
+        kernel = list(attrs["kernel_shape"])
+        rank = len(kernel)
+        if len(spatial) != rank:
+            continue
+        strides, dilations = attrs.get("strides", [1] * rank), attrs.get("dilations", [1] * rank)
+        pads = attrs["pads"]
+        dropped = []
+        for n, k, s, d, begin, end in zip(spatial, kernel, strides, dilations, pads[:rank], pads[rank:]):
+            span = n + begin + end - ((k - 1) * d + 1)
+            if span % s:        # ceil_mode counts one window more than floor here
+                dropped.append((span // s + 1) * s >= n + begin)
+        if not dropped or not any(dropped):
+            continue
+        if not all(dropped):
+            raise UnsupportedOpError(f"{label}: node '{node.name}' ({node.op_type}): with ceil_mode=1 its last "
+                                     "window is dropped on one axis and kept on another, which aot does not compile")
+        for a in node.attribute:
+            if a.name == "ceil_mode":
+                a.i = 0
+        changed = True
+    return result if changed else None
+
+
 def _infer(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
     """Strict ONNX shape inference. A node that fails its own inference rule (an axis out of range, an
     output shape contradicting the declared one) is the model's fault: a ModelError. Where inference
@@ -189,31 +227,13 @@ def _infer_static_shapes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
         if not hints:
             raise
         inferred = None     # perhaps an annotation says what inference cannot find: try with them
+    floored = _floor_dropped_ceil_windows(proto, inferred, label) if inferred is not None else None
+    if floored is not None:     # the pools' counts corrected, inference runs again (and finds none)
+        return _infer_static_shapes(floored, label)
     if inferred is not None and not _unknown_outputs(inferred) & hints:
-        try:
-            _check_declared_outputs(proto, inferred, label)
-        except ModelError:
-            declared = _declared_outputs_agree(proto, label)
-            if declared is None:
-                raise
-            return declared
+        _check_declared_outputs(proto, inferred, label)
         return inferred
     return _resolve_shapes(_consistent_annotations(proto, inferred, label), label)
-
-
-def _declared_outputs_agree(proto: onnx.ModelProto, label: str) -> onnx.ModelProto | None:
-    """Shapes inferred with the graph outputs' declared shapes in place (intermediate value_info left
-    out), where onnx's inference accepts them and every output comes out as declared: its rules have gaps
-    of their own (STFT's onesided frames counted two-sided when the frame length is a folded constant),
-    which a model's declaration fills. None if inference refuses them or computes otherwise."""
-    hinted = onnx.ModelProto.FromString(proto.SerializeToString())
-    del hinted.graph.value_info[:]
-    try:
-        inferred = _resolve_shapes(hinted, label)
-    except ModelError:
-        return None
-    computed = _computed_types(inferred)
-    return None if any(_contradicts(vi, computed.get(vi.name)) for vi in proto.graph.output) else inferred
 
 
 def _resolve_shapes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
