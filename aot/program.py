@@ -96,7 +96,7 @@ def materialize_outputs(graph: Graph) -> Graph:
     for out in graph.outputs:
         r = root(out)
         if out in graph.constants:
-            moved[out] = rw.constant(out + "_value", rw.constants.pop(out))
+            moved[out] = rw.constant(out + "_value", rw.constants.pop(out), rw.values[out].quant)
             rw.add("Copy", out + "_copy", [moved[out]], [out])
         elif out not in producers:
             raise UnsupportedOpError(f"graph output '{out}' is also a graph input: aot needs it computed by the model")

@@ -317,3 +317,25 @@ def test_pool_ceil_mode_window_dropped_on_one_axis_kept_on_another_is_refused():
     with pytest.raises(aot.UnsupportedOpError, match="node 'pool' \\(MaxPool\\): with ceil_mode=1 its last window "
                                                      "is dropped on one axis and kept on another"):
         aot.build(model, target="host")
+
+
+def test_quantized_constant_that_is_also_an_output():
+    """Seed 7, graph 512: a QuantizeLinear of a constant (folded to uint8 codes, saturated at 255) is a graph
+    output and an operand of an integer Add; the constant moved aside for the output's copy lost its scale
+    and zero point, and the Add read its codes as another scale's (up to 102 steps off)."""
+    inits = [numpy_helper.from_array(np.array([1.2711618, -0.08442697, 1.9360644], np.float32), "c"),
+             numpy_helper.from_array(np.float32(0.015252476), "cs"), numpy_helper.from_array(np.uint8(147), "cz"),
+             numpy_helper.from_array(np.float32(0.012915468), "xs"), numpy_helper.from_array(np.uint8(136), "xz"),
+             numpy_helper.from_array(np.float32(0.04035764), "ys"), numpy_helper.from_array(np.uint8(128), "yz")]
+    nodes = [helper.make_node("QuantizeLinear", ["c", "cs", "cz"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "cs", "cz"], ["dq"]),
+             helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["dx"]),
+             helper.make_node("Add", ["dq", "dx"], ["s"]),
+             helper.make_node("QuantizeLinear", ["s", "ys", "yz"], ["y"])]
+    graph = helper.make_graph(nodes, "fuzz", [helper.make_tensor_value_info("x", TensorProto.UINT8, [3])],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, [3]),
+                               helper.make_tensor_value_info("q", TensorProto.UINT8, [3])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 8
+    outcome = check(model, {"x": np.array([126, 215, 36], np.uint8)})
+    assert outcome.kind == "pass", outcome
