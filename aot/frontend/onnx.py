@@ -145,11 +145,12 @@ def _floor_dropped_ceil_windows(proto: onnx.ModelProto, inferred: onnx.ModelProt
     windows); where it is kept on some axis and dropped on another, no flag says so: refused. None if
     no pool changes."""
     shapes = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim]
-              for vi in list(inferred.graph.value_info) + list(inferred.graph.input)}
+              for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output)}
     result, changed = onnx.ModelProto.FromString(proto.SerializeToString()), False
     for node in result.graph.node:
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        if node.op_type not in ("MaxPool", "AveragePool") or not attrs.get("ceil_mode") or "pads" not in attrs:
+        if (node.op_type not in ("MaxPool", "AveragePool") or not attrs.get("ceil_mode")
+                or attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET")):
             continue
         spatial = shapes.get(node.input[0], [])[2:]
         kernel = list(attrs["kernel_shape"])
@@ -157,7 +158,7 @@ def _floor_dropped_ceil_windows(proto: onnx.ModelProto, inferred: onnx.ModelProt
         if len(spatial) != rank:
             continue
         strides, dilations = attrs.get("strides", [1] * rank), attrs.get("dilations", [1] * rank)
-        pads = attrs["pads"]
+        pads = attrs.get("pads", [0] * 2 * rank)
         dropped = []
         for n, k, s, d, begin, end in zip(spatial, kernel, strides, dilations, pads[:rank], pads[rank:]):
             span = n + begin + end - ((k - 1) * d + 1)
