@@ -58,13 +58,11 @@ def volume_conv(ctx: LowerContext, node: Node, name: str) -> Kernel:
     groups = node.attrs["group"]
     mg = m // groups
     volume, out_volume, taps = (int(np.prod(s, dtype=np.int64)) for s in (size, out_size, kernel))
-    out_strides = [int(np.prod(out_size[a + 1:], dtype=np.int64)) for a in range(3)]
     b = Builder()
     with b.loop("n", 0, n) as batch, b.loop("g", 0, groups) as group, b.loop("m", 0, mg) as within, \
             b.loop("o", 0, out_volume) as o:
         channel = b.let("ch", group * mg + within)
-        coords = [b.let("oc", binop("div", o, out_strides[a]) - binop("div", o, out_strides[a] * out_size[a])
-                        * out_size[a]) for a in range(3)]
+        coords = _coords(b, o, out_size)
         starts = [b.let("start", coords[a] * strides[a] - pads[a]) for a in range(3)]
         acc = b.local("acc", bias[channel] if bias is not None else const(0.0, "f32"))
         with b.loop("c", 0, cg) as ci:
@@ -92,13 +90,11 @@ def volume_conv_transpose(ctx: LowerContext, node: Node, name: str) -> Kernel:
     groups = node.attrs["group"]
     cg = c // groups
     volume, out_volume, taps = (int(np.prod(s, dtype=np.int64)) for s in (size, out_size, kernel))
-    out_strides = [int(np.prod(out_size[a + 1:], dtype=np.int64)) for a in range(3)]
     b = Builder()
     with b.loop("n", 0, n) as batch, b.loop("g", 0, groups) as group, b.loop("m", 0, mg) as within, \
             b.loop("o", 0, out_volume) as o:
         channel = b.let("ch", group * mg + within)
-        shifted = [b.let("at", binop("div", o, out_strides[a]) - binop("div", o, out_strides[a] * out_size[a])
-                         * out_size[a] + begins[a]) for a in range(3)]
+        shifted = [b.let("at", coord + begins[a]) for a, coord in enumerate(_coords(b, o, out_size))]
         acc = b.local("acc", bias[channel] if bias is not None else const(0.0, "f32"))
         with b.loop("c", 0, cg) as ci:
             x_channel = b.let("xc", ((batch * c) + group * cg + ci) * volume)
@@ -119,6 +115,13 @@ def volume_conv_transpose(ctx: LowerContext, node: Node, name: str) -> Kernel:
 def _transpose_macs(graph: Graph, node: Node) -> int:
     _, mg, *kernel = graph.shape(node.inputs[1])
     return int(np.prod(graph.shape(node.inputs[0]), dtype=np.int64)) * mg * int(np.prod(kernel, dtype=np.int64))
+
+
+def _coords(b: Builder, o: Expr, out_size) -> list[Expr]:
+    """The (d, h, w) coordinates of flat output position o."""
+    strides = [int(np.prod(out_size[a + 1:], dtype=np.int64)) for a in range(3)]
+    return [b.let("oc", binop("div", o, strides[a]) - binop("div", o, strides[a] * out_size[a]) * out_size[a])
+            for a in range(3)]
 
 
 def _flat(index: list[Expr], size: list[int]) -> Expr:
