@@ -13,7 +13,7 @@ from aot.kernel.ir import Buffer, Builder, Expr, Kernel, binop, const, maximum, 
 from aot.ops import LowerContext
 from aot.ops.quantized import dequantize, quantize
 from aot.ops.registry import ALL_DTYPES, AxisAttr, Layout, QuantForm, define, same_size
-from aot.ops.rewrite import const_input, fused_acts, refuse, view
+from aot.ops.rewrite import const_input, crop, fused_acts, refuse, view
 
 
 def _strides(shape) -> list[int]:
@@ -217,22 +217,9 @@ def canonical_pad(rw: Rewriter, node: Node) -> None:
             full[axis], full[rank + axis] = pads[i], pads[len(axes) + i]
         pads = tuple(full)
     if any(p < 0 for p in pads):        # negative pads crop: a Slice first, then the positive pads
-        x = _crop(rw, node, x, pads)
+        x = crop(rw, node, x, pads)
         pads = tuple(max(p, 0) for p in pads)
     rw.add("Pad", node.name, [x], node.outputs, pads=pads, mode=mode, value=value)
-
-
-def _crop(rw: Rewriter, node: Node, x: str, pads: tuple[int, ...]) -> str:
-    """`x` without the rows a negative pad removes at either end of each axis."""
-    shape = rw.values[x].shape
-    rank = len(shape)
-    begin = tuple(max(-p, 0) for p in pads[:rank])
-    kept = tuple(n - b - max(-e, 0) for n, b, e in zip(shape, begin, pads[rank:]))
-    if any(k < 0 for k in kept):
-        raise refuse(node, f"pads {list(pads)} crop more than the input's shape {list(shape)}")
-    out = rw.like(f"{x}_cropped", x, kept)
-    rw.add("Slice", node.name + "_crop", [x], [out], starts=begin, steps=(1,) * rank)
-    return out
 
 
 def canonical_slice(rw: Rewriter, node: Node) -> None:

@@ -13,7 +13,7 @@ from aot.ops import LowerContext
 from aot.ops.conv import Geometry, Order, channel_blocks, spatial_loops
 from aot.ops.quantized import int_dtype, quantize, widen
 from aot.ops.registry import Layout, QuantForm, define
-from aot.ops.rewrite import fused_acts, lift_1d, refuse, spatial_attrs, view
+from aot.ops.rewrite import crop, fused_acts, lift_1d, refuse, spatial_attrs, view
 
 _LOWEST = -3.4028234663852886e38
 
@@ -120,7 +120,13 @@ def canonical_pool(rw: Rewriter, node: Node) -> None:
     if len(node.outputs) > 1 and node.outputs[1]:
         raise refuse(node, "the Indices output is not supported")
     kernel = tuple(node.attrs["kernel_shape"])
-    attrs = spatial_attrs(rw, node, kernel)
+    attrs = spatial_attrs(rw, node, kernel, negative=True)
+    pads = attrs["pads"]
+    if any(p < 0 for p in pads):        # SAME with a kernel shorter than the stride: the window shifts
+        rank = len(kernel)
+        full = (0, 0, *pads[:rank], 0, 0, *pads[rank:])
+        node = node.with_(inputs=(crop(rw, node, node.inputs[0], full), *node.inputs[1:]))
+        attrs["pads"] = tuple(max(p, 0) for p in pads)
     attrs.update(fused_acts(node))
     if node.op == "AveragePool":
         attrs["count_include_pad"] = int(node.attrs.get("count_include_pad", 0))

@@ -58,8 +58,24 @@ def unary_rule(fn: str, *defaults: tuple[str, float]) -> Rule:
     return rule
 
 
-def spatial_attrs(rw: Rewriter, node: Node, kernel: tuple[int, ...]) -> dict:
-    """kernel, strides, dilations and explicit pads (begins, then ends) of a Conv or pool."""
+def crop(rw: Rewriter, node: Node, x: str, pads: tuple[int, ...]) -> str:
+    """`x` without the rows a negative pad removes at either end of each axis."""
+    shape = rw.values[x].shape
+    rank = len(shape)
+    begin = tuple(max(-p, 0) for p in pads[:rank])
+    kept = tuple(n - b - max(-e, 0) for n, b, e in zip(shape, begin, pads[rank:]))
+    if any(k < 0 for k in kept):
+        raise refuse(node, f"pads {list(pads)} crop more than the input's shape {list(shape)}")
+    out = rw.like(f"{x}_cropped", x, kept)
+    rw.add("Slice", node.name + "_crop", [x], [out], starts=begin, steps=(1,) * rank)
+    return out
+
+
+def spatial_attrs(rw: Rewriter, node: Node, kernel: tuple[int, ...], negative: bool = False) -> dict:
+    """kernel, strides, dilations and explicit pads (begins, then ends) of a Conv or pool. With `negative`,
+    auto_pad SAME takes ONNX's formula as it is, whose total is negative where the kernel is shorter than
+    the stride (pools, as ONNX's reference and onnxruntime compute them: the window shifts); the caller
+    crops for a negative pad. Without, the total is at least 0."""
     rank = len(kernel)
     x = rw.values[node.inputs[0]].shape[2:]
     strides = tuple(node.attrs.get("strides", (1,) * rank))
@@ -74,7 +90,11 @@ def spatial_attrs(rw: Rewriter, node: Node, kernel: tuple[int, ...]) -> dict:
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         begin, end = [], []
         for size, k, s, d in zip(x, kernel, strides, dilations):
-            total = max(0, (math.ceil(size / s) - 1) * s + (k - 1) * d + 1 - size)
+            total = (math.ceil(size / s) - 1) * s + (k - 1) * d + 1 - size
+            if total < 0 and negative and auto_pad == "SAME_LOWER":    # onnxruntime refuses it; no rule to follow
+                raise refuse(node, "auto_pad SAME_LOWER with a kernel shorter than the stride (a negative total "
+                                   "pad) is not supported")
+            total = total if negative else max(0, total)
             small = total // 2
             begin.append(small if auto_pad == "SAME_UPPER" else total - small)
             end.append(total - begin[-1])
