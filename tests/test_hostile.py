@@ -48,6 +48,14 @@ SEED = 12
 CHUNKS = 16
 
 
+def both(*changes):
+    """One mutation made of several."""
+    def change(m):
+        for c in changes:
+            c(m)
+    return change
+
+
 @dataclass(frozen=True)
 class Case:
     name: str                       # category-index, also the case's directory
@@ -456,12 +464,6 @@ def ops_and_opsets() -> list[Case]:
             m.opset_import.append(helper.make_opsetid(domain, version))
         return change
 
-    def both(*changes):
-        def change(m):
-            for c in changes:
-                c(m)
-        return change
-
     bad = {"unknown-op": op("Frobnicate"), "gelu-before-opset-20": op("Gelu"), "lowercase-op": op("relu"),
            "empty-op": op(""), "unknown-domain": op("Relu", "org.example"),
            "unknown-domain-imported": both(op("Relu", "org.example"), also_import("org.example", 1)),
@@ -541,12 +543,6 @@ def attributes() -> list[Case]:
             del shape.dim[:]
             for d in dims:
                 shape.dim.add().dim_value = d
-        return change
-
-    def both(*changes):
-        def change(m):
-            for c in changes:
-                c(m)
         return change
 
     def repeat(node, name):
