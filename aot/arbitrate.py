@@ -223,7 +223,7 @@ def _evaluate(proto: onnx.ModelProto, nodes: list[onnx.NodeProto], boundary: dic
               tensor: str) -> np.ndarray:
     """`tensor` computed by onnx.reference from `boundary`, every float value and constant in float64."""
     feeds = {name: _f64(value) for name, value in boundary.items()}
-    graph = helper.make_graph([_node_f64(n) for n in nodes], "arbitrate",
+    graph = helper.make_graph([node_f64(n) for n in nodes], "arbitrate",
                               [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in feeds],
                               [helper.make_tensor_value_info(tensor, TensorProto.UNDEFINED, None)])
     model = helper.make_model(graph, opset_imports=list(proto.opset_import), functions=list(proto.functions))
@@ -243,7 +243,7 @@ def _f64(value: np.ndarray) -> np.ndarray:
     return value.astype(np.float64) if value.dtype.kind == "f" else value
 
 
-def _node_f64(node: onnx.NodeProto) -> onnx.NodeProto:
+def node_f64(node: onnx.NodeProto) -> onnx.NodeProto:
     """The node with its float constants and float target types made float64."""
     node = onnx.NodeProto.FromString(node.SerializeToString())
     for attr in node.attribute:
@@ -254,7 +254,7 @@ def _node_f64(node: onnx.NodeProto) -> onnx.NodeProto:
             attr.i = TensorProto.DOUBLE
         elif attr.type == onnx.AttributeProto.GRAPH:
             for i, inner in enumerate(attr.g.node):
-                attr.g.node[i].CopyFrom(_node_f64(inner))
+                attr.g.node[i].CopyFrom(node_f64(inner))
     return node
 
 

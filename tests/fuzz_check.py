@@ -39,6 +39,7 @@ import numpy as np
 import onnx
 
 import aot
+from aot.arbitrate import node_f64
 from aot.errors import AotError, InternalError, PlanError, RunError
 
 KINDS = ("pass", "wrong", "crash", "refused", "invalid")
@@ -219,15 +220,12 @@ def to_float64(model: onnx.ModelProto) -> onnx.ModelProto:
     for vi in [*g.input, *g.output, *g.value_info]:
         if vi.type.tensor_type.elem_type == F:
             vi.type.tensor_type.elem_type = D
-    tensors = list(g.initializer) + [a.t for n in g.node for a in n.attribute if a.type == onnx.AttributeProto.TENSOR]
-    for t in tensors:
+    for t in g.initializer:
         if t.data_type == F:
-            array = onnx.numpy_helper.to_array(t).astype(np.float64)
-            t.CopyFrom(onnx.numpy_helper.from_array(array, t.name))
-    for n in g.node:
-        for a in n.attribute:
-            if n.op_type == "Cast" and a.name == "to" and a.i == F:
-                a.i = D
+            t.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(t).astype(np.float64), t.name))
+    nodes = [node_f64(n) for n in g.node]       # constants, Cast targets, subgraphs: as arbitration does
+    del g.node[:]
+    g.node.extend(nodes)
     return wide
 
 
