@@ -941,6 +941,23 @@ def make_cast(b: Builder) -> None:
         b.one("Cast", [x], x.shape, to, mag=x.mag + 1, exact=True, to=ONNX_TYPE[to])
 
 
+def make_shape(b: Builder) -> None:
+    """Shape arithmetic as exporters write it: Shape (a part of it at times) or Size of a computed tensor,
+    as int64 or cast to float. The values fold at compile time though the tensor they read is computed."""
+    x = b.pick(lambda t: t.rank >= 1 and not t.const)
+    if b.coin(0.2):
+        y = b.one("Size", [x], (), "int64", mag=x.size, exact=True)
+    else:
+        start, end = (0, x.rank) if b.coin(0.6) else sorted(int(v) for v in b.rng.integers(-x.rank, x.rank + 1, 2))
+        dims = np.array(x.shape[start:end], np.int64)
+        if dims.size == 0:
+            raise Skip
+        attrs = {} if (start, end) == (0, x.rank) else {"start": start, "end": end}
+        y = b.one("Shape", [x], dims.shape, "int64", mag=int(dims.max()), exact=True, **attrs)
+    if b.coin(0.7):
+        b.one("Cast", [y], y.shape, FLOAT, mag=y.mag, exact=True, to=ONNX_TYPE[FLOAT])
+
+
 def make_int_arith(b: Builder) -> None:
     op = b.choice(["Add", "Sub", "Mul", "Max", "Min", "Neg", "Abs", "Div", "Mod"])
     x = b.pick(lambda t: t.dtype in INTS and t.mag < 1e4, b.random_shape(int(b.rng.integers(1, 4))), "int64")
@@ -1114,7 +1131,7 @@ MAKERS: dict[str, tuple[float, Callable[[Builder], None]]] = {
     "pad": (1, make_pad), "tile": (0.5, make_tile), "depth_space": (0.5, make_depth_space),
     "resize": (0.8, make_resize), "compare": (1, make_compare), "logic": (0.7, make_logic),
     "where": (1, make_where), "cast": (1, make_cast), "int_arith": (0.8, make_int_arith), "gather": (1.5, make_gather),
-    "qdq": (2, make_qdq), "quant_move": (1, make_quant_move),
+    "shape": (0.7, make_shape), "qdq": (2, make_qdq), "quant_move": (1, make_quant_move),
 }
 
 

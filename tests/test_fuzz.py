@@ -73,12 +73,12 @@ def test_generator_is_reproducible_and_valid():
 
 def test_generator_covers_the_op_families():
     ops = set()
-    for i in range(200):
+    for i in range(400):
         ops.update(generate(11, i).ops)
     wanted = {"Conv", "MatMul", "Gemm", "Softmax", "ReduceSum", "MaxPool", "AveragePool", "Concat", "Split", "Pad",
               "Resize", "Reshape", "Transpose", "Slice", "Squeeze", "Unsqueeze", "Expand", "Flatten", "Gather",
               "Where", "Cast", "CastLike", "Constant", "QuantizeLinear", "DequantizeLinear", "LayerNormalization",
-              "BatchNormalization", "Equal", "Less", "And", "Not", "TopK", "ArgMax"}
+              "BatchNormalization", "Equal", "Less", "And", "Not", "TopK", "ArgMax", "Shape", "Size"}
     assert wanted <= ops, f"never generated: {sorted(wanted - ops)}"
 
 
@@ -342,3 +342,31 @@ def test_quantized_constant_that_is_also_an_output():
     model.ir_version = 8
     outcome = check(model, {"x": np.array([126, 215, 36], np.uint8)})
     assert outcome.kind == "pass", outcome
+
+
+@pytest.mark.parametrize("source", ["CastLike", "Shape"])
+def test_quantized_op_on_values_that_fold_from_a_computed_tensor(source):
+    """Seed 23, graph 1426: QDQ ops over CastLike(constant, x), which folds though x is computed (it reads
+    only x's type), as Shape reads only x's shape. lower_quantized judged them computed and made the op
+    integer; fold_constants then evaluated it on the codes without the rescale between encodings (uint8
+    off by 86). Both passes now ask one question: does the node fold."""
+    params = {"s1": np.float32(0.05), "s2": np.float32(0.02), "s3": np.float32(0.1)}
+    inits = [numpy_helper.from_array(np.asarray(v), k) for k, v in params.items()]
+    inits += [numpy_helper.from_array(np.uint8(z), f"z{i}") for i, z in ((1, 3), (2, 0), (3, 7))]
+    inits.append(numpy_helper.from_array(np.array([1.5, 0.5, 2.0, 1.0], np.float32), "c"))
+    if source == "CastLike":
+        inits.append(numpy_helper.from_array(np.array([2.0, 3.0, 4.0, 4.0], np.float64), "c64"))
+        made = [helper.make_node("CastLike", ["c64", "x"], ["v"])]
+    else:
+        made = [helper.make_node("Shape", ["x"], ["sh"]), helper.make_node("Cast", ["sh"], ["v"], to=TensorProto.FLOAT)]
+    nodes = made + [helper.make_node("QuantizeLinear", ["v", "s1", "z1"], ["q1"]),
+                    helper.make_node("DequantizeLinear", ["q1", "s1", "z1"], ["d1"]),
+                    helper.make_node("QuantizeLinear", ["c", "s2", "z2"], ["q2"]),
+                    helper.make_node("DequantizeLinear", ["q2", "s2", "z2"], ["d2"]),
+                    helper.make_node("Mul", ["d1", "d2"], ["m"]),
+                    helper.make_node("QuantizeLinear", ["m", "s3", "z3"], ["q3"]),
+                    helper.make_node("DequantizeLinear", ["q3", "s3", "z3"], ["d3"]),
+                    helper.make_node("Add", ["x", "d3"], ["y"])]
+    model = _model(nodes, {"x": [2, 3, 4, 4]}, {"y": [2, 3, 4, 4]}, inits)
+    x = np.random.default_rng(3).standard_normal((2, 3, 4, 4)).astype(np.float32)
+    assert check(model, {"x": x}).kind == "pass", check(model, {"x": x})

@@ -5,6 +5,8 @@ The ONNX reference implementation does the arithmetic, so any standard op folds 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import onnx
 from onnx import numpy_helper
@@ -17,7 +19,7 @@ from aot.ops.registry import op_def
 def fold_constants(graph: Graph) -> Graph:
     rw = Rewriter(graph)
     for node in graph.nodes:
-        if _foldable(node, rw):
+        if folds(node, lambda name: name in rw.constants):
             results = _evaluated(node, rw, graph.opset)
             if results is not None:
                 rw.constants.update(results)
@@ -58,17 +60,17 @@ def _computed_data(rw: Rewriter, node: Node) -> Node:
     return node.with_(inputs=(copy, *node.inputs[1:]))
 
 
-def _foldable(node: Node, rw: Rewriter) -> bool:
-    """Computable now: every input a constant (but those of which it reads only the type), or an op that
-    reads only its input's static shape; never an op whose result is random (the registry's `random`,
-    `shape_only` and `dtype_only` facts)."""
+def folds(node: Node, is_constant: Callable[[str], bool]) -> bool:
+    """fold_constants computes `node` now: every input a constant (but those of which it reads only the
+    type), or an op that reads only its input's static shape; never an op whose result is random (the
+    registry's `random`, `shape_only` and `dtype_only` facts). lower_quantized asks the same question
+    before the constants exist, with `is_constant` telling what will fold."""
     definition = op_def(node.op)
     if definition.random or node.attrs.get("domain"):
         return False
     if definition.shape_only:
         return True
-    return all(name in rw.constants for i, name in enumerate(node.inputs)
-               if name and i not in definition.dtype_only)
+    return all(is_constant(name) for i, name in enumerate(node.inputs) if name and i not in definition.dtype_only)
 
 
 def _to_onnx(node: Node) -> onnx.NodeProto:

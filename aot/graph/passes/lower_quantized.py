@@ -16,6 +16,7 @@ import dataclasses
 import numpy as np
 
 from aot.graph.ir import Graph, Node, Rewriter
+from aot.graph.passes.fold_constants import folds
 from aot.graph.quant import QuantParams
 from aot.ops.registry import Fusion, QuantForm, op_def, operand
 
@@ -79,7 +80,7 @@ class _Chains:
         self.users = graph.consumers()
         self._from_constants: set[str] = set()
         for node in graph.nodes:          # in topological order
-            if not op_def(node.op).random and all(self.computable(i) for i in node.inputs):
+            if folds(node, self.computable):
                 self._from_constants.update(node.outputs)
 
     def computable(self, name: str) -> bool:
@@ -162,7 +163,7 @@ def _match(chains: _Chains, rw: Rewriter, node: Node) -> tuple[Node, list[Node]]
     form = definition.quant
     if form is QuantForm.NONE:
         return None
-    if all(chains.computable(i) for i in node.inputs):
+    if folds(node, chains.computable):
         # made from constants only: fold_constants evaluates the float op with ONNX semantics. The integer
         # form would fold as the float op too, but on the codes, without the rescale between encodings.
         return None
