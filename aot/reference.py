@@ -156,10 +156,10 @@ NEWER_OPSET = 21
 def reference_evaluator(proto: onnx.ModelProto):
     """onnx.reference.ReferenceEvaluator for the model, converted to NEWER_OPSET if the evaluator has
     no implementation of one of its ops at the model's opset."""
-    from onnx.reference import ReferenceEvaluator
+    from aot.graph.evaluate import reference_evaluator as evaluator
 
     try:
-        return ReferenceEvaluator(proto)
+        return evaluator(proto)
     except Exception as err:      # noqa: BLE001 - retried below, or raised as it is
         opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), NEWER_OPSET)
         if "No implementation for operator" not in str(err) or opset >= NEWER_OPSET:
@@ -168,7 +168,7 @@ def reference_evaluator(proto: onnx.ModelProto):
             converted = onnx.version_converter.convert_version(proto, NEWER_OPSET)
         except Exception:         # noqa: BLE001 - the first error is the one to report
             raise err from None
-        return ReferenceEvaluator(converted)
+        return evaluator(converted)
 
 
 def first_line(err: Exception) -> str:

@@ -355,11 +355,11 @@ def try_model(model: Model, settings: dict, timeout: float = 600.0) -> Result:
 def _matches_onnx_reference(artifact, check) -> bool:
     """Where aot and onnxruntime differ, ask ONNX's reference implementation (slow, exact arithmetic in
     numpy): a fast approximation in onnxruntime (its sigmoid far from 0, say) is not aot's error."""
-    from onnx.reference import ReferenceEvaluator
+    from aot.graph.evaluate import reference_evaluator
 
     try:
         proto, frozen = artifact.model.reference()
-        want = ReferenceEvaluator(proto).run(None, {**check.inputs, **frozen})
+        want = reference_evaluator(proto).run(None, {**check.inputs, **frozen})
     except Exception:  # noqa: BLE001 - a model the reference cannot run gives no second opinion
         return False
     names = [o.name for o in proto.graph.output]

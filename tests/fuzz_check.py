@@ -71,8 +71,8 @@ def reference(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
     try:
         return _onnxruntime(model, inputs, names), "onnxruntime"
     except Exception:          # noqa: BLE001 - no kernel for an op/type: the ONNX reference instead
-        from onnx.reference import ReferenceEvaluator
-        results = ReferenceEvaluator(model).run(names, inputs)
+        from aot.graph.evaluate import reference_evaluator
+        results = reference_evaluator(model).run(names, inputs)
         wanted = names or [o.name for o in model.graph.output]
         return dict(zip(wanted, (np.asarray(r) for r in results))), "onnx.reference"
 
@@ -198,16 +198,16 @@ def float64_outputs(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> di
     """The graph evaluated in float64 by onnx.reference; where it cannot run an op in float64, in
     float32 (then a second, independent float32 reference, arbitrating onnxruntime's own errors, such
     as its MeanVarianceNormalization's 0/0 where the ONNX function adds an epsilon); None if neither."""
-    from onnx.reference import ReferenceEvaluator
+    from aot.graph.evaluate import reference_evaluator
     names = [o.name for o in model.graph.output]
     try:
         wide = to_float64(model)
         feeds = {k: (v.astype(np.float64) if v.dtype == np.float32 else v) for k, v in inputs.items()}
-        return dict(zip(names, ReferenceEvaluator(wide).run(None, feeds)))
+        return dict(zip(names, reference_evaluator(wide).run(None, feeds)))
     except Exception:          # noqa: BLE001 - an op the reference cannot run in float64
         pass
     try:
-        return dict(zip(names, ReferenceEvaluator(model).run(None, inputs)))
+        return dict(zip(names, reference_evaluator(model).run(None, inputs)))
     except Exception:          # noqa: BLE001 - no arbitration
         return None
 

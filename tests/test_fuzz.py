@@ -370,3 +370,17 @@ def test_quantized_op_on_values_that_fold_from_a_computed_tensor(source):
     model = _model(nodes, {"x": [2, 3, 4, 4]}, {"y": [2, 3, 4, 4]}, inits)
     x = np.random.default_rng(3).standard_normal((2, 3, 4, 4)).astype(np.float32)
     assert check(model, {"x": x}).kind == "pass", check(model, {"x": x})
+
+
+def test_folded_l1_normalization():
+    """Seed 23, graph 1666: LpNormalization(p=1) of a constant folds at compile time with ONNX's
+    reference implementation, which divides by the plain sum of the row rather than the sum of its
+    magnitudes (row sum 0.17, norm 4.2: values 24x too large). aot's evaluator corrects that op."""
+    c = np.array([[0.28, -0.15, 0.43, 1.16], [-0.48, 0.47, -0.06, -1.02]], np.float32)
+    model = _model([helper.make_node("LpNormalization", ["c"], ["y"], axis=1, p=1),
+                    helper.make_node("Relu", ["x"], ["r"])],
+                   {"x": [3]}, {"y": [2, 4], "r": [3]}, [numpy_helper.from_array(c, "c")])
+    outcome = check(model, {"x": np.ones(3, np.float32)})
+    assert outcome.kind == "pass", outcome
+    got = aot.run(model, {"x": np.ones(3, np.float32)})["y"]
+    np.testing.assert_allclose(got, c / np.abs(c).sum(axis=1, keepdims=True), rtol=1e-6)
