@@ -72,6 +72,7 @@ from onnx import TensorProto, numpy_helper
 
 import aot
 from aot.errors import AotError, RunError
+from aot.reference import first_line
 
 MAX_OPSET = 17
 DATA_TYPES = {TensorProto.FLOAT}
@@ -226,10 +227,6 @@ def compare(got: np.ndarray | None, expected: np.ndarray, rtol: float, atol: flo
     return f"{int((~close).sum())} of {close.size} values differ", float(error.max())
 
 
-def first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else ""
-
-
 def run_case(case: Case, timeout: float = 120.0) -> Result:
     """Build `case` for the host, run every data set and compare; never raises. A build refused with
     every input fed at run time is tried again with inputs frozen (see the docstring)."""
@@ -255,13 +252,13 @@ def run_case(case: Case, timeout: float = 120.0) -> Result:
                     if isinstance(err, RunError) or frozen == attempts[-1]:
                         raise
                     if not frozen:
-                        unfrozen = "refused: " + first_line(str(err))
+                        unfrozen = "refused: " + first_line(err)
             if status is not None:
                 return result("mismatch", *status, frozen=frozen)
     except AotError as err:
-        return result("refused", first_line(str(err)), frozen=frozen)
+        return result("refused", first_line(err), frozen=frozen)
     except Exception as err:  # noqa: BLE001 - anything else is a bug in aot, recorded, never fatal
-        return result("crash", f"{type(err).__name__}: {first_line(str(err))} "
+        return result("crash", f"{type(err).__name__}: {first_line(err)} "
                                f"(at {traceback.extract_tb(err.__traceback__)[-1].name})", frozen=frozen)
     return result("pass", frozen=frozen)
 

@@ -73,6 +73,7 @@ import tomllib
 import aot
 from aot.errors import AotError, InternalError
 from aot.ops.registry import op_def
+from aot.reference import first_line
 
 CONFIG = Path(__file__).with_suffix(".toml")
 MAX_BYTES = 100 * 1024 * 1024
@@ -278,10 +279,6 @@ def _outer_reads(graph: onnx.GraphProto) -> list[str]:
 
 # --- one model -----------------------------------------------------------------------------------------
 
-def first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else ""
-
-
 def random_feeds(artifact: aot.Artifact, int_ranges: dict[str, list[int]], seed: int = 0) -> dict[str, np.ndarray]:
     """Inputs for the built model: standard normal floats, integers uniform in their range ([0, 4))."""
     from aot.reference import input_specs
@@ -311,7 +308,7 @@ def try_model(model: Model, settings: dict, timeout: float = 600.0) -> Result:
         result.unknown = sorted(op for op in every if not known(op))
         result.runtime_unknown = sorted(op for op in runtime if not known(op))
     except Exception as err:  # noqa: BLE001 - an unreadable model is reported like any other failure
-        result.message = f"cannot read: {first_line(str(err))}"
+        result.message = f"cannot read: {first_line(err)}"
         return result
     if settings.get("skip"):
         result.status, result.message = "skipped", str(settings["skip"])
@@ -341,12 +338,12 @@ def try_model(model: Model, settings: dict, timeout: float = 600.0) -> Result:
             else:
                 result.status = "ok"
     except InternalError as err:
-        result.status, result.message = "crash", f"InternalError: {first_line(str(err))}"
+        result.status, result.message = "crash", f"InternalError: {first_line(err)}"
     except AotError as err:
-        result.status, result.message = "refused", first_line(str(err))
+        result.status, result.message = "refused", first_line(err)
     except Exception as err:  # noqa: BLE001 - anything else is a bug in aot, recorded, never fatal
         result.status = "crash"
-        result.message = (f"{type(err).__name__}: {first_line(str(err))} "
+        result.message = (f"{type(err).__name__}: {first_line(err)} "
                           f"(at {traceback.extract_tb(err.__traceback__)[-1].name})")
     result.seconds = round(time.monotonic() - start, 1)
     return result

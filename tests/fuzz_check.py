@@ -41,6 +41,7 @@ import onnx
 import aot
 from aot.arbitrate import node_f64
 from aot.errors import AotError, InternalError, PlanError, RunError
+from aot.reference import first_line
 
 KINDS = ("pass", "wrong", "crash", "refused", "invalid")
 # ops that only move values (and DequantizeLinear's scale survives them unchanged)
@@ -114,11 +115,6 @@ def check(model: onnx.ModelProto, inputs: dict[str, np.ndarray], target: str = "
     except Exception as err:   # noqa: BLE001 - any other exception is a compiler crash
         return Outcome("crash", f"{type(err).__name__}: {first_line(err)}")
     return compare(model, inputs, got, expected)
-
-
-def first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
 
 
 def compare(model, inputs, got: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> Outcome:
