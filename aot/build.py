@@ -22,7 +22,7 @@ from aot import report, report_svg, stages
 from aot.codegen import wrapper
 from aot.codegen.elf import undefined_symbols
 from aot.codegen.llvm import ModuleBuilder, llvm_version
-from aot.errors import OptionError
+from aot.errors import ModelError, OptionError, ShapeError, UnsupportedOpError
 from aot.frontend.onnx import FreezeValue, LoadedModel, load, to_graph
 from aot.graph.ir import Graph
 from aot.graph.passes import optimize
@@ -97,7 +97,12 @@ def build(model: str | os.PathLike | onnx.ModelProto, target: str | Target = "ho
         raise OptionError(f"output directory {dest} exists and is not a directory")
     if on_pass:
         on_pass("import", graph)
-    graph = optimize(graph, on_pass)
+    try:
+        graph = optimize(graph, on_pass)
+    except (ModelError, UnsupportedOpError, ShapeError) as err:   # a node's fault: say which model it is in
+        if str(err).startswith(loaded.label):
+            raise
+        raise type(err)(f"{loaded.label}: {err}") from None
     if after_optimize is not None:
         graph = verify(after_optimize(graph), "after_optimize")
     lowering_target = tgt if schedule.simd else scalar_variant(tgt)
