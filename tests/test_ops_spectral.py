@@ -134,3 +134,15 @@ def test_dft_axis_fed_out_of_range_gives_an_allowed_transform(axis):
     got = aot.run(_dft_fed_axis(x.shape, (3, 4, 5, 2)), {"x": x, "axis": np.array(axis, np.int64)})["y"]
     spectra = [np.fft.fft(x[..., 0].astype(np.float64), axis=a) for a in range(3)]
     assert any(np.allclose(got, np.stack([s.real, s.imag], -1), atol=1e-5) for s in spectra), got
+
+
+def test_inverse_one_sided_transform_of_a_real_spectrum_is_the_models_error():
+    """ONNX's shape inference and onnxruntime require a complex spectrum: a clear error, not a crash. The
+    node is unnamed, with one input: onnx's inference error then names no node, and the frontend leaves
+    it to the DFT rule."""
+    node = helper.make_node("DFT", ["x"], ["y"], inverse=1, onesided=1, axis=1)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6, 1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 10, 1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    with pytest.raises(aot.ModelError, match="inverse one-sided transform takes a complex spectrum"):
+        aot.build(model, out_dir=None)

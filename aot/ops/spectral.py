@@ -17,6 +17,7 @@ from functools import partial
 
 import numpy as np
 
+from aot.errors import ModelError
 from aot.graph.ir import Node, Rewriter
 from aot.kernel.ir import Builder, Kernel
 from aot.ops import LowerContext
@@ -70,6 +71,9 @@ def canonical_dft(rw: Rewriter, node: Node) -> None:
     onesided, inverse = bool(node.attrs.get("onesided", 0)), bool(node.attrs.get("inverse", 0))
     if onesided and not inverse and shape[-1] == 2:
         raise refuse(node, "a onesided transform of a complex input is not defined")
+    if onesided and inverse and shape[-1] != 2:
+        raise ModelError(f"node '{node.name}' (DFT): an inverse one-sided transform takes a complex spectrum (last "
+                         f"dimension 2, as ONNX's shape inference requires), not {shape[-1]}")
     dft_length = const_input(rw, node, 1, "dft_length")
     dft_length = int(dft_length) if dft_length is not None else None
     axis_input = node.inputs[2] if len(node.inputs) > 2 else ""
