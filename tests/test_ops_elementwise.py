@@ -396,7 +396,7 @@ def test_reduce_axes_fed_at_run_time_choose_among_the_shapes(op, case):
         compare(got["y"], want["y"], 2e-6, 1e-7, f"{op} {case} axes {axes}")
 
 
-@pytest.mark.parametrize("axes", [[3], [-4], [7], [-9], [2**40], [-(2**62)]])
+@pytest.mark.parametrize("axes", [[3], [-4], [7], [-9], [2**63 - 1], [-(2**63)]])
 def test_reduce_axes_fed_out_of_range_give_an_allowed_reduction(axes):
     """An axis out of range is the model's error (onnxruntime refuses it): no crash, and the output is
     the reduction over one of the axes the shapes allow."""

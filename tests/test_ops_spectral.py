@@ -126,7 +126,7 @@ def test_dft_axis_fed_at_run_time_is_not_read_when_the_shapes_decide():
         np.testing.assert_allclose(got, np.stack([spectrum.real, spectrum.imag], -1), atol=1e-5)
 
 
-@pytest.mark.parametrize("axis", [-1, 3, 4, -5, 2**40, -(2**62)])
+@pytest.mark.parametrize("axis", [-1, 3, 4, -5, 2**63 - 1, -(2**63)])
 def test_dft_axis_fed_out_of_range_gives_an_allowed_transform(axis):
     """The component axis or one beyond the rank is the model's error (onnxruntime refuses it): no crash,
     and the output is the transform along one of the axes the shapes allow."""
