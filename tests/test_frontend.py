@@ -206,6 +206,34 @@ def test_a_shape_known_only_at_run_time_names_its_node():
         aot.build(model)
 
 
+def _l2_body(last: str):
+    """ReduceL2's function body at opset 18 (x [3, 2, 2], axes fed at run time, keepdims 0), the last
+    node `last`: onnx's inference gives the ReduceSum's output no shape."""
+    nodes = [helper.make_node("Mul", ["x", "x"], ["square"], name="square"),
+             helper.make_node("ReduceSum", ["square", "axes"], ["sum"], name="sum", keepdims=0),
+             helper.make_node("Cast", ["sum"], ["sum_f"], name="cast", to=F32),
+             helper.make_node("Sqrt", ["sum_f"], ["root"], name="root")]
+    nodes.append(helper.make_node("CastLike", ["root", "x"], ["y"], name="like") if last == "CastLike"
+                 else helper.make_node("Transpose", ["root"], ["y"], name="turn", perm=[1, 0]))
+    return _typed_model(nodes, [("x", F32, [3, 2, 2]), ("axes", I64, [1])],
+                        [("y", F32, [3, 2] if last == "CastLike" else [2, 3])], opset=18)
+
+
+def test_a_tensor_inference_leaves_unknown_takes_the_shape_its_elementwise_readers_carry():
+    """The ReduceSum's output has the shape that Cast, Sqrt and CastLike carry to the declared output;
+    the axes fed at run time then choose between axis 1 and axis 2."""
+    model = _l2_body("CastLike")
+    x = np.random.default_rng(8).standard_normal((3, 2, 2)).astype(np.float32)
+    for axes in ([1], [2], [-1]):
+        _compare(model, {"x": x, "axes": np.array(axes, np.int64)})
+
+
+def test_a_reader_that_moves_elements_gives_no_shape_to_what_it_reads():
+    """A Transpose's output shape does not say its input's: the ReduceSum's output stays unknown."""
+    with pytest.raises(aot.ShapeError, match="cannot infer the shape of tensor 'sum'"):
+        aot.build(_l2_body("Transpose"), out_dir=None)
+
+
 def _gated_model():
     """x (float [1, 4]) plus a bool flag choosing a branch and a gain vector, both meant to be frozen."""
     then = _branch("scaled", [helper.make_node("Mul", ["x", "gain0"], ["y0"], name="mul")], "y0", [1, 4])

@@ -367,16 +367,55 @@ def test_reductions_one_model(target):
         compare(got[name], want[name], 3e-6, 0, name)
 
 
-def test_reduce_computed_axes_ambiguous_refused():
-    """(2, 2, 2) -> (2, 2): any one axis could be the one reduced."""
-    x = np.ones((2, 2, 2), np.float32)
-    node = helper.make_node("ReduceL1", ["x", "axes"], ["y"], keepdims=0)
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2, 2]),
-                                            helper.make_tensor_value_info("axes", TensorProto.INT64, [1])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    with pytest.raises(UnsupportedOpError, match="ReduceL1.*computed at run time"):
-        aot.run(model, inputs={"x": x, "axes": np.array([0], np.int64)}, target="host")
+def _reduce_fed_axes(op: str, shape: tuple[int, ...], count: int, out_shape: tuple[int, ...], keepdims: int = 0,
+                     noop: int = 0) -> onnx.ModelProto:
+    """`op` of x by `count` axes fed at run time, the output's shape declared."""
+    node = helper.make_node(op, ["x", "axes"], ["y"], keepdims=keepdims, noop_with_empty_axes=noop)
+    return graph_model([node], {"x": shape, "axes": (count,)}, ["y"], opset=18,
+                       input_types={"axes": TensorProto.INT64}, output_shapes={"y": out_shape})
+
+
+# (input shape, output shape, axes values fed): shapes that more than one set of axes gives
+FED_AXES_CASES = {
+    "one_of_two": ((3, 2, 2), (3, 2), [[1], [2], [-1], [-2]]),
+    "two_of_four": ((2, 3, 2, 3), (2, 3), [[0, 1], [1, 2], [2, 3], [3, 2], [-4, 1], [-3, -2]]),
+    # axes of size 1 named or not give the same values
+    "size_one_axes": ((2, 1, 2, 1), (2,), [[1, 2, 3], [0, 1, 3], [0, 3, 1], [-1, -2, -3]]),
+}
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMax", "ReduceMean", "ReduceL2", "ReduceLogSumExp"])
+@pytest.mark.parametrize("case", list(FED_AXES_CASES))
+def test_reduce_axes_fed_at_run_time_choose_among_the_shapes(op, case):
+    """Every set of axes the static shapes allow is computed; the one the fed axes name is kept."""
+    shape, out_shape, fed = FED_AXES_CASES[case]
+    model = _reduce_fed_axes(op, shape, len(fed[0]), out_shape)
+    x = np.random.default_rng(20).standard_normal(shape).astype(np.float32)
+    for axes in fed:
+        got, want = run_both(model, {"x": x, "axes": np.array(axes, np.int64)}, "host")
+        compare(got["y"], want["y"], 2e-6, 1e-7, f"{op} {case} axes {axes}")
+
+
+@pytest.mark.parametrize("axes", [[3], [-4], [7], [-9], [2**63 - 1], [-(2**63)]])
+def test_reduce_axes_fed_out_of_range_give_an_allowed_reduction(axes):
+    """An axis out of range is the model's error (onnxruntime refuses it): no crash, and the output is
+    the reduction over one of the axes the shapes allow."""
+    x = np.random.default_rng(21).standard_normal((3, 2, 2)).astype(np.float32)
+    got = aot.run(_reduce_fed_axes("ReduceSum", x.shape, 1, (3, 2)),
+                  inputs={"x": x, "axes": np.array(axes, np.int64)}, target="host")["y"]
+    assert any(np.allclose(got, x.sum(axis=a), rtol=1e-6, atol=1e-6) for a in (1, 2)), got
+
+
+@pytest.mark.parametrize("keepdims, noop", [(1, 0), (0, 0), (1, 1), (0, 1)])
+@pytest.mark.parametrize("op", ["ReduceL1", "ReduceSumSquare", "ReduceSum"])
+def test_reduce_axes_fed_empty(op, keepdims, noop):
+    """An axes input of length 0 (fed, it holds nothing): all axes, or with noop_with_empty_axes fn of
+    each element (|x| for ReduceL1), as onnxruntime and ONNX's reference compute."""
+    x = np.random.default_rng(22).standard_normal((2, 3)).astype(np.float32)
+    out_shape = x.shape if noop else ((1, 1) if keepdims else ())
+    model = _reduce_fed_axes(op, x.shape, 0, out_shape, keepdims, noop)
+    got, want = run_both(model, {"x": x, "axes": np.zeros(0, np.int64)}, "host")
+    compare(got["y"], want["y"], 2e-6, 1e-7, f"{op} keepdims {keepdims} noop {noop}")
 
 
 # --------------------------------------------------------------------------- Conv with computed weights

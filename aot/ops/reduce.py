@@ -3,12 +3,16 @@
 
 Each fn is init, a transform of each element, a combining op and a transform of the result (ReduceL2
 is sqrt of the sum of squares, as onnxruntime computes it); log_sum_exp takes two passes, the max
-first, so that exp never overflows: log(sum exp(x - max)) + max (an infinite max shifts by 0)."""
+first, so that exp never overflows: log(sum exp(x - max)) + max (an infinite max shifts by 0).
+
+Axes computed at run time: where the static shapes allow more than one set of axes (input (3, 2, 2),
+output (3, 2) without keepdims), each is reduced and the one the axes name at run time is kept."""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from functools import partial
 
 import numpy as np
 
@@ -18,7 +22,7 @@ from aot.kernel.ir import Builder, Expr, Kernel, binop, const, maximum, minimum,
 from aot.ops import LowerContext
 from aot.ops.movement import _strides
 from aot.ops.registry import FLOAT, AxisAttr, Layout, define
-from aot.ops.rewrite import const_input, refuse, view
+from aot.ops.rewrite import axes_from_zero, const_input, refuse, select_at_run_time, view
 
 
 def _same(x: Expr) -> Expr:
@@ -111,67 +115,108 @@ def reduce(ctx: LowerContext, node: Node, name: str) -> Kernel:
     return Kernel(name, params, b.block())
 
 
-def _axes_from_shapes(node: Node, shape: tuple[int, ...], out: tuple[int, ...], keepdims: bool) -> tuple[int, ...]:
-    """The axes of a reduction whose axes are computed at run time, from the static shapes: the ones that
-    shrink (with keepdims; reducing an axis of size 1 or not gives the same values), or, without keepdims,
-    the axes longer than 1 that every way of dropping len(shape) - len(out) axes agrees to drop."""
+def _axes_choices(node: Node, shape: tuple[int, ...], out: tuple[int, ...], keepdims: bool) -> list[tuple[int, ...]]:
+    """The axes a reduction whose axes are computed at run time may reduce, by the static shapes, each
+    without its axes of size 1 (reducing one or not gives the same values): with keepdims, the axes that
+    shrink; without, each way of dropping len(shape) - len(out) axes that leaves `out` (input (3, 2, 2)
+    and output (3, 2): axis 1 or axis 2)."""
     if keepdims:
         if len(out) != len(shape):
             raise refuse(node, f"output shape {list(out)} does not keep the dims of {list(shape)}")
-        return tuple(a for a, (d, o) in enumerate(zip(shape, out)) if d != o)
+        return [tuple(a for a, (d, o) in enumerate(zip(shape, out)) if d != o)]
     drops = {tuple(a for a in axes if shape[a] != 1)
              for axes in itertools.combinations(range(len(shape)), len(shape) - len(out))
              if tuple(d for a, d in enumerate(shape) if a not in axes) == tuple(out)}
-    if len(drops) != 1:
-        raise refuse(node, "the axes are computed at run time and the shapes do not decide them; "
-                     "make them a constant (or --freeze the input)")
-    return drops.pop()
+    if not drops:
+        raise refuse(node, f"output shape {list(out)} is not the input's shape {list(shape)} without some axes")
+    return sorted(drops)
+
+
+def _long_axes(shape: tuple[int, ...]) -> list[int]:
+    return [a for a, d in enumerate(shape) if d != 1]
+
+
+def _named_axes(rw: Rewriter, node: Node, axes: str, shape: tuple[int, ...]) -> str:
+    """A (1, 1) float32 number for the axes longer than 1 that the run-time `axes` name: bit i set when
+    they name the i-th (exact in float32 up to 24 bits). Each axis is compared with every long axis, a
+    long axis is named when any comparison holds (max over the axes), and the bits add up in a Gemm by
+    the powers of 2."""
+    long = _long_axes(shape)
+    if len(long) > 24:
+        raise refuse(node, f"the axes are computed at run time and the input has {len(long)} axes longer than 1")
+    counted = axes_from_zero(rw, node, axes, len(shape))
+    count = rw.values[counted].shape[0]
+    long_axes = rw.constant(f"{node.name}_long_axes", np.array([long], rw.values[axes].dtype))
+    hits = rw.value(f"{axes}_hits", (count, len(long)), "bool")
+    rw.add("Equal", node.name + "_hits", [view(rw, node, counted, (count, 1)), long_axes], [hits])
+    flags = rw.value(f"{axes}_flags", (count, len(long)))
+    rw.add("Cast", node.name + "_flags", [hits], [flags])
+    named = rw.value(f"{axes}_named", (1, len(long)))
+    rw.add("Reduce", node.name + "_named", [flags], [named], fn="max", axes=(0,))
+    number = rw.value(f"{axes}_number", (1, 1))
+    bits = rw.constant(f"{node.name}_bits", (2.0 ** np.arange(len(long), dtype=np.float32))[:, None])
+    rw.add("Gemm", node.name + "_number", [named, bits, ""], [number])
+    return number
 
 
 def canonical_reduce(rw: Rewriter, node: Node) -> None:
+    """Reduce keeping dims and a view that drops them. Axes computed at run time: each set of axes the
+    shapes allow is reduced, and the one the axes name at run time kept (select_at_run_time). (An axes
+    input of length 0 is a constant by now: the frontend folds an input that holds no elements.)"""
     x, out = node.inputs[0], node.outputs[0]
     shape = rw.values[x].shape
     fn = _OPS[node.op]
     if rw.values[x].dtype != "float32":
         raise refuse(node, f"only float32 data is supported, not {rw.values[x].dtype}")
     keepdims = bool(node.attrs.get("keepdims", 1))
-    if len(node.inputs) > 1 and node.inputs[1] and node.inputs[1] not in rw.constants:
-        axes = _axes_from_shapes(node, shape, rw.values[out].shape, keepdims)
-        if not axes:            # nothing reduced, or only axes of size 1: each element on its own
-            _each_element(rw, node, fn)
-            return
-    else:
-        axes_input = const_input(rw, node, 1, "axes")
-        axes = axes_input if axes_input is not None else node.attrs.get("axes")
+    axes_input = node.inputs[1] if len(node.inputs) > 1 else ""
+    if axes_input and axes_input not in rw.constants:
+        long = _long_axes(shape)
+        choices = [(sum(2 ** long.index(a) for a in axes), partial(_reduce_to, rw, node, fn, axes, keepdims))
+                   for axes in _axes_choices(node, shape, rw.values[out].shape, keepdims)]
+        select_at_run_time(rw, node, out, choices, partial(_named_axes, rw, node, axes_input, shape))
+        return
+    axes_value = const_input(rw, node, 1, "axes")
+    axes = axes_value if axes_value is not None else node.attrs.get("axes")
     if axes is None or len(axes) == 0:
         if node.attrs.get("noop_with_empty_axes", 0):
-            _each_element(rw, node, fn)
+            _reduce_to(rw, node, fn, (), keepdims, out)
             return
         axes = range(len(shape))
+    _reduce_to(rw, node, fn, axes, keepdims, out)
+
+
+def _reduce_to(rw: Rewriter, node: Node, fn: str, axes: Iterable[int], keepdims: bool, target: str) -> None:
+    """`target` = fn of the node's input over `axes` (none: fn of each element)."""
+    x = node.inputs[0]
+    shape = rw.values[x].shape
     axes = tuple(sorted({int(a) % len(shape) for a in axes}))
+    if not axes:
+        _each_element(rw, node, fn, target)
+        return
     kept = tuple(1 if i in axes else d for i, d in enumerate(shape))
-    target = out if keepdims else rw.value(out + "_keepdims", kept)
+    reduced = target if keepdims else rw.value(target + "_keepdims", kept)
     if len(shape) == 4 and axes == (2, 3) and fn in ("mean", "max"):      # global pooling
-        rw.add("GlobalAveragePool" if fn == "mean" else "GlobalMaxPool", node.name, [x], [target])
+        rw.add("GlobalAveragePool" if fn == "mean" else "GlobalMaxPool", node.name, [x], [reduced])
     else:
-        rw.add("Reduce", node.name, [x], [target], fn=fn, axes=axes)
+        rw.add("Reduce", node.name, [x], [reduced], fn=fn, axes=axes)
     if not keepdims:
-        view(rw, node, target, rw.values[out].shape, out)
+        view(rw, node, reduced, rw.values[target].shape, target)
 
 
-def _each_element(rw: Rewriter, node: Node, fn: str) -> None:
-    """A reduction over no axis (noop_with_empty_axes): the input itself where fn transforms nothing
-    (sum, mean, max, min, prod), else fn per element (ReduceL1 gives |x|, ReduceSumSquare x*x, as the
-    ONNX reference computes)."""
-    x, out = node.inputs[0], node.outputs[0]
+def _each_element(rw: Rewriter, node: Node, fn: str, target: str) -> None:
+    """A reduction over no axis (noop_with_empty_axes, or only axes of size 1): the input itself where
+    fn transforms nothing (sum, mean, max, min, prod), else fn per element (ReduceL1 gives |x|,
+    ReduceSumSquare x*x, as the ONNX reference computes)."""
+    x = node.inputs[0]
     shape = rw.values[x].shape
     if fn in _FNS and _FNS[fn][1] is _same and _FNS[fn][3] is _same:
-        view(rw, node, x, rw.values[out].shape, out)
+        view(rw, node, x, rw.values[target].shape, target)
         return
-    target = out if rw.values[out].shape == shape else rw.like(out + "_each", x)
-    rw.add("Reduce", node.name, [x], [target], fn=fn, axes=())
-    if target != out:
-        view(rw, node, target, rw.values[out].shape, out)
+    each = target if rw.values[target].shape == shape else rw.like(target + "_each", x)
+    rw.add("Reduce", node.name, [x], [each], fn=fn, axes=())
+    if each != target:
+        view(rw, node, each, rw.values[target].shape, target)
 
 
 define("Reduce", lower=reduce, layout=Layout.FOLLOW, axis_attrs={"axes": AxisAttr.AXES})

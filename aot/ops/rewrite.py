@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -48,6 +49,47 @@ def view(rw: Rewriter, node: Node, src: str, shape: tuple[int, ...], out: str | 
     out = out or rw.like(f"{src}_view", src, shape)
     rw.add("Reshape", node.name + "_view", [src], [out], shape=tuple(shape))
     return out
+
+
+def axes_from_zero(rw: Rewriter, node: Node, axes: str, rank: int) -> str:
+    """Axes computed at run time, flattened to one dimension and counted from 0: a negative axis plus
+    `rank`, as ONNX reads -rank..-1. An axis out of range stays out of range, naming no axis."""
+    dtype, size = rw.values[axes].dtype, int(np.prod(rw.values[axes].shape, dtype=np.int64))
+    flat = view(rw, node, axes, (size,))
+    negative = rw.value(f"{axes}_negative", (size,), "bool")
+    rw.add("Less", node.name + "_negative", [flat, rw.constant(f"{node.name}_zero", np.zeros(1, dtype))], [negative])
+    shifted = rw.like(f"{axes}_plus_rank", flat)
+    rw.add("Add", node.name + "_plus_rank", [flat, rw.constant(f"{node.name}_rank", np.full(1, rank, dtype))],
+           [shifted])
+    counted = rw.like(f"{axes}_from_0", flat)
+    rw.add("Where", node.name + "_from_0", [negative, shifted, flat], [counted])
+    return counted
+
+
+def select_at_run_time(rw: Rewriter, node: Node, out: str, choices: Sequence[tuple[float, Callable[[str], None]]],
+                       key: Callable[[], str]) -> None:
+    """`out` computed each of the ways the static shapes allow, the one a value fed at run time names
+    kept: each choice is (number, emit), emit(target) adding the nodes that compute `target` (a value
+    like `out`) that way; a Where per choice keeps the one whose number equals the one element of
+    `key()`, a value computed at run time (made only when there are two choices or more). When none
+    does, the model fed a value its declared shapes contradict: the last choice, never a crash."""
+    if len(choices) == 1:
+        choices[0][1](out)
+        return
+    ones = (1,) * len(rw.values[out].shape)
+    chooser = view(rw, node, key(), ones)
+    picked = rw.like(f"{out}_choice", out)
+    choices[-1][1](picked)
+    for i in reversed(range(len(choices) - 1)):
+        number, emit = choices[i]
+        value = rw.like(f"{out}_choice", out)
+        emit(value)
+        number_value = rw.constant(f"{node.name}_choice", np.full(ones, number, rw.values[chooser].dtype))
+        hit = rw.value(f"{out}_is_choice", ones, "bool")
+        rw.add("Equal", node.name + "_is_choice", [chooser, number_value], [hit])
+        target = out if i == 0 else rw.like(f"{out}_selected", out)
+        rw.add("Where", node.name + "_select", [hit, value, picked], [target])
+        picked = target
 
 
 def unary_rule(fn: str, *defaults: tuple[str, float]) -> Rule:

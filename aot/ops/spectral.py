@@ -6,19 +6,24 @@ components); a column of the constant matrix gives one output component (k * 2 +
 
     forward  X[k] = sum_n x[n] e^(-2 pi i k n / N)        inverse  x[n] = 1/N sum_k X[k] e^(+2 pi i k n / N)
 
-Signals shorter than dft_length are zero-padded (their rows are absent), longer ones truncated.
+Signals shorter than dft_length are zero-padded (their rows are absent), longer ones truncated. An axis
+fed at run time (an input from opset 20) is read only where the shapes allow several: a DFT along each,
+the one it names kept.
 """
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
+from aot.errors import ModelError
 from aot.graph.ir import Node, Rewriter
 from aot.kernel.ir import Builder, Kernel
 from aot.ops import LowerContext
 from aot.ops.movement import copy_loops
 from aot.ops.registry import FLOAT, define
-from aot.ops.rewrite import const_input, refuse, view
+from aot.ops.rewrite import axes_from_zero, const_input, refuse, select_at_run_time, view
 
 
 def dft_matrix(length: int, components: int, dft_length: int, onesided: bool, inverse: bool) -> np.ndarray:
@@ -55,24 +60,62 @@ def _irfft_matrix(length: int, dft_length: int) -> np.ndarray:
 
 
 def canonical_dft(rw: Rewriter, node: Node) -> None:
+    """The axis fed at run time (an input from opset 20): a DFT along each signal axis that gives the
+    declared output shape, the one the axis names kept (select_at_run_time); the value is not read when
+    the shapes allow one axis only."""
     x, out = node.inputs[0], node.outputs[0]
     shape = rw.values[x].shape
     rank = len(shape)
-    components = shape[-1]
-    if rank < 3 or components not in (1, 2):
+    if rank < 3 or shape[-1] not in (1, 2):
         raise refuse(node, "the input must be (batch, ..., signal, 1 or 2)")
-    axis = const_input(rw, node, 2, "axis")            # an input from opset 20, an attribute before
+    onesided, inverse = bool(node.attrs.get("onesided", 0)), bool(node.attrs.get("inverse", 0))
+    if onesided and not inverse and shape[-1] == 2:
+        raise refuse(node, "a onesided transform of a complex input is not defined")
+    if onesided and inverse and shape[-1] != 2:
+        raise ModelError(f"node '{node.name}' (DFT): an inverse one-sided transform takes a complex spectrum (last "
+                         f"dimension 2, as ONNX's shape inference requires), not {shape[-1]}")
+    dft_length = const_input(rw, node, 1, "dft_length")
+    dft_length = int(dft_length) if dft_length is not None else None
+    axis_input = node.inputs[2] if len(node.inputs) > 2 else ""
+    if axis_input and axis_input not in rw.constants:
+        out_shape = rw.values[out].shape
+        axes = [a for a in range(rank - 1) if _dft_shape(shape, a, dft_length, onesided, inverse) == out_shape]
+        if not axes:
+            raise refuse(node, f"no signal axis of the input's shape {list(shape)} gives the output's shape "
+                               f"{list(out_shape)}")
+        choices = [(a, partial(_dft_along, rw, node, a, dft_length, onesided, inverse)) for a in axes]
+        select_at_run_time(rw, node, out, choices, partial(axes_from_zero, rw, node, axis_input, rank))
+        return
+    axis = const_input(rw, node, 2, "axis")
     axis = int(axis) if axis is not None else int(node.attrs.get("axis", 1 if rw.graph.opset < 20 else -2))
     axis %= rank
-    if axis in (0, rank - 1):
-        raise refuse(node, f"axis {axis} is the batch or the component axis")
-    length = shape[axis]
-    onesided, inverse = bool(node.attrs.get("onesided", 0)), bool(node.attrs.get("inverse", 0))
-    dft_length = const_input(rw, node, 1, "dft_length")
-    default_length = 2 * (length - 1) if inverse and onesided else length
-    dft_length = int(dft_length) if dft_length is not None else default_length
-    if onesided and not inverse and components == 2:
-        raise refuse(node, "a onesided transform of a complex input is not defined")
+    if axis == rank - 1:
+        raise refuse(node, f"axis {axis} is the component axis, not a signal axis")
+    _dft_along(rw, node, axis, dft_length, onesided, inverse, out)
+
+
+def _default_length(length: int, onesided: bool, inverse: bool) -> int:
+    """dft_length when not given: the signal's length, or the real signal's of a one-sided spectrum."""
+    return 2 * (length - 1) if inverse and onesided else length
+
+
+def _dft_shape(shape: tuple[int, ...], axis: int, dft_length: int | None, onesided: bool,
+               inverse: bool) -> tuple[int, ...]:
+    """The output's shape of a DFT of `shape` along `axis`."""
+    n = dft_length if dft_length is not None else _default_length(shape[axis], onesided, inverse)
+    if inverse and onesided:
+        return shape[:axis] + (n,) + shape[axis + 1:-1] + (1,)
+    return shape[:axis] + (n // 2 + 1 if onesided else n,) + shape[axis + 1:-1] + (2,)
+
+
+def _dft_along(rw: Rewriter, node: Node, axis: int, dft_length: int | None, onesided: bool, inverse: bool,
+               out: str) -> None:
+    """`out` = the DFT of the node's input along `axis` (0..rank-2: ONNX's reference and onnxruntime
+    transform the first axis too)."""
+    x = node.inputs[0]
+    shape = rw.values[x].shape
+    rank, length, components = len(shape), shape[axis], shape[-1]
+    dft_length = dft_length if dft_length is not None else _default_length(length, onesided, inverse)
     matrix = rw.constant(node.name + "_dft", dft_matrix(length, components, dft_length, onesided, inverse))
     matrix_columns = rw.constants[matrix].shape[1]
     out_components = rw.values[out].shape[-1]
