@@ -370,7 +370,7 @@ def reason(result: Result) -> str:
     """A failure, shortened so that the same cause reads the same in every case of an op."""
     if result.status in ("mismatch", "timeout"):
         return result.status
-    message = re.sub(r"^(node '[^']*'( \(\w+\))?|\S+\.onnx): ", "", result.message)   # which node, which file
+    message = re.sub(r"^(\S+\.onnx: )?(node '[^']*'( \(\w+\))?: )?", "", result.message)   # which file, which node
     message = re.sub(r" \(the README lists the supported ops\)$", "", message)
     return f"{result.status}: {message}"
 
