@@ -8,6 +8,7 @@ from onnx import TensorProto, helper, numpy_helper
 from oracle import assert_matches_onnxruntime, onnxruntime_outputs
 
 import aot
+from aot.errors import ModelError
 
 
 def _model(nodes, inputs, outputs, initializers=(), opset=17):
@@ -448,3 +449,18 @@ def test_question_mark_dims_are_anonymous():
     model = _typed_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F32, [1, 3, "?", "?"])],
                          [("y", F32, [1, 3, "?", "?"])])
     _compare(model, {"x": x}, input_shapes={"x": (1, 3, 8, 20)})
+
+
+def test_an_unnamed_node_that_fails_inference_is_named_as_aot_names_it(tmp_path):
+    """onnx's inference leaves out 'node name:' for a node without one; the fault was then missed and a
+    Concat of mismatched widths reached the kernel verifier ("stores outside its 12 elements")."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Concat", ["x", "z"], ["y"], axis=0)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+                                           helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 3]),
+                               helper.make_tensor_value_info("r", TensorProto.FLOAT, [2, 3])])
+    path = tmp_path / "concat.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    with pytest.raises(ModelError, match=r"^concat\.onnx: node 'Concat_1' \(Concat\): .*differ"):
+        aot.build(path, out_dir=tmp_path / "out")
+    assert not (tmp_path / "out").exists()

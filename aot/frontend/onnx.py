@@ -195,19 +195,30 @@ def _infer(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
         raise ModelError(f"{label}: ONNX shape inference failed: {first}") from None
 
 
-# How onnx reports the nodes that fail inference, one line each: "(op_type:Softmax, node name: sm): why";
-# a failure inside the node's function body or subgraph nests another "(op_type:..." in `why`.
-_NODE_ERROR = re.compile(r"\(op_type:([^,()]*), node name: ([^()]*)\): (?:\[\w+\] )*(.*)")
+# How onnx reports the nodes that fail inference, one line each: "(op_type:Softmax, node name: sm): why",
+# without the name for a node that has none; a failure inside the node's function body or subgraph
+# nests another "(op_type:..." in `why`.
+_NODE_ERROR = re.compile(r"\(op_type:([^,()]*)(?:, node name: ([^()]*))?\): (?:\[\w+\] )*(.*)")
 
 
 def _node_fault(proto: onnx.ModelProto, message: str) -> str | None:
-    """The first node of the main graph that inference reports failing its own rule, as a message."""
-    nodes = {(n.op_type, n.name) for n in proto.graph.node}
+    """The first node of the main graph that inference reports failing its own rule, as a message. An
+    unnamed node is called as aot calls it (op_index) when it is the only unnamed one of its op."""
+    nodes = proto.graph.node
     for line in message.splitlines():
         match = _NODE_ERROR.search(line)
-        if match and match.group(1, 2) in nodes and "(op_type:" not in match.group(3):
-            op, name, why = match.groups()
-            return f"node '{name}' ({op}): {why.strip()}"
+        if not match or "(op_type:" in match.group(3):
+            continue
+        op, name, why = match.group(1), match.group(2) or "", match.group(3).strip()
+        if name:
+            if any(n.op_type == op and n.name == name for n in nodes):
+                return f"node '{name}' ({op}): {why}"
+            continue
+        unnamed = [f"{op}_{i}" for i, n in enumerate(nodes) if n.op_type == op and not n.name]
+        if len(unnamed) == 1:
+            return f"node '{unnamed[0]}' ({op}): {why}"
+        if unnamed:
+            return f"one of the unnamed {op} nodes ({', '.join(unnamed)}): {why}"
     return None
 
 
