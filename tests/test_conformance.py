@@ -45,7 +45,10 @@ PASSING_UNFROZEN = ["test_relu", "test_softmax_axis_0_expanded", "test_convtrans
                     "test_thresholdedrelu_expanded_ver18",
                     "test_gelu_tanh_1_expanded", "test_swish_expanded", "test_attention_4d_attn_mask_expanded",
                     "test_attention_4d_diff_heads_mask4d_padded_kv_expanded",
-                    "test_causal_conv_with_state_kernel_size_one_expanded"]
+                    "test_causal_conv_with_state_kernel_size_one_expanded",
+                    # reductions with axes fed at run time whose shape only the declared output gives
+                    "test_reduce_l2_keep_dims_random_expanded", "test_reduce_l2_empty_set_expanded",
+                    "test_reduce_log_sum_desc_axes_expanded"]
 
 # The selection's size for the onnx versions it was counted with: (with expanded variants, without).
 SELECTED = {"1.23.2": (971, 618)}

@@ -420,3 +420,57 @@ def test_question_mark_dims_are_anonymous():
     model = _typed_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F32, [1, 3, "?", "?"])],
                          [("y", F32, [1, 3, "?", "?"])])
     _compare(model, {"x": x}, input_shapes={"x": (1, 3, 8, 20)})
+
+
+def _reduce_sum_then(nodes, out_shape, bias=None):
+    """x [3, 4, 2] -> ReduceSum over axes fed at run time (keepdims) -> `nodes` -> y declared `out_shape`."""
+    inputs = [("x", F32, [3, 4, 2]), ("axes", I64, [1])] + ([("b", F32, list(bias.shape))] if bias is not None else [])
+    return _typed_model([helper.make_node("ReduceSum", ["x", "axes"], ["s"], keepdims=1), *nodes],
+                        inputs, [("y", F32, out_shape)])
+
+
+def test_shapes_taken_back_from_a_declared_output_through_shape_keeping_ops():
+    """ReduceL2's function body: ReduceSum with run-time axes, whose shape ONNX inference leaves unknown,
+    then Cast, Sqrt and CastLike to the declared output, which gives it."""
+    nodes = [helper.make_node("Cast", ["s"], ["c"], to=F32), helper.make_node("Sqrt", ["c"], ["r"]),
+             helper.make_node("CastLike", ["r", "x"], ["y"])]
+    x = np.random.default_rng(10).standard_normal((3, 4, 2)).astype(np.float32) ** 2
+    got = _compare(_reduce_sum_then(nodes, [3, 1, 2]), {"x": x, "axes": np.array([1], np.int64)})
+    assert got["y"].shape == (3, 1, 2)
+
+
+@pytest.mark.parametrize("bias_shape", [(1, 1, 1), (), (1,)])
+def test_shapes_taken_back_through_a_broadcast_with_a_size_one_operand(bias_shape):
+    bias = np.full(bias_shape, 0.5, np.float32)
+    model = _reduce_sum_then([helper.make_node("Add", ["s", "b"], ["y"])], [3, 1, 2], bias)
+    x = np.random.default_rng(11).standard_normal((3, 4, 2)).astype(np.float32)
+    _compare(model, {"x": x, "axes": np.array([-2], np.int64), "b": bias})
+
+
+@pytest.mark.parametrize("bias_shape", [(3, 1, 2), (2,)])
+def test_a_broadcast_that_leaves_an_operand_ambiguous_gives_it_no_shape(bias_shape):
+    """Where the other operand is as long as the output on an axis, this one may be 1 or that length
+    there: no shape follows, and the reduction is reported unknown."""
+    model = _reduce_sum_then([helper.make_node("Add", ["s", "b"], ["y"])], [3, 1, 2], np.zeros(bias_shape, np.float32))
+    with pytest.raises(aot.ShapeError, match=r"cannot infer the shape of tensor 's'"):
+        aot.build(model, out_dir=None)
+
+
+def test_a_shape_taken_back_that_contradicts_a_known_dimension_is_the_models_error():
+    """Forward inference already refuses most contradictions; one left to the backward walk (a
+    dimension known on the intermediate tensor, another implied by the output) names the tensor. A
+    dimension left unknown is completed."""
+    from aot.frontend.backward_shapes import shapes_from_outputs
+
+    def model(r_dims):
+        m = _typed_model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Sqrt", ["r"], ["y"])],
+                         [("x", F32, [2, 4])], [("y", F32, [2, 4])])
+        m.graph.value_info.append(helper.make_tensor_value_info("r", F32, r_dims))
+        return m
+
+    with pytest.raises(aot.ModelError, match=r"tensor 'r' has shape \[2, 3\], but the output of a Sqrt node, "
+                                             r"which it feeds, implies \[2, 4\]"):
+        shapes_from_outputs(model([2, 3]), "g")
+    learned = shapes_from_outputs(model([2, None]), "g")
+    assert [d.dim_value for d in learned.graph.value_info[-1].type.tensor_type.shape.dim] == [2, 4]
+    assert shapes_from_outputs(model([2, 4]), "g") is None

@@ -73,10 +73,11 @@ def test_initializers_listed_as_inputs_at_ir_4_build_as_constants():
 
 
 def test_a_shape_nothing_infers_is_explained_by_the_nodes_inputs():
-    """Dropout's mask has no inference rule before opset 10: read by a node, it cannot be built, and
-    the message gives the node's input shapes and what onnx's rule made of them."""
+    """Dropout's mask has no inference rule before opset 10: read by a node that tells nothing of its
+    shape (Flatten: an Identity would give it the declared output's), it cannot be built, and the
+    message gives the node's input shapes and what onnx's rule made of them."""
     nodes = [helper.make_node("Dropout", ["x"], ["y", "mask"], name="drop"),
-             helper.make_node("Identity", ["mask"], ["m"], name="keep")]
+             helper.make_node("Flatten", ["mask"], ["m"], name="keep")]
     model = _legacy_model(nodes, {"x": [2, 3]}, {"y": [2, 3], "m": [2, 3]}, {}, opset=9)
     with pytest.raises(ShapeError) as err:
         to_graph(load(model))

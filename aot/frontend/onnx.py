@@ -26,7 +26,7 @@ from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
 from aot.errors import ModelError, OptionError, ShapeError, UnsupportedOpError
-from aot.frontend import control_flow, upgrade, validate
+from aot.frontend import backward_shapes, control_flow, upgrade, validate
 from aot.graph.evaluate import evaluate
 from aot.graph.ir import Graph, Node, Value
 
@@ -242,12 +242,14 @@ def _resolve_shapes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
     chains of small ops (Shape, Gather, Concat, Slice, Range, ConstantOfShape, ...) that inference
     does not always follow, and an If or Loop may decide on a value known only after folding. While
     some tensor's shape is unknown or control flow is left, inline control flow with constant
-    decisions, fold the nodes computable from constants, and infer again. Every round removes a node
-    or names a new shape, so this ends."""
+    decisions, fold the nodes computable from constants, take shapes back from known (declared)
+    outputs (backward_shapes.py), and infer again. Every round removes a node or names a new shape,
+    so this ends."""
     inferred = _infer(proto, label)
     while _unknown_outputs(inferred) or control_flow.has_control_flow(inferred):
         helped = (control_flow.inline_constant_control_flow(inferred) or _fold_constant_nodes(inferred, label)
-                  or _contrib_shapes(inferred) or control_flow.select_between_branches(inferred))
+                  or _contrib_shapes(inferred) or backward_shapes.shapes_from_outputs(inferred, label)
+                  or control_flow.select_between_branches(inferred))
         if helped is None:
             break
         inferred = _infer(helped, label)
