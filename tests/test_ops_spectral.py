@@ -83,3 +83,44 @@ def test_stft(components, onesided, window):
     x = np.random.default_rng(5).standard_normal((2, 40, components)).astype(np.float32)
     result = aot.check(_stft(40, components, 6, 16, onesided, window), inputs={"x": x})
     assert result.ok, result.comparisons
+
+
+def _window(op: str, length: int, periodic: int, out_type: int = TensorProto.FLOAT):
+    """A window whose size is fed at run time; its length is the declared output's."""
+    node = helper.make_node(op, ["size"], ["y"], name="window", periodic=periodic, output_datatype=out_type)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("size", TensorProto.INT64, [])],
+                              [helper.make_tensor_value_info("y", out_type, [length])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("op", ["HannWindow", "HammingWindow", "BlackmanWindow"])
+@pytest.mark.parametrize("periodic", [0, 1])
+@pytest.mark.parametrize("length", [1, 2, 7, 16])
+def test_window_of_a_size_fed_at_run_time(op, periodic, length):
+    """Built from the declared length, against onnxruntime fed the size (a symmetric window of length 1
+    is 0/0 there too: NaN)."""
+    from oracle import onnxruntime_outputs
+
+    model = _window(op, length, periodic)
+    size = np.array(length, np.int64)
+    got = aot.run(model, inputs={"size": size})["y"]
+    want = onnxruntime_outputs(model, {"size": size})["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, equal_nan=True)
+
+
+def test_a_window_never_reads_its_size():
+    """A size at run time that contradicts the declared length is the model's error; the build gives
+    the declared length's window whatever comes in, and reads nothing out of bounds."""
+    model = _window("HannWindow", 4, 1)
+    for size in (4, 0, -3, 1 << 40):
+        got = aot.run(model, inputs={"size": np.array(size, np.int64)})["y"]
+        np.testing.assert_allclose(got, [0.0, 0.5, 1.0, 0.5], atol=1e-7)
+
+
+def test_a_window_of_integer_type_truncates_as_onnxruntime():
+    from oracle import onnxruntime_outputs
+
+    model = _window("HannWindow", 8, 1, TensorProto.INT64)
+    size = np.array(8, np.int64)
+    got = aot.run(model, inputs={"size": size})["y"]
+    np.testing.assert_array_equal(got, onnxruntime_outputs(model, {"size": size})["y"])
