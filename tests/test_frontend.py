@@ -474,3 +474,16 @@ def test_a_shape_taken_back_that_contradicts_a_known_dimension_is_the_models_err
     learned = shapes_from_outputs(model([2, None]), "g")
     assert [d.dim_value for d in learned.graph.value_info[-1].type.tensor_type.shape.dim] == [2, 4]
     assert shapes_from_outputs(model([2, 4]), "g") is None
+
+
+def test_a_size_found_for_a_named_dimension_is_that_names_everywhere():
+    """A Range of a length fed at run time, then two functions of it added: each operand of the Add is
+    ambiguous alone, but inference names the Range's length once (unk__N) on every tensor after it, and
+    the declared output gives that length (the expanded HannWindow body)."""
+    nodes = [helper.make_node("Cast", ["n"], ["nf"], to=F32),
+             helper.make_node("Range", ["zero", "nf", "one"], ["r"]),
+             helper.make_node("Cos", ["r"], ["c"]), helper.make_node("Sin", ["r"], ["s"]),
+             helper.make_node("Add", ["c", "s"], ["y"])]
+    model = _typed_model(nodes, [("n", I64, [])], [("y", F32, [6])],
+                         [("zero", np.float32(0.0)), ("one", np.float32(1.0))])
+    _compare(model, {"n": np.array(6, np.int64)})

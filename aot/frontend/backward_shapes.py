@@ -10,9 +10,16 @@ Only exact implications are taken: through an op whose output has its input's sh
 broadcasting op whose other operands are known and of size 1 (or absent) on an axis, where this
 operand alone gives the output's size. Anything ambiguous stays unknown. A known dimension is never
 replaced; one the implication contradicts is a ModelError naming the tensor.
+
+Inference names the unknown sizes it passes along (unk__N), one name for sizes it knows equal: a Range
+of a length fed at run time and every elementwise step after it share one. A size found for a name is
+that name's on every tensor, which reaches tensors no chain of the rules above links to the output (a
+window's expanded body adds two cosines of the same Range, each one alone ambiguous).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import onnx
 
@@ -35,30 +42,38 @@ _BROADCASTING = frozenset({
     "Where", "Xor",
 })
 
-Dims = list[int | None]      # a tensor's dimensions, None where unknown; a tensor of unknown rank is absent
+Dim = int | str | None      # a size; a name ONNX inference gives an unknown size (unk__N: equal names, equal
+                            # sizes, as in an exporter's dim_param); or unknown
+Dims = list[int | None]     # a shape as far as sizes are known; a tensor of unknown rank has none
 
 
 def shapes_from_outputs(proto: onnx.ModelProto, label: str) -> onnx.ModelProto | None:
     """The model with the shapes that known tensors imply for their producers' inputs added to its
-    value_info, repeated until nothing more follows; None if nothing does."""
+    value_info, repeated until nothing more follows; None if nothing does. A size implied for a named
+    dimension is that name's everywhere (a window's Range and every elementwise step after it share
+    inference's one name for its length)."""
     g = proto.graph
     infos = {vi.name: vi for vi in list(g.input) + list(g.value_info) + list(g.output)
              if vi.type.HasField("tensor_type")}
-    shapes: dict[str, Dims] = {name: _dims(vi.type.tensor_type) for name, vi in infos.items()
-                               if vi.type.tensor_type.HasField("shape")}
-    shapes.update({t.name: list(t.dims) for t in g.initializer})
-    learned: dict[str, Dims] = {}
+    given: dict[str, list[Dim]] = {name: _dims(vi.type.tensor_type) for name, vi in infos.items()
+                                   if vi.type.tensor_type.HasField("shape")}
+    given.update({t.name: list(t.dims) for t in g.initializer})
+    current = {name: list(dims) for name, dims in given.items()}
+    sizes: dict[str, int] = {}      # a dimension's name -> the size it was found to have
+
+    def shape_of(name: str) -> list[Dim] | None:     # the sizes found for names in, the other names kept
+        return [sizes.get(d, d) if isinstance(d, str) else d for d in current[name]] if name in current else None
+
     changed = True
     while changed:
         changed = False
         for node in reversed(g.node):
-            for name, implied in _implied(node, shapes):
+            for name, implied in _implied(node, shape_of):
                 if name not in infos or not infos[name].type.tensor_type.elem_type:
                     continue        # untyped: inference failed before it, and reports that
-                merged = _merge(shapes.get(name), implied, name, node, label)
-                if merged != shapes.get(name):
-                    shapes[name] = learned[name] = merged
-                    changed = True
+                changed |= _merge(current, sizes, name, implied, node, label)
+    learned = {name: _sized(dims, sizes) for name, dims in current.items()
+               if name in infos and _sized(dims, sizes) != _sized(given.get(name), {})}
     if not learned:
         return None
     result = onnx.ModelProto.FromString(proto.SerializeToString())
@@ -71,61 +86,86 @@ def shapes_from_outputs(proto: onnx.ModelProto, label: str) -> onnx.ModelProto |
     return result
 
 
-def _dims(ttype) -> Dims:
-    return [d.dim_value if d.HasField("dim_value") else None for d in ttype.shape.dim]
+def _dims(ttype) -> list[Dim]:
+    return [d.dim_value if d.HasField("dim_value") else d.dim_param or None for d in ttype.shape.dim]
 
 
-def _implied(node: onnx.NodeProto, shapes: dict[str, Dims]) -> list[tuple[str, Dims]]:
+def _sized(dims: list[Dim] | None, sizes: dict[str, int]) -> Dims | None:
+    """The dimensions with the sizes found for their names; a name still without one is unknown."""
+    if dims is None:
+        return None
+    return [sizes.get(d) if isinstance(d, str) else d for d in dims]
+
+
+def _implied(node: onnx.NodeProto, shape_of: Callable[[str], list[Dim] | None]) -> list[tuple[str, Dims]]:
     """(input, the shape its node's known output implies for it) for each input something follows for."""
-    if node.domain not in ("", "ai.onnx") or not node.output or node.output[0] not in shapes:
+    out = shape_of(node.output[0]) if node.domain in ("", "ai.onnx") and node.output else None
+    if out is None:
         return []
-    out = shapes[node.output[0]]
     if node.op_type in _SHAPE_KEEPING and node.input and node.input[0]:
-        return [(node.input[0], list(out))]
-    if node.op_type not in _BROADCASTING or None in out:
+        return [(node.input[0], [d if isinstance(d, int) else None for d in out])]
+    if node.op_type not in _BROADCASTING:
         return []
     operands = [name for name in node.input if name]
     implied = []
     for name in operands:
-        others = [shapes.get(other) for other in operands if other != name]
-        if any(other is None or None in other for other in others):
-            continue        # an unknown operand may supply any axis: nothing follows
-        dims = _broadcast_operand(out, others, shapes.get(name))
+        others = [shape_of(other) for other in operands if other != name]
+        if any(other is None for other in others):
+            continue        # an operand of unknown rank may supply any axis: nothing follows
+        dims = _broadcast_operand(out, others, shape_of(name))
         if dims is not None:
             implied.append((name, dims))
     return implied
 
 
-def _broadcast_operand(out: list[int], others: list[list[int]], own: Dims | None) -> Dims | None:
+def _broadcast_operand(out: list[Dim], others: list[list[Dim]], own: list[Dim] | None) -> Dims | None:
     """What the output of a broadcast implies for one operand, given the others: on an axis where
-    every other operand is absent or 1, this operand's size is the output's (1 included: a 1 there is
-    this operand's own, or the axis is absent, which only its rank tells). Its rank is its own if
-    known; otherwise the output's if the leading axis comes from this operand alone (not 1)."""
+    every other operand is absent, 1 or of the same named size as this one, this operand's size is the
+    output's (1 included: a 1 there is this operand's own, or the axis is absent, which only its rank
+    tells). Its rank is its own if known; otherwise the output's if the leading axis comes from this
+    operand alone (not 1)."""
     rank = len(out)
 
-    def alone(axis: int) -> bool:       # axis counted from the left of the output
-        return all(len(o) < rank - axis or o[axis - rank + len(o)] == 1 for o in others)
+    def alone(axis: int, mine: Dim) -> bool:       # axis counted from the left of the output
+        return all(len(o) < rank - axis or o[axis - rank + len(o)] == 1
+                   or (isinstance(mine, str) and o[axis - rank + len(o)] == mine) for o in others)
+
+    def size(axis: int, mine: Dim) -> int | None:
+        return out[axis] if isinstance(out[axis], int) and alone(axis, mine) else None
 
     if own is not None:
         if len(own) > rank:
             return None      # forward inference reports that broadcast
-        return [out[rank - len(own) + k] if alone(rank - len(own) + k) else None for k in range(len(own))]
-    if rank and (out[0] == 1 or not alone(0)):
+        return [size(rank - len(own) + k, dim) for k, dim in enumerate(own)]
+    if rank and out[0] == 1:
         return None          # this operand may lack the leading axes: its rank is unknown
-    if not all(alone(axis) for axis in range(rank)):
-        return None
-    return list(out)
+    dims = [size(axis, None) for axis in range(rank)]
+    return None if None in dims else dims
 
 
-def _merge(known: Dims | None, implied: Dims, name: str, node: onnx.NodeProto, label: str) -> Dims:
-    """`known` completed by `implied`; a contradiction is the model's error."""
+def _merge(current: dict[str, list[Dim]], sizes: dict[str, int], name: str, implied: Dims, node: onnx.NodeProto,
+           label: str) -> bool:
+    """Complete `name`'s shape in `current` (or the sizes of its named dimensions) by `implied`; whether
+    anything was learned. A contradiction is the model's error."""
+    known = current.get(name)
     if known is None:
-        return implied
-    if len(known) != len(implied) or any(a is not None and b is not None and a != b for a, b in zip(known, implied)):
+        current[name] = list(implied)
+        return True
+    if len(known) != len(implied) or any(a is not None and b is not None and a != b
+                                         for a, b in zip(_sized(known, sizes), implied)):
         what = f"node '{node.name}' ({node.op_type})" if node.name else f"a {node.op_type} node"
-        raise ModelError(f"{label}: tensor '{name}' has shape {_text(known)}, but the output of {what}, "
-                         f"which it feeds, implies {_text(implied)}")
-    return [a if a is not None else b for a, b in zip(known, implied)]
+        raise ModelError(f"{label}: tensor '{name}' has shape {_text(_sized(known, sizes))}, but the output of "
+                         f"{what}, which it feeds, implies {_text(implied)}")
+    learned = False
+    for axis, (dim, size) in enumerate(zip(known, implied)):
+        if size is None or isinstance(dim, int) or (isinstance(dim, str) and dim in sizes):
+            continue
+        if isinstance(dim, str):
+            sizes[dim] = size
+        else:
+            known[axis] = size
+        learned = True
+    return learned
 
 
 def _text(dims: Dims) -> str:
