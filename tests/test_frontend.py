@@ -359,19 +359,23 @@ def test_nested_unnamed_ifs_get_distinct_node_names():
     _compare(model, {"x": x})
 
 
-def _loop_model(trip):
-    """y = x; repeat `trip` times: y = y * 0.5 + i, collecting each y (a scan output)."""
+def _loop_model(trip, length=None, start=False):
+    """y = x; repeat `trip` times: y = y * 0.5 + i, collecting each y (a scan output, declared of
+    `length` steps if given). With `start`, a start condition fed at run time, which the body passes on
+    through an Identity (as ONNX's Range body does)."""
     body = helper.make_graph(
         [helper.make_node("Cast", ["i"], ["fi"], to=F32),
          helper.make_node("Mul", ["y_in", "half"], ["h"]),
          helper.make_node("Add", ["h", "fi"], ["y_out"]),
-         helper.make_node("Identity", ["y_out"], ["scan"])],
+         helper.make_node("Identity", ["y_out"], ["scan"]),
+         helper.make_node("Identity", ["c"], ["c_out"])],
         "body", [helper.make_tensor_value_info("i", I64, []), helper.make_tensor_value_info("c", BOOL, []),
                  helper.make_tensor_value_info("y_in", F32, [1, 4])],
-        [helper.make_tensor_value_info("c", BOOL, []), helper.make_tensor_value_info("y_out", F32, [1, 4]),
+        [helper.make_tensor_value_info("c_out", BOOL, []), helper.make_tensor_value_info("y_out", F32, [1, 4]),
          helper.make_tensor_value_info("scan", F32, [1, 4])])
-    nodes = [helper.make_node("Loop", ["trip", "", "x"], ["y", "ys"], name="loop", body=body)]
-    return _typed_model(nodes, [("x", F32, [1, 4]), ("trip", I64, [])], [("y", F32, [1, 4]), ("ys", F32, None)],
+    nodes = [helper.make_node("Loop", ["trip", "go" if start else "", "x"], ["y", "ys"], name="loop", body=body)]
+    inputs = [("x", F32, [1, 4]), ("trip", I64, [])] + ([("go", BOOL, [])] if start else [])
+    return _typed_model(nodes, inputs, [("y", F32, [1, 4]), ("ys", F32, None if length is None else [length, 1, 4])],
                         [("half", np.float32(0.5))])
 
 
@@ -379,6 +383,24 @@ def test_loop_with_a_constant_trip_count_unrolls():
     x = np.random.default_rng(7).standard_normal((1, 4)).astype(np.float32)
     got = _compare(_loop_model(3), {"x": x}, frozen={"trip": np.array(3, np.int64)})
     assert got["ys"].shape == (3, 1, 4)
+
+
+@pytest.mark.parametrize("start", [False, True])
+def test_loop_with_a_run_time_trip_count_runs_as_often_as_its_declared_scan_output_is_long(start):
+    x = np.random.default_rng(7).standard_normal((1, 4)).astype(np.float32)
+    feeds = {"x": x, "trip": np.array(3, np.int64)} | ({"go": np.array(True)} if start else {})
+    got = _compare(_loop_model(3, length=3, start=start), feeds)
+    assert got["ys"].shape == (3, 1, 4)
+
+
+def test_a_run_time_trip_count_contradicting_the_declared_length_is_not_read():
+    """The model's error: the build runs the declared 3 iterations whatever comes in."""
+    x = np.random.default_rng(7).standard_normal((1, 4)).astype(np.float32)
+    model = _loop_model(3, length=3, start=True)
+    want = aot.run(model, inputs={"x": x, "trip": np.array(3, np.int64), "go": np.array(True)})
+    for trip, go in ((0, True), (-1, True), (1 << 40, False)):
+        got = aot.run(model, inputs={"x": x, "trip": np.array(trip, np.int64), "go": np.array(go)})
+        assert all(np.array_equal(got[k], want[k]) for k in want)
 
 
 def test_loop_with_a_run_time_trip_count_is_refused():
