@@ -26,13 +26,13 @@ import onnx
 from aot.errors import ModelError
 
 # Ops whose first output has exactly the shape of their first input (the other inputs, if any, being
-# parameters: CastLike's target type, Clip's bounds, Dropout's ratio).
+# parameters: CastLike's target type, Clip's bounds, Dropout's ratio, PRelu's slope broadcast to it).
 _SHAPE_KEEPING = frozenset({
     "Abs", "Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "BitwiseNot", "Cast", "CastLike", "Ceil", "Celu",
     "Clip", "Cos", "Cosh", "Dropout", "Elu", "Erf", "Exp", "Floor", "Gelu", "HardSigmoid", "HardSwish", "Hardmax",
-    "Identity", "IsInf", "IsNaN", "LeakyRelu", "Log", "LogSoftmax", "Mish", "Neg", "Not", "Reciprocal", "Relu",
-    "Round", "Selu", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Softmax", "Softplus", "Softsign", "Sqrt", "Tan",
-    "Tanh", "ThresholdedRelu",
+    "Identity", "IsInf", "IsNaN", "LeakyRelu", "Log", "LogSoftmax", "Mish", "Neg", "Not", "PRelu", "Reciprocal",
+    "Relu", "Round", "Selu", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Softmax", "Softplus", "Softsign", "Sqrt",
+    "Tan", "Tanh", "ThresholdedRelu",
 })
 
 # Ops whose output is their operands broadcast together (numpy rules), every input an operand.
