@@ -72,8 +72,9 @@ def shapes_from_outputs(proto: onnx.ModelProto, label: str) -> onnx.ModelProto |
                 if name not in infos or not infos[name].type.tensor_type.elem_type:
                     continue        # untyped: inference failed before it, and reports that
                 changed |= _merge(current, sizes, name, implied, node, label)
+    interface = {vi.name for vi in list(g.input) + list(g.output)}      # declared, not learned
     learned = {name: _sized(dims, sizes) for name, dims in current.items()
-               if name in infos and _sized(dims, sizes) != _sized(given.get(name), {})}
+               if name in infos and name not in interface and _sized(dims, sizes) != _sized(given.get(name), {})}
     if not learned:
         return None
     result = onnx.ModelProto.FromString(proto.SerializeToString())
