@@ -1,5 +1,5 @@
-"""Sequences of a length the declared output gives, their bounds or size fed at run time (aot/ops/sequences.py):
-the cosine-sum windows and Range, against onnxruntime."""
+"""Tensors of a shape the declared output gives, their sizes or bounds fed at run time (aot/ops/generators.py):
+the cosine-sum windows, Range and ConstantOfShape, against onnxruntime."""
 
 from __future__ import annotations
 
@@ -94,3 +94,22 @@ def test_range_reads_only_start_and_delta():
                  "delta": np.array(delta, np.float32)}
         got = aot.run(model, inputs=feeds)["y"]
         np.testing.assert_array_equal(got, np.cumsum(np.array([1.0] + [delta] * 4, np.float32)))   # in order
+
+
+@pytest.mark.parametrize("value", [None, np.array([1.5], np.float32), np.array([-7], np.int64)])
+def test_constant_of_shape_fed_at_run_time(value):
+    """The declared shape decides; the values are the attribute's. A shape fed at run time that
+    contradicts it (the model's error) is not read."""
+    attrs = {} if value is None else {"value": helper.make_tensor("v", helper.np_dtype_to_tensor_dtype(value.dtype),
+                                                                    [1], value)}
+    elem = TensorProto.FLOAT if value is None else helper.np_dtype_to_tensor_dtype(value.dtype)
+    node = helper.make_node("ConstantOfShape", ["shape"], ["y"], name="fill", **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("shape", TensorProto.INT64, [3])],
+                              [helper.make_tensor_value_info("y", elem, [2, 3, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    shape = np.array([2, 3, 4], np.int64)
+    want = onnxruntime_outputs(model, {"shape": shape})["y"]
+    for fed in (shape, np.array([0, -1, 1 << 40], np.int64)):
+        got = aot.run(model, inputs={"shape": fed})["y"]
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)

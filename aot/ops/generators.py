@@ -1,10 +1,13 @@
-"""1-D sequences generated from a length and scalar bounds: Range and the cosine-sum windows of ONNX
-(HannWindow, HammingWindow, BlackmanWindow, opset 17).
+"""Tensors generated from sizes and scalar bounds: ConstantOfShape, Range and the cosine-sum windows of
+ONNX (HannWindow, HammingWindow, BlackmanWindow, opset 17).
 
-Their length is decided by values (Range's start, limit and delta; a window's size) that a model may
-feed at run time; the output's static (declared) shape already gives it, as with Resize's scales, so the
-length is taken from the shape and a value contradicting it is the model's error. All-constant inputs
-fold before these rules, by ONNX's reference.
+Their shape is decided by values (ConstantOfShape's shape; Range's start, limit and delta; a window's
+size) that a model may feed at run time; the output's static (declared) shape already gives it, as with
+Resize's scales, so the shape is taken from there and a value contradicting it is the model's error.
+All-constant inputs fold before these rules, by ONNX's reference.
+
+ConstantOfShape's values are its `value` attribute (float32 0 by default): a constant of the build, its
+shape input never read.
 
 A window's values depend on its length and attributes alone: a constant of the build, its size never
 read. ONNX defines w[n] = a0 - a1 cos(2 pi n / N) + a2 cos(4 pi n / N) for n < size, with N = size
@@ -53,6 +56,13 @@ def canonical_window(rw: Rewriter, node: Node) -> None:
         rw.constants[out.name] = window.astype(out.dtype)
 
 
+def canonical_constant_of_shape(rw: Rewriter, node: Node) -> None:
+    out = rw.values[node.outputs[0]]
+    value = node.attrs.get("value")
+    fill = np.asarray(value).reshape(-1)[0] if value is not None else 0.0
+    rw.constants[out.name] = np.full(out.shape, fill, out.dtype)
+
+
 def canonical_range(rw: Rewriter, node: Node) -> None:
     start, _, delta = node.inputs[:3]
     out = rw.values[node.outputs[0]]
@@ -77,4 +87,5 @@ def canonical_range(rw: Rewriter, node: Node) -> None:
 
 for _op in _COEFFICIENTS:
     define(_op, canonical=canonical_window, dtypes=ALL_DTYPES)
+define("ConstantOfShape", canonical=canonical_constant_of_shape, dtypes=ALL_DTYPES)
 define("Range", canonical=canonical_range, dtypes=frozenset({"float32", "int32", "int64"}))
