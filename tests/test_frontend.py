@@ -388,19 +388,23 @@ def test_nested_unnamed_ifs_get_distinct_node_names():
     _compare(model, {"x": x})
 
 
-def _loop_model(trip):
-    """y = x; repeat `trip` times: y = y * 0.5 + i, collecting each y (a scan output)."""
+def _loop_model(trip, length=None, start=False):
+    """y = x; repeat `trip` times: y = y * 0.5 + i, collecting each y (a scan output, declared of
+    `length` steps if given). With `start`, a start condition fed at run time, which the body passes on
+    through an Identity (as ONNX's Range body does)."""
     body = helper.make_graph(
         [helper.make_node("Cast", ["i"], ["fi"], to=F32),
          helper.make_node("Mul", ["y_in", "half"], ["h"]),
          helper.make_node("Add", ["h", "fi"], ["y_out"]),
-         helper.make_node("Identity", ["y_out"], ["scan"])],
+         helper.make_node("Identity", ["y_out"], ["scan"]),
+         helper.make_node("Identity", ["c"], ["c_out"])],
         "body", [helper.make_tensor_value_info("i", I64, []), helper.make_tensor_value_info("c", BOOL, []),
                  helper.make_tensor_value_info("y_in", F32, [1, 4])],
-        [helper.make_tensor_value_info("c", BOOL, []), helper.make_tensor_value_info("y_out", F32, [1, 4]),
+        [helper.make_tensor_value_info("c_out", BOOL, []), helper.make_tensor_value_info("y_out", F32, [1, 4]),
          helper.make_tensor_value_info("scan", F32, [1, 4])])
-    nodes = [helper.make_node("Loop", ["trip", "", "x"], ["y", "ys"], name="loop", body=body)]
-    return _typed_model(nodes, [("x", F32, [1, 4]), ("trip", I64, [])], [("y", F32, [1, 4]), ("ys", F32, None)],
+    nodes = [helper.make_node("Loop", ["trip", "go" if start else "", "x"], ["y", "ys"], name="loop", body=body)]
+    inputs = [("x", F32, [1, 4]), ("trip", I64, [])] + ([("go", BOOL, [])] if start else [])
+    return _typed_model(nodes, inputs, [("y", F32, [1, 4]), ("ys", F32, None if length is None else [length, 1, 4])],
                         [("half", np.float32(0.5))])
 
 
@@ -408,6 +412,24 @@ def test_loop_with_a_constant_trip_count_unrolls():
     x = np.random.default_rng(7).standard_normal((1, 4)).astype(np.float32)
     got = _compare(_loop_model(3), {"x": x}, frozen={"trip": np.array(3, np.int64)})
     assert got["ys"].shape == (3, 1, 4)
+
+
+@pytest.mark.parametrize("start", [False, True])
+def test_loop_with_a_run_time_trip_count_runs_as_often_as_its_declared_scan_output_is_long(start):
+    x = np.random.default_rng(7).standard_normal((1, 4)).astype(np.float32)
+    feeds = {"x": x, "trip": np.array(3, np.int64)} | ({"go": np.array(True)} if start else {})
+    got = _compare(_loop_model(3, length=3, start=start), feeds)
+    assert got["ys"].shape == (3, 1, 4)
+
+
+def test_a_run_time_trip_count_contradicting_the_declared_length_is_not_read():
+    """The model's error: the build runs the declared 3 iterations whatever comes in."""
+    x = np.random.default_rng(7).standard_normal((1, 4)).astype(np.float32)
+    model = _loop_model(3, length=3, start=True)
+    want = aot.run(model, inputs={"x": x, "trip": np.array(3, np.int64), "go": np.array(True)})
+    for trip, go in ((0, True), (-1, True), (1 << 40, False)):
+        got = aot.run(model, inputs={"x": x, "trip": np.array(trip, np.int64), "go": np.array(go)})
+        assert all(np.array_equal(got[k], want[k]) for k in want)
 
 
 def test_loop_with_a_run_time_trip_count_is_refused():
@@ -464,3 +486,70 @@ def test_an_unnamed_node_that_fails_inference_is_named_as_aot_names_it(tmp_path)
     with pytest.raises(ModelError, match=r"^concat\.onnx: node 'Concat_1' \(Concat\): .*differ"):
         aot.build(path, out_dir=tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def _reduce_sum_then(nodes, out_shape, bias=None):
+    """x [3, 4, 2] -> ReduceSum over axes fed at run time (keepdims) -> `nodes` -> y declared `out_shape`."""
+    inputs = [("x", F32, [3, 4, 2]), ("axes", I64, [1])] + ([("b", F32, list(bias.shape))] if bias is not None else [])
+    return _typed_model([helper.make_node("ReduceSum", ["x", "axes"], ["s"], keepdims=1), *nodes],
+                        inputs, [("y", F32, out_shape)])
+
+
+def test_shapes_taken_back_from_a_declared_output_through_shape_keeping_ops():
+    """ReduceL2's function body: ReduceSum with run-time axes, whose shape ONNX inference leaves unknown,
+    then Cast, Sqrt and CastLike to the declared output, which gives it."""
+    nodes = [helper.make_node("Cast", ["s"], ["c"], to=F32), helper.make_node("Sqrt", ["c"], ["r"]),
+             helper.make_node("CastLike", ["r", "x"], ["y"])]
+    x = np.random.default_rng(10).standard_normal((3, 4, 2)).astype(np.float32) ** 2
+    got = _compare(_reduce_sum_then(nodes, [3, 1, 2]), {"x": x, "axes": np.array([1], np.int64)})
+    assert got["y"].shape == (3, 1, 2)
+
+
+@pytest.mark.parametrize("bias_shape", [(1, 1, 1), (), (1,)])
+def test_shapes_taken_back_through_a_broadcast_with_a_size_one_operand(bias_shape):
+    bias = np.full(bias_shape, 0.5, np.float32)
+    model = _reduce_sum_then([helper.make_node("Add", ["s", "b"], ["y"])], [3, 1, 2], bias)
+    x = np.random.default_rng(11).standard_normal((3, 4, 2)).astype(np.float32)
+    _compare(model, {"x": x, "axes": np.array([-2], np.int64), "b": bias})
+
+
+@pytest.mark.parametrize("bias_shape", [(3, 1, 2), (2,)])
+def test_a_broadcast_that_leaves_an_operand_ambiguous_gives_it_no_shape(bias_shape):
+    """Where the other operand is as long as the output on an axis, this one may be 1 or that length
+    there: no shape follows, and the reduction is reported unknown."""
+    model = _reduce_sum_then([helper.make_node("Add", ["s", "b"], ["y"])], [3, 1, 2], np.zeros(bias_shape, np.float32))
+    with pytest.raises(aot.ShapeError, match=r"cannot infer the shape of tensor 's'"):
+        aot.build(model, out_dir=None)
+
+
+def test_a_shape_taken_back_that_contradicts_a_known_dimension_is_the_models_error():
+    """Forward inference already refuses most contradictions; one left to the backward walk (a
+    dimension known on the intermediate tensor, another implied by the output) names the tensor. A
+    dimension left unknown is completed."""
+    from aot.frontend.backward_shapes import shapes_from_outputs
+
+    def model(r_dims):
+        m = _typed_model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Sqrt", ["r"], ["y"])],
+                         [("x", F32, [2, 4])], [("y", F32, [2, 4])])
+        m.graph.value_info.append(helper.make_tensor_value_info("r", F32, r_dims))
+        return m
+
+    with pytest.raises(aot.ModelError, match=r"tensor 'r' has shape \[2, 3\], but the output of a Sqrt node, "
+                                             r"which it feeds, implies \[2, 4\]"):
+        shapes_from_outputs(model([2, 3]), "g")
+    learned = shapes_from_outputs(model([2, None]), "g")
+    assert [d.dim_value for d in learned.graph.value_info[-1].type.tensor_type.shape.dim] == [2, 4]
+    assert shapes_from_outputs(model([2, 4]), "g") is None
+
+
+def test_a_size_found_for_a_named_dimension_is_that_names_everywhere():
+    """A Range of a length fed at run time, then two functions of it added: each operand of the Add is
+    ambiguous alone, but inference names the Range's length once (unk__N) on every tensor after it, and
+    the declared output gives that length (the expanded HannWindow body)."""
+    nodes = [helper.make_node("Cast", ["n"], ["nf"], to=F32),
+             helper.make_node("Range", ["zero", "nf", "one"], ["r"]),
+             helper.make_node("Cos", ["r"], ["c"]), helper.make_node("Sin", ["r"], ["s"]),
+             helper.make_node("Add", ["c", "s"], ["y"])]
+    model = _typed_model(nodes, [("n", I64, [])], [("y", F32, [6])],
+                         [("zero", np.float32(0.0)), ("one", np.float32(1.0))])
+    _compare(model, {"n": np.array(6, np.int64)})

@@ -51,8 +51,9 @@ def inline_constant_control_flow(proto: onnx.ModelProto) -> onnx.ModelProto | No
             nodes += new_nodes + _identities(outs, node.output, prefix, taken)
             initializers += new_inits
             changed = True
-        elif _is_control_flow(node) and node.op_type == "Loop" and _loop_problem(node, constants) is None:
-            new_nodes, new_inits = _unroll(node, constants, prefix, taken, opset)
+        elif _is_control_flow(node) and node.op_type == "Loop" and isinstance(
+                count := _loop_iterations(node, g, constants), int):
+            new_nodes, new_inits = _unroll(node, count, prefix, taken, opset)
             nodes += new_nodes
             initializers += new_inits
             changed = True
@@ -203,29 +204,50 @@ def _scalar(constants: dict[str, onnx.TensorProto], name: str) -> np.ndarray | N
     return array.reshape(-1)[0] if array.size == 1 else None
 
 
-def _loop_problem(node: onnx.NodeProto, constants: dict[str, onnx.TensorProto]) -> str | None:
-    """Why a Loop cannot be unrolled yet (None if it can): it needs a constant trip count, a constant
-    true (or absent) start condition, and a body whose condition output is its condition input or true."""
+def _loop_iterations(node: onnx.NodeProto, g: onnx.GraphProto, constants: dict[str, onnx.TensorProto]) -> int | str:
+    """How many times a Loop runs, or why that is not known at compile time. A constant trip count and
+    start condition say it. Where either is computed at run time, a scan output's static (declared)
+    length says it, as the model's interface: a run-time value that contradicts it is the model's error,
+    and is not read (ONNX's Range body counts its steps so). Either way the body's condition output must
+    be its condition input (or an Identity of it) or true: a body that may stop early is refused."""
     trip = node.input[0] if node.input else ""
     cond = node.input[1] if len(node.input) > 1 else ""
     if not trip:
         return "has no trip count (it runs until a condition computed at run time turns false)"
-    count = _scalar(constants, trip)
-    if count is None:
-        return f"its trip count '{trip}' is computed at run time"
-    if cond and _scalar(constants, cond) is None:
-        return f"its start condition '{cond}' is computed at run time"
-    if cond and not bool(_scalar(constants, cond)):
-        return None    # runs zero times: unrolled to Identity of the initial values (if no scan outputs)
+    count, start = _scalar(constants, trip), _scalar(constants, cond) if cond else np.array(True)
+    if count is None or start is None:
+        count = _scan_output_length(node, g)
+        if count is None:
+            return (f"its trip count '{trip}' is computed at run time" if _scalar(constants, trip) is None
+                    else f"its start condition '{cond}' is computed at run time")
+    elif not bool(start):
+        return 0    # unrolled to Identity of the initial values (if no scan outputs)
     body = _subgraph(node, "body")
     cond_out = body.output[0].name
-    if cond_out != body.input[1].name and not _body_constant_true(body, cond_out):
+    if not _passes_condition_on(body, cond_out) and not _body_constant_true(body, cond_out):
         return f"its body computes the condition '{cond_out}' at run time (it may stop early)"
     if int(count) > MAX_UNROLL:
         return f"its trip count {int(count)} is more than the {MAX_UNROLL} iterations aot unrolls"
     if int(count) <= 0 and len(body.output) > len(node.input) - 1:
         return "it runs zero times but has scan outputs (empty tensors)"
+    return max(int(count), 0)
+
+
+def _scan_output_length(node: onnx.NodeProto, g: onnx.GraphProto) -> int | None:
+    """The length of the Loop's first scan output whose shape is known (each is one value per iteration)."""
+    infos = {vi.name: vi for vi in list(g.value_info) + list(g.output) if vi.type.HasField("tensor_type")}
+    for out in node.output[len(node.input) - 2:]:
+        dims = infos[out].type.tensor_type.shape.dim if out in infos else ()
+        if dims and dims[0].HasField("dim_value"):
+            return dims[0].dim_value
     return None
+
+
+def _passes_condition_on(body: onnx.GraphProto, name: str) -> bool:
+    """The body's condition output is its condition input, directly or through an Identity."""
+    cond_in = body.input[1].name
+    return name == cond_in or any(n.op_type == "Identity" and list(n.output) == [name] and list(n.input) == [cond_in]
+                                  for n in body.node)
 
 
 def _body_constant_true(body: onnx.GraphProto, name: str) -> bool:
@@ -239,13 +261,11 @@ def _body_constant_true(body: onnx.GraphProto, name: str) -> bool:
     return False
 
 
-def _unroll(node: onnx.NodeProto, constants: dict[str, onnx.TensorProto], prefix: str, taken: set[str],
-            opset: int) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
-    """The Loop's body once per iteration: each iteration's carried values feed the next, and each
-    scan output is the per-iteration values stacked along a new first axis (Unsqueeze + Concat)."""
+def _unroll(node: onnx.NodeProto, count: int, prefix: str, taken: set[str], opset: int
+            ) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    """The Loop's body `count` times: each iteration's carried values feed the next, and each scan
+    output is the per-iteration values stacked along a new first axis (Unsqueeze + Concat)."""
     body = _subgraph(node, "body")
-    cond = node.input[1] if len(node.input) > 1 else ""
-    count = 0 if cond and not bool(_scalar(constants, cond)) else int(_scalar(constants, node.input[0]))
     carried = list(node.input[2:])
     n_carried = len(carried)
     nodes: list[onnx.NodeProto] = []
@@ -384,7 +404,7 @@ def refuse_control_flow(proto: onnx.ModelProto, label: str) -> None:
             why, depends = (f"chooses its branch at run time (its condition '{node.input[0]}' is not a constant) "
                             "between branches whose outputs differ in shape or type"), [node.input[0]]
         elif node.op_type == "Loop":
-            why, depends = _loop_problem(node, constants), [i for i in node.input[:2] if i]
+            why, depends = _loop_iterations(node, g, constants), [i for i in node.input[:2] if i]
         else:
             why = _scan_problem(node, g, next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")),
                                               17)) or "cannot be unrolled"

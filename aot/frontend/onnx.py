@@ -26,7 +26,7 @@ from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
 from aot.errors import ModelError, OptionError, ShapeError, UnsupportedOpError
-from aot.frontend import control_flow, upgrade, validate
+from aot.frontend import backward_shapes, control_flow, upgrade, validate
 from aot.graph.evaluate import evaluate
 from aot.graph.ir import Graph, Node, Value
 
@@ -253,13 +253,14 @@ def _resolve_shapes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
     chains of small ops (Shape, Gather, Concat, Slice, Range, ConstantOfShape, ...) that inference
     does not always follow, and an If or Loop may decide on a value known only after folding. While
     some tensor's shape is unknown or control flow is left, inline control flow with constant
-    decisions, fold the nodes computable from constants, and infer again. Every round removes a node
-    or names a new shape, so this ends."""
+    decisions, fold the nodes computable from constants, take shapes back from known (declared)
+    outputs (backward_shapes.py), and infer again. Every round removes a node or names a new shape,
+    so this ends."""
     inferred = _infer(proto, label)
     while _unknown_outputs(inferred) or control_flow.has_control_flow(inferred):
         helped = (control_flow.inline_constant_control_flow(inferred) or _fold_constant_nodes(inferred, label)
-                  or _contrib_shapes(inferred) or control_flow.select_between_branches(inferred)
-                  or _shapes_from_readers(inferred))
+                  or _contrib_shapes(inferred) or backward_shapes.shapes_from_outputs(inferred, label)
+                  or control_flow.select_between_branches(inferred))
         if helped is None:
             break
         inferred = _infer(helped, label)
@@ -380,45 +381,6 @@ def _contrib_shapes(proto: onnx.ModelProto) -> onnx.ModelProto | None:
         return None
     result = onnx.ModelProto.FromString(proto.SerializeToString())
     result.graph.value_info.extend(added)
-    return result
-
-
-# ONNX ops whose output has their first input's shape: elementwise functions of one tensor, conversions.
-_SHAPE_OF_FIRST_INPUT = frozenset({
-    "Identity", "Cast", "CastLike", "Abs", "Neg", "Sqrt", "Exp", "Log", "Reciprocal", "Floor", "Ceil", "Round",
-    "Sign", "Erf", "Relu", "Sigmoid", "Tanh", "Softplus", "Softsign", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan",
-    "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Not"})
-
-
-def _shapes_from_readers(proto: onnx.ModelProto) -> onnx.ModelProto | None:
-    """A tensor whose shape onnx's inference cannot find from its producer has the shape its reader
-    computes, where the reader is an elementwise function of it alone or a cast and that shape is
-    known (a declared graph output): in the function bodies of ReduceL2 and ReduceLogSum, a ReduceSum
-    whose axes are fed at run time, then Cast, Sqrt, CastLike to the output. Walked from the outputs
-    back, so such a chain is typed in one round. None if no new shape could be given."""
-    g = proto.graph
-    types = {vi.name: vi.type for vi in list(g.value_info) + list(g.input) + list(g.output)
-             if vi.type.HasField("tensor_type")}
-    shapes = {name: _static_shape(t.tensor_type) for name, t in types.items()}
-    given: dict[str, onnx.TypeProto] = {}
-    for node in reversed(g.node):
-        if node.op_type not in _SHAPE_OF_FIRST_INPUT or node.domain not in ("", "ai.onnx") or not node.input:
-            continue
-        x, shape = node.input[0], shapes.get(node.output[0])
-        if not x or shape is None or shapes.get(x) is not None or x not in types:
-            continue
-        partial = types[x].tensor_type
-        if partial.HasField("shape") and (len(partial.shape.dim) != len(shape) or any(
-                d.HasField("dim_value") and d.dim_value != n for d, n in zip(partial.shape.dim, shape))):
-            continue        # contradicts the reader: the next round reports it
-        given[x] = onnx.helper.make_tensor_type_proto(partial.elem_type, list(shape))
-        types[x], shapes[x] = given[x], shape
-    if not given:
-        return None
-    result = onnx.ModelProto.FromString(proto.SerializeToString())
-    kept = [vi for vi in result.graph.value_info if vi.name not in given]
-    del result.graph.value_info[:]
-    result.graph.value_info.extend(kept + [onnx.helper.make_value_info(name, t) for name, t in given.items()])
     return result
 
 
