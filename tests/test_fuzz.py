@@ -295,7 +295,8 @@ def test_max_pool_same_upper_kernel_below_stride(auto_pad):
 def test_pool_ceil_mode_window_in_the_padding():
     """Seed 1, graphs 364 and 1876: MaxPool(kernel [2, 3], pads [1, 2, 1, 2], strides [1, 2], ceil_mode)
     on 7x6 is 8x4 by ONNX's rule (the last window would start in the end padding and is dropped; onnx's
-    shape inference counts it), read by an Add with a tensor of that shape."""
+    shape inference counts it), read by an Add with a tensor of that shape (strict inference then fails
+    at the Add: the pool is corrected first)."""
     inits = [numpy_helper.from_array(np.ones((1, 1, 8, 4), np.float32), "b")]
     model = _model([helper.make_node("MaxPool", ["x"], ["p"], ceil_mode=1, kernel_shape=[2, 3], pads=[1, 2, 1, 2],
                                      strides=[1, 2]),

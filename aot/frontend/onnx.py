@@ -176,6 +176,19 @@ def _floor_dropped_ceil_windows(proto: onnx.ModelProto, inferred: onnx.ModelProt
     return result if changed else None
 
 
+def _floor_dropped_ceil_windows_first(proto: onnx.ModelProto, label: str) -> onnx.ModelProto | None:
+    """_floor_dropped_ceil_windows before strict inference, on the lenient mode's shapes: a node reading
+    the pool (an Add with a tensor of the true shape) would fail strict inference on the extra window."""
+    if not any(n.op_type in ("MaxPool", "AveragePool") and any(a.name == "ceil_mode" and a.i for a in n.attribute)
+               for n in proto.graph.node):
+        return None
+    try:
+        lenient = onnx.shape_inference.infer_shapes(_without_annotations(proto), strict_mode=False, data_prop=True)
+    except onnx.shape_inference.InferenceError:
+        return None
+    return _floor_dropped_ceil_windows(proto, lenient, label)
+
+
 def _infer(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
     """Strict ONNX shape inference. A node that fails its own inference rule (an axis out of range, an
     output shape contradicting the declared one) is the model's fault: a ModelError. Where inference
@@ -231,6 +244,9 @@ def _infer_static_shapes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
     declared shape is the model's interface, which the compiled model's header gives: one the nodes
     contradict is a ModelError saying both."""
     proto = _forget_unknown_dims(proto)
+    floored = _floor_dropped_ceil_windows_first(proto, label)
+    if floored is not None:
+        return _infer_static_shapes(floored, label)
     g = proto.graph
     hints = {vi.name for vi in g.value_info} | {vi.name for vi in g.output if vi.type.tensor_type.HasField("shape")}
     try:
