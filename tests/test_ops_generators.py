@@ -85,6 +85,18 @@ def test_range_fed_at_run_time_matches_onnxruntime_bit_for_bit(name):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("name", sorted(set(RANGES) - {"int32_wraps"}))
+def test_range_of_constants_folds_to_what_runs_at_run_time(name):
+    """Frozen, the Range folds at compile time; the evaluator adds in order too (ONNX's reference takes
+    numpy's arange, a float32 step or two apart), so both builds give onnxruntime's values."""
+    start, limit, delta, dtype = RANGES[name]
+    feeds = {"start": np.array(start, dtype), "limit": np.array(limit, dtype), "delta": np.array(delta, dtype)}
+    length = max(int(np.ceil((float(feeds["limit"]) - float(feeds["start"])) / float(feeds["delta"]))), 0)
+    model = _range(length, helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
+    folded = aot.run(model, inputs={}, freeze=feeds)["y"]
+    np.testing.assert_array_equal(folded, onnxruntime_outputs(model, feeds)["y"])
+
+
 def test_range_reads_only_start_and_delta():
     """Bounds that contradict the declared length (the model's error) change nothing but the values read:
     start and delta; the build writes the declared length and never out of bounds."""

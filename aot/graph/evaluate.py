@@ -26,7 +26,23 @@ class LpNormalization(OpRun):
             return (np.where(norm == 0, 0, x / norm).astype(x.dtype),)
 
 
-CORRECTED_OPS = [LpNormalization]
+class Range(OpRun):
+    """start, start + delta, ... while below limit (above, for a negative delta), by repeated addition in
+    the output's type as ONNX's function body (a Loop) and onnxruntime compute it. onnx.reference (1.23)
+    takes numpy's arange, start + i * delta in float64: float32 values differ in the last bits, so a
+    folded Range differed from the same Range computed at run time."""
+    op_domain = ""
+
+    def _run(self, start, limit, delta, **_):     # the evaluator may pass attributes Range has none of
+        count = max(int(np.ceil((float(limit) - float(start)) / float(delta))), 0) if float(delta) else 0
+        steps = np.full(count, delta, dtype=start.dtype)
+        if count:
+            steps[0] = start
+        with np.errstate(over="ignore"):
+            return (np.add.accumulate(steps, dtype=start.dtype),)
+
+
+CORRECTED_OPS = [LpNormalization, Range]
 
 
 def reference_evaluator(proto: onnx.ModelProto | onnx.NodeProto) -> ReferenceEvaluator:
