@@ -15,6 +15,7 @@ from fuzz_check import Outcome, check
 from fuzz_graphs import generate
 from fuzz_reduce import reduce, script
 from onnx import TensorProto, helper, numpy_helper
+from oracle import onnxruntime_outputs
 
 import aot
 
@@ -292,6 +293,17 @@ def test_max_pool_same_upper_kernel_below_stride(auto_pad):
     assert outcome.kind == "pass", outcome
 
 
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER"])
+def test_lp_pool_same_kernel_below_stride(auto_pad):
+    """Seed 23, graph 1902: LpPool(kernel [1], strides [2], SAME_UPPER) on length 2, a total pad of -1.
+    onnxruntime's LpPool takes it as 0, windows from the first element (ONNX's reference cannot run it);
+    aot shifted the window as it does for MaxPool, where ONNX's reference shifts it."""
+    model = _model([helper.make_node("LpPool", ["x"], ["y"], auto_pad=auto_pad, kernel_shape=[1, 1],
+                                     strides=[2, 2], p=3)], {"x": [1, 2, 4, 4]}, {"y": [1, 2, 2, 2]})
+    x = np.random.default_rng(1902).standard_normal((1, 2, 4, 4)).astype(np.float32)
+    assert check(model, {"x": x}).kind == "pass", check(model, {"x": x})
+
+
 def test_pool_ceil_mode_window_in_the_padding():
     """Seed 1, graphs 364 and 1876: MaxPool(kernel [2, 3], pads [1, 2, 1, 2], strides [1, 2], ceil_mode)
     on 7x6 is 8x4 by ONNX's rule (the last window would start in the end padding and is dropped; onnx's
@@ -406,3 +418,19 @@ def test_folded_l1_normalization():
     assert outcome.kind == "pass", outcome
     got = aot.run(model, {"x": np.ones(3, np.float32)})["y"]
     np.testing.assert_allclose(got, c / np.abs(c).sum(axis=1, keepdims=True), rtol=1e-6)
+
+
+def test_arbitration_of_one_output_ignores_the_rest_of_the_graph():
+    """Seed 23, graph 1383: MeanVarianceNormalization over values that are equal along its axis, where
+    onnxruntime gives 0/0 = NaN and ONNX's function (and aot) 0. The float64 arbitration said so, but it
+    evaluated the whole graph, and onnx.reference cannot run the graph's unrelated GatherElements (indices
+    smaller than the data): "wrong". Each output is now arbitrated on the nodes that compute it."""
+    x = np.array([[[[0.5, -1.0]], [[0.5, 2.0]]]], np.float32)          # [1, 2, 1, 2]: equal along axis 1 at w=0
+    model = _model([helper.make_node("MeanVarianceNormalization", ["x"], ["y"], axes=[1]),
+                    helper.make_node("GatherElements", ["d", "i"], ["g"], axis=1)],
+                   {"x": [1, 2, 1, 2], "d": [1, 8, 1, 2], "i": [1, 3, 1, 1]}, {"y": [1, 2, 1, 2], "g": [1, 3, 1, 1]})
+    model.graph.input[2].type.tensor_type.elem_type = TensorProto.INT64
+    inputs = {"x": x, "d": np.arange(16, dtype=np.float32).reshape(1, 8, 1, 2),
+              "i": np.array([1, 7, 0], np.int64).reshape(1, 3, 1, 1)}
+    assert np.isnan(onnxruntime_outputs(model, inputs)["y"]).any()      # the reference's 0/0
+    assert check(model, inputs).kind == "pass", check(model, inputs)
