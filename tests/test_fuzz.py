@@ -294,14 +294,19 @@ def test_max_pool_same_upper_kernel_below_stride(auto_pad):
 
 
 @pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER"])
-def test_lp_pool_same_kernel_below_stride(auto_pad):
-    """Seed 23, graph 1902: LpPool(kernel [1], strides [2], SAME_UPPER) on length 2, a total pad of -1.
-    onnxruntime's LpPool takes it as 0, windows from the first element (ONNX's reference cannot run it);
-    aot shifted the window as it does for MaxPool, where ONNX's reference shifts it."""
-    model = _model([helper.make_node("LpPool", ["x"], ["y"], auto_pad=auto_pad, kernel_shape=[1, 1],
-                                     strides=[2, 2], p=3)], {"x": [1, 2, 4, 4]}, {"y": [1, 2, 2, 2]})
-    x = np.random.default_rng(1902).standard_normal((1, 2, 4, 4)).astype(np.float32)
-    assert check(model, {"x": x}).kind == "pass", check(model, {"x": x})
+@pytest.mark.parametrize("op", ["LpPool", "AveragePool"])
+def test_pool_same_kernel_below_stride_as_onnxruntime_splits_it(op, auto_pad):
+    """Seed 23, graphs 1902 (LpPool, kernel [1], strides [2] on length 2) and 5704 (AveragePool, opset 21,
+    kernel 1x1, strides 2x2 on 4x3): SAME's total pad is negative. onnxruntime runs these pools (not
+    MaxPool) and splits it with C's division towards zero (-1: no shift; -2: SAME_UPPER shifts by one);
+    aot shifted by ONNX's reference's floor division, which only MaxPool follows now."""
+    attrs = {"p": 3} if op == "LpPool" else {}
+    for rows, stride in ((4, 2), (3, 3), (7, 4)):
+        model = _model([helper.make_node(op, ["x"], ["y"], auto_pad=auto_pad, kernel_shape=[1, 1],
+                                         strides=[stride, 2], **attrs)],
+                       {"x": [1, 2, rows, 3]}, {"y": [1, 2, -(-rows // stride), 2]}, opset=21)
+        x = np.random.default_rng(rows).standard_normal((1, 2, rows, 3)).astype(np.float32)
+        assert check(model, {"x": x}).kind == "pass", (rows, stride, check(model, {"x": x}))
 
 
 def test_pool_ceil_mode_window_in_the_padding():

@@ -120,10 +120,10 @@ def canonical_pool(rw: Rewriter, node: Node) -> None:
     if len(node.outputs) > 1 and node.outputs[1]:
         raise refuse(node, "the Indices output is not supported")
     kernel = tuple(node.attrs["kernel_shape"])
-    # SAME with a kernel shorter than the stride gives a negative total pad. For MaxPool and AveragePool
-    # ONNX's reference shifts the windows by it (onnxruntime refuses); for LpPool onnxruntime takes it as
-    # 0 (ONNX's reference fails), so the windows start at 0 whatever SAME's side.
-    attrs = spatial_attrs(rw, node, kernel, negative=node.op != "LpPool")
+    # SAME with a kernel shorter than the stride gives a negative total pad, split as the reference that
+    # runs the op does: onnxruntime's AveragePool (opset 19 on) and LpPool, ONNX's reference the MaxPool
+    # onnxruntime refuses.
+    attrs = spatial_attrs(rw, node, kernel, negative="floor" if node.op == "MaxPool" else "trunc")
     pads = attrs["pads"]
     if any(p < 0 for p in pads):        # SAME with a kernel shorter than the stride: the window shifts
         rank = len(kernel)

@@ -113,11 +113,13 @@ def crop(rw: Rewriter, node: Node, x: str, pads: tuple[int, ...]) -> str:
     return out
 
 
-def spatial_attrs(rw: Rewriter, node: Node, kernel: tuple[int, ...], negative: bool = False) -> dict:
-    """kernel, strides, dilations and explicit pads (begins, then ends) of a Conv or pool. With `negative`,
-    auto_pad SAME takes ONNX's formula as it is, whose total is negative where the kernel is shorter than
-    the stride (pools, as ONNX's reference and onnxruntime compute them: the window shifts); the caller
-    crops for a negative pad. Without, the total is at least 0."""
+def spatial_attrs(rw: Rewriter, node: Node, kernel: tuple[int, ...], negative: str = "") -> dict:
+    """kernel, strides, dilations and explicit pads (begins, then ends) of a Conv or pool. auto_pad SAME's
+    total pad is negative where the kernel is shorter than the stride; without `negative` it is taken as
+    0. Pools split it as the reference that runs them does, and the caller crops for a negative pad:
+    `negative="floor"` as ONNX's reference (begin = total // 2 for SAME_UPPER: the window shifts; SAME_LOWER
+    refused, where its output is not even the inferred shape), `"trunc"` as onnxruntime (C's division
+    towards zero: begin = total / 2 for SAME_UPPER, (total + 1) / 2 for SAME_LOWER)."""
     rank = len(kernel)
     x = rw.values[node.inputs[0]].shape[2:]
     strides = tuple(node.attrs.get("strides", (1,) * rank))
@@ -133,12 +135,15 @@ def spatial_attrs(rw: Rewriter, node: Node, kernel: tuple[int, ...], negative: b
         begin, end = [], []
         for size, k, s, d in zip(x, kernel, strides, dilations):
             total = (math.ceil(size / s) - 1) * s + (k - 1) * d + 1 - size
-            if total < 0 and negative and auto_pad == "SAME_LOWER":    # onnxruntime refuses it; no rule to follow
+            if total < 0 and negative == "floor" and auto_pad == "SAME_LOWER":
                 raise refuse(node, "auto_pad SAME_LOWER with a kernel shorter than the stride (a negative total "
                                    "pad) is not supported")
             total = total if negative else max(0, total)
-            small = total // 2
-            begin.append(small if auto_pad == "SAME_UPPER" else total - small)
+            if negative == "trunc":
+                begin.append(_toward_zero(total + (auto_pad == "SAME_LOWER"), 2))
+            else:
+                small = total // 2
+                begin.append(small if auto_pad == "SAME_UPPER" else total - small)
             end.append(total - begin[-1])
         pads = tuple(begin + end)
     elif auto_pad == "VALID":
@@ -146,6 +151,11 @@ def spatial_attrs(rw: Rewriter, node: Node, kernel: tuple[int, ...], negative: b
     else:
         pads = tuple(node.attrs.get("pads", (0,) * (2 * rank)))
     return {"kernel": kernel, "strides": strides, "dilations": dilations, "pads": pads}
+
+
+def _toward_zero(a: int, b: int) -> int:
+    """a / b rounded towards zero, as C divides."""
+    return -(-a // b) if a < 0 else a // b
 
 
 def lift_1d(rw: Rewriter, node: Node, attrs: dict, weight: str | None = None) -> tuple[str, str, str | None]:
