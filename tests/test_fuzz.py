@@ -439,3 +439,17 @@ def test_arbitration_of_one_output_ignores_the_rest_of_the_graph():
               "i": np.array([1, 7, 0], np.int64).reshape(1, 3, 1, 1)}
     assert np.isnan(onnxruntime_outputs(model, inputs)["y"]).any()      # the reference's 0/0
     assert check(model, inputs).kind == "pass", check(model, inputs)
+
+
+def test_lrn_where_onnx_reference_is_the_reference():
+    """Seed 23, graph 4247: onnxruntime could not load the graph (its inference counts a ceil_mode pool's
+    dropped window), so ONNX's reference judged it, and its LRN normalizes channel 0 only (it loops over
+    the batch axis): aot's right LRN was called wrong by 7.6e-4. aot's evaluator corrects that op. An
+    even size, which onnxruntime refuses, takes the same path."""
+    model = _model([helper.make_node("LRN", ["x"], ["y"], alpha=0.3, beta=0.75, bias=1.5, size=2)],
+                   {"x": [1, 6, 2, 2]}, {"y": [1, 6, 2, 2]}, opset=21)
+    x = np.random.default_rng(4247).standard_normal((1, 6, 2, 2)).astype(np.float32)
+    assert check(model, {"x": x}).kind == "pass", check(model, {"x": x})
+    squares = x.astype(np.float64) ** 2
+    window = squares + np.concatenate([squares[:, 1:], np.zeros_like(squares[:, :1])], axis=1)   # c and c + 1
+    np.testing.assert_allclose(aot.run(model, {"x": x})["y"], x / (1.5 + 0.15 * window) ** 0.75, rtol=1e-5)

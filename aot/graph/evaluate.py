@@ -26,6 +26,23 @@ class LpNormalization(OpRun):
             return (np.where(norm == 0, 0, x / norm).astype(x.dtype),)
 
 
+class LRN(OpRun):
+    """x / (bias + alpha / size * (sum of x^2 over the size channels around))^beta. onnx.reference (1.23)
+    loops over the batch axis instead of the channels: only channel 0 is normalized."""
+    op_domain = ""
+
+    def _run(self, x, alpha=None, beta=None, bias=None, size=None, **_):
+        alpha, beta, bias, size = (getattr(self, k) if v is None else v
+                                   for k, v in (("alpha", alpha), ("beta", beta), ("bias", bias), ("size", size)))
+        squares = x.astype(np.float64 if x.dtype == np.float64 else np.float32) ** 2
+        below, above = (size - 1) // 2, size - 1 - (size - 1) // 2
+        channels = x.shape[1]
+        total = np.zeros_like(squares)
+        for c in range(channels):
+            total[:, c] = squares[:, max(0, c - below):min(channels, c + above + 1)].sum(axis=1)
+        return ((x / (bias + (alpha / size) * total) ** beta).astype(x.dtype),)
+
+
 class Range(OpRun):
     """start, start + delta, ... while below limit (above, for a negative delta), by repeated addition in
     the output's type as ONNX's function body (a Loop) and onnxruntime compute it. onnx.reference (1.23)
@@ -42,7 +59,7 @@ class Range(OpRun):
             return (np.add.accumulate(steps, dtype=start.dtype),)
 
 
-CORRECTED_OPS = [LpNormalization, Range]
+CORRECTED_OPS = [LpNormalization, LRN, Range]
 
 
 def reference_evaluator(proto: onnx.ModelProto | onnx.NodeProto) -> ReferenceEvaluator:
