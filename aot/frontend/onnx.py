@@ -147,7 +147,7 @@ def _floor_dropped_ceil_windows(proto: onnx.ModelProto, inferred: onnx.ModelProt
     shapes = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim]
               for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output)}
     result, changed = onnx.ModelProto.FromString(proto.SerializeToString()), False
-    for node in result.graph.node:
+    for index, node in enumerate(result.graph.node):
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         if (node.op_type not in ("MaxPool", "AveragePool") or not attrs.get("ceil_mode")
                 or attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET")):
@@ -167,8 +167,9 @@ def _floor_dropped_ceil_windows(proto: onnx.ModelProto, inferred: onnx.ModelProt
         if not dropped or not any(dropped):
             continue
         if not all(dropped):
-            raise UnsupportedOpError(f"{label}: node '{node.name}' ({node.op_type}): with ceil_mode=1 its last "
-                                     "window is dropped on one axis and kept on another, which aot does not compile")
+            name = node.name or f"{node.op_type}_{index}"
+            raise UnsupportedOpError(f"{label}: node '{name}' ({node.op_type}): with ceil_mode=1 its last window is "
+                                     "dropped on one axis and kept on another, which aot does not compile")
         for a in node.attribute:
             if a.name == "ceil_mode":
                 a.i = 0
