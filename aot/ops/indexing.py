@@ -16,7 +16,7 @@ from aot.kernel.ir import Buffer, Builder, Cast, Expr, Kernel, Var, binop, const
 from aot.ops import DTYPES, LowerContext
 from aot.ops.movement import _strides, copy_loops
 from aot.ops.registry import ALL_DTYPES, define, same_shape
-from aot.ops.rewrite import const_input, refuse, view
+from aot.ops.rewrite import const_input, fed_input, refuse, view
 
 NUMERIC = frozenset({"float32", "int8", "uint8", "int32", "int64"})
 INDICES = frozenset({"int32", "int64"})
@@ -404,12 +404,15 @@ def canonical_cumsum(rw: Rewriter, node: Node) -> None:
 
 
 def canonical_one_hot(rw: Rewriter, node: Node) -> None:
-    """depth fixes the output's shape, so it must be a constant; (off, on) may be computed."""
-    depth = const_input(rw, node, 1, "depth")
-    depth = int(np.asarray(depth).reshape(-1)[0])
-    if depth < 0:
-        raise refuse(node, f"depth {depth} is negative")
-    axis = _axis(node, len(rw.values[node.outputs[0]].shape), -1)
+    """A depth fed at run time is the output's (static) length along `axis`; (off, on) may be computed."""
+    out = rw.values[node.outputs[0]].shape
+    axis = _axis(node, len(out), -1)
+    if fed_input(rw, node, 1):
+        depth = out[axis]
+    else:
+        depth = int(np.asarray(const_input(rw, node, 1, "depth")).reshape(-1)[0])
+        if depth < 0:
+            raise refuse(node, f"depth {depth} is negative")
     values, inputs = rw.constants.get(node.inputs[2]), node.inputs[:1]
     if values is not None:
         values = tuple(v.item() for v in np.asarray(values).reshape(-1)[:2])
