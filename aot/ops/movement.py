@@ -1,4 +1,8 @@
-"""Data movement: Transpose, Concat, Pad, Slice, Copy; Reshape and its kin are views with no kernel."""
+"""Data movement: Transpose, Concat, Pad, Slice, Copy; Reshape and its kin are views with no kernel.
+
+Slice and Pad whose parameters are fed at run time (the output's shape declared) are rewritten as small
+graphs of existing ops instead: the positions each output element reads are computed at run time with
+integer ops, then a gather per axis (rewrite.gather_along) takes them, clamped into the input."""
 
 from __future__ import annotations
 
