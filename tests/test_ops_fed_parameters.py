@@ -160,6 +160,7 @@ PADS = {       # mode, input shape, pads, axes (None: absent)
     "reflect_axes": ("reflect", (3, 4, 5), [3, 1, 2, 1], [-1, 1]),
     "reflect_crop": ("reflect", (3, 4, 5), [1, -1, 2, -1, 2, 1], None),
     "size_one_axis": ("constant", (1, 4), [1, 0, -1, 2], None),
+    "edge_one_element": ("edge", (1, 4), [2, 0, 3, 1], None),
 }
 
 
@@ -196,6 +197,15 @@ def test_pad_reflect_beyond_the_axis_as_numpy():
                         {"x": ("float32", x.shape), "p": ("int64", (4,))}, {"y": ("float32", (15, 13))})
     got = aot.run(model, inputs={"x": x, "p": np.array(pads, np.int64)}, target="host")["y"]
     np.testing.assert_array_equal(got, np.pad(x, [(5, 7), (0, 9)], mode="reflect"))
+
+
+def test_pad_reflect_one_element_repeats_it():
+    """numpy (ONNX's reference) repeats the one element of an axis; onnxruntime refuses the pad."""
+    x = randn(1, 3)
+    model = typed_model([node("Pad", ["x", "p"], ["y"], mode="reflect")],
+                        {"x": ("float32", x.shape), "p": ("int64", (4,))}, {"y": ("float32", (4, 4))})
+    got = aot.run(model, inputs={"x": x, "p": np.array([2, 0, 1, 1], np.int64)}, target="host")["y"]
+    np.testing.assert_array_equal(got, np.pad(x, [(2, 1), (0, 1)], mode="reflect"))
 
 
 @pytest.mark.parametrize("mode", ["constant", "edge", "reflect"])

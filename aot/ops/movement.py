@@ -271,7 +271,7 @@ def _pad_fed(rw: Rewriter, node: Node, mode: str, known: tuple[int, ...] | None,
     if isinstance(value, float):
         value = rw.constant(f"{node.name}_value", np.array(value, np.float32))
     for axis in padded:
-        if mode == "constant" or shape[axis] > 1:       # edge and reflect repeat a single element
+        if mode == "constant" or (shape[axis], out[axis]) != (1, 1):     # else the one element stays
             x = _pad_axis(rw, node, x, axis, _element(rw, node, begins, axis), out[axis], mode, value)
     if rw.values[x].shape != out:
         raise ModelError(f"node '{node.name}' (Pad): the output's shape {list(out)} pads axes of the input's "
@@ -307,7 +307,7 @@ def _pad_axis(rw: Rewriter, node: Node, x: str, axis: int, begin: str, length: i
     begin = i64("Min", [i64("Max", [begin, _constant(rw, node, "minus_n", -n)], "begin_low"),
                         _constant(rw, node, "length", length)], "begin")
     source = i64("Sub", [_constant(rw, node, "positions", np.arange(length)), begin], "source")
-    if mode == "reflect":
+    if mode == "reflect" and n > 1:      # one element reflects as edge repeats it (the clamp below)
         period = _constant(rw, node, "period", 2 * (n - 1))
         folded = i64("Mod", [source, period], "folded", fmod=0)
         source = i64("Where", [test("GreaterOrEqual", folded, size, "beyond"), i64("Sub", [period, folded], "mirror"),
