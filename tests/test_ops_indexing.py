@@ -9,6 +9,8 @@ small while every op is covered there.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnx
 import oracle
@@ -294,6 +296,27 @@ def test_gather_out_of_range_indices_clamp():
     got = aot.run(model, inputs={"x": x, "i": i, "j": np.array([[7], [-7], [-1], [1]], np.int64)})
     np.testing.assert_array_equal(got["y"], x[[3, 0, 3, 0, 0, 3]])
     np.testing.assert_array_equal(got["e"][:, 0], [2, 3, 8, 10])
+
+
+def test_indices_into_empty_data_read_and_write_nothing(tmp_path):
+    """Every index is out of range of an empty axis and there is no end to clamp to: gathers give 0,
+    scatters update nothing, and no kernel reads the empty data (embedded as a constant, `..._c<n>`)."""
+    model = typed_model([node("Gather", ["x", "i"], ["g"]), node("GatherElements", ["x", "j"], ["e"]),
+                         node("GatherND", ["x", "k"], ["n"]), node("ScatterElements", ["z", "m", "u"], ["s"])],
+                        {"x": ("float32", (0, 3)), "i": ("int64", (2,)), "j": ("int64", (1, 3)),
+                         "k": ("int64", (2, 1)), "z": ("float32", (3, 0)), "m": ("int64", (1, 2)),
+                         "u": ("float32", (1, 2))},
+                        {"g": ("float32", (2, 3)), "e": ("float32", (1, 3)), "n": ("float32", (2, 3)),
+                         "s": ("float32", None)})
+    aot.build(model, target="host", out_dir=tmp_path, name="m", emit="kir")
+    assert not re.search(r"_c\d+\[", (tmp_path / "m.kir.txt").read_text())
+    got = aot.run(model, inputs={"x": np.zeros((0, 3), np.float32), "i": np.array([0, 5]),
+                                 "j": np.array([[1, -1, 0]]), "k": np.array([[2], [-1]]),
+                                 "z": np.zeros((3, 0), np.float32), "m": np.array([[1, 2]]),
+                                 "u": np.ones((1, 2), np.float32)}, target="host")
+    for name, shape in (("g", (2, 3)), ("e", (1, 3)), ("n", (2, 3))):
+        np.testing.assert_array_equal(got[name], np.zeros(shape, np.float32))
+    assert got["s"].shape == (3, 0)
 
 
 def test_constant_index_out_of_range_is_refused(tmp_path):

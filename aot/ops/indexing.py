@@ -4,7 +4,8 @@ ops that compute indices: ArgMax/ArgMin, TopK, Hardmax, plus CumSum.
 Indices read from a tensor at run time are made safe before they address memory: a negative index
 counts from the end (ONNX), and one still outside [0, n) is clamped to the nearest end, so a kernel
 never reads or writes outside its buffers whatever the index values. (onnxruntime reports such an index
-as an error; here the result is the first or last entry.) Constant indices are checked at compile time.
+as an error; here the result is the first or last entry, or 0 from an empty axis, which has none.)
+Constant indices are checked at compile time.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from aot.kernel.ir import Buffer, Builder, Cast, Expr, Kernel, Var, binop, const
 from aot.ops import DTYPES, LowerContext
 from aot.ops.movement import _strides, copy_loops
 from aot.ops.registry import ALL_DTYPES, define, same_shape
-from aot.ops.rewrite import const_input, refuse, view
+from aot.ops.rewrite import const_input, fed_input, refuse, view
 
 NUMERIC = frozenset({"float32", "int8", "uint8", "int32", "int64"})
 INDICES = frozenset({"int32", "int64"})
@@ -52,6 +53,12 @@ def _dot(coords, strides) -> Expr:
     return total if isinstance(total, Expr) else const(total)
 
 
+def _zeros(b: Builder, lanes: int, out: Buffer, size: int) -> None:
+    """out = 0: what a gather from empty data gives (any index is out of range, and there is no end
+    to clamp to)."""
+    b.chunks("i", size, lanes, lambda i, width: b.store(out, i, const(0, out.dtype, width)))
+
+
 # --- gathers --------------------------------------------------------------------------------------------
 
 def gather(ctx: LowerContext, node: Node, name: str) -> Kernel:
@@ -63,7 +70,9 @@ def gather(ctx: LowerContext, node: Node, name: str) -> Kernel:
     outer, n, inner = _prod(shape[:axis]), shape[axis], _prod(shape[axis + 1:])
     count = _prod(ctx.graph.shape(node.inputs[1]))
     b = Builder()
-    if outer and count and inner:
+    if not n:
+        _zeros(b, ctx.target.lanes, outs[0], outer * count * inner)
+    elif outer and count and inner:
         with b.loop("o", 0, outer) as o, b.loop("j", 0, count) as j:
             src = b.let("src", safe_index(indices[j], n))
             copy_loops(b, ctx.target.lanes, [inner], data, [1], (o * n + src) * inner, outs[0], [1],
@@ -85,7 +94,9 @@ def gather_elements(ctx: LowerContext, node: Node, name: str) -> Kernel:
         src = safe_index(indices[pos], shape[axis]) * strides[axis]
         b.store(outs[0], pos, data[_dot([c for a, c in enumerate(coords) if a != axis],
                                         [s for a, s in enumerate(strides) if a != axis]) + src])
-    if _prod(ishape):
+    if not shape[axis]:
+        _zeros(b, ctx.target.lanes, outs[0], _prod(ishape))
+    elif _prod(ishape):
         _loops(b, list(ishape), body)
     return Kernel(name, params, b.block())
 
@@ -111,7 +122,9 @@ def gather_nd(ctx: LowerContext, node: Node, name: str) -> Kernel:
     per_batch = _prod(shape[batch_dims:])
     strides = _strides(shape[batch_dims:])[:k]
     b = Builder()
-    if batches and rows and inner:
+    if not _prod(shape[batch_dims:batch_dims + k]):
+        _zeros(b, ctx.target.lanes, outs[0], batches * rows * inner)
+    elif batches and rows and inner:
         with b.loop("n", 0, batches) as bt, b.loop("m", 0, rows) as m:
             at = _nd_offset(b, indices, bt * rows + m, shape[batch_dims:batch_dims + k], strides)
             copy_loops(b, ctx.target.lanes, [inner], data, [1], bt * per_batch + at, outs[0], [1],
@@ -141,7 +154,7 @@ def scatter_nd(ctx: LowerContext, node: Node, name: str) -> Kernel:
     combine = _COMBINE[node.attrs["reduction"]]
     b = Builder()
     _copy_all(b, ctx.target.lanes, data, outs[0], _prod(shape))
-    if rows and inner:
+    if rows and _prod(shape):       # empty data: no element to update, whatever the indices
         with b.loop("m", 0, rows) as m:
             at = _nd_offset(b, indices, m, shape[:k], _strides(shape)[:k])
 
@@ -168,7 +181,7 @@ def scatter_elements(ctx: LowerContext, node: Node, name: str) -> Kernel:
                                 [s for a, s in enumerate(strides) if a != axis])
                     + safe_index(indices[pos], shape[axis]) * strides[axis])
         b.store(outs[0], dst, combine(outs[0][dst], updates[pos]))
-    if _prod(ishape):
+    if _prod(ishape) and _prod(shape):       # empty data: no element to update, whatever the indices
         _loops(b, list(ishape), body)
     return Kernel(name, params, b.block())
 
@@ -404,12 +417,15 @@ def canonical_cumsum(rw: Rewriter, node: Node) -> None:
 
 
 def canonical_one_hot(rw: Rewriter, node: Node) -> None:
-    """depth fixes the output's shape, so it must be a constant; (off, on) may be computed."""
-    depth = const_input(rw, node, 1, "depth")
-    depth = int(np.asarray(depth).reshape(-1)[0])
-    if depth < 0:
-        raise refuse(node, f"depth {depth} is negative")
-    axis = _axis(node, len(rw.values[node.outputs[0]].shape), -1)
+    """A depth fed at run time is the output's (static) length along `axis`; (off, on) may be computed."""
+    out = rw.values[node.outputs[0]].shape
+    axis = _axis(node, len(out), -1)
+    if fed_input(rw, node, 1):
+        depth = out[axis]
+    else:
+        depth = int(np.asarray(const_input(rw, node, 1, "depth")).reshape(-1)[0])
+        if depth < 0:
+            raise refuse(node, f"depth {depth} is negative")
     values, inputs = rw.constants.get(node.inputs[2]), node.inputs[:1]
     if values is not None:
         values = tuple(v.item() for v in np.asarray(values).reshape(-1)[:2])

@@ -1,4 +1,8 @@
-"""Data movement: Transpose, Concat, Pad, Slice, Copy; Reshape and its kin are views with no kernel."""
+"""Data movement: Transpose, Concat, Pad, Slice, Copy; Reshape and its kin are views with no kernel.
+
+Slice and Pad whose parameters are fed at run time (the output's shape declared) are rewritten as small
+graphs of existing ops instead: the positions each output element reads are computed at run time with
+integer ops, then a gather per axis (rewrite.gather_along) takes them, clamped into the input."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from aot.kernel.ir import Buffer, Builder, Expr, Kernel, binop, const, maximum, 
 from aot.ops import LowerContext
 from aot.ops.quantized import dequantize, quantize
 from aot.ops.registry import ALL_DTYPES, AxisAttr, Layout, QuantForm, define, same_size
-from aot.ops.rewrite import const_input, crop, fused_acts, refuse, view
+from aot.ops.rewrite import as_int64, const_input, crop, emit, fed_input, fused_acts, gather_along, refuse, view
 
 
 def _strides(shape) -> list[int]:
@@ -204,27 +208,124 @@ def canonical_pad(rw: Rewriter, node: Node) -> None:
     mode = node.attrs.get("mode", "constant")
     if mode not in ("constant", "reflect", "edge"):
         raise refuse(node, f"mode '{mode}' is not supported (constant, reflect, edge)")
-    pads = const_input(rw, node, 1, "pads")
-    pads = tuple(int(p) for p in (pads if pads is not None else node.attrs.get("pads", (0,) * 2 * rank)))
-    value = const_input(rw, node, 2, "the constant value")
-    if value is not None and value.size != 1:
-        raise refuse(node, f"the constant value has {value.size} elements; Pad takes one")
-    value = float(value.reshape(-1)[0]) if value is not None else float(node.attrs.get("value", 0.0))
-    axes = const_input(rw, node, 3, "axes")
-    if axes is not None:
-        full = [0] * (2 * rank)
-        for i, axis in enumerate(int(a) % rank for a in axes):
-            full[axis], full[rank + axis] = pads[i], pads[len(axes) + i]
-        pads = tuple(full)
+    if rw.values[x].dtype in ("int32", "int64"):       # the op's dtypes admit them for pads and axes
+        raise refuse(node, f"input '{x}' is {rw.values[x].dtype}; Pad takes float32 tensors")
+    pads, value = _constant_pads(rw, node, rank), _pad_value(rw, node)
+    if pads is None or isinstance(value, str):
+        _pad_fed(rw, node, mode, pads, value)
+        return
     if any(p < 0 for p in pads):        # negative pads crop: a Slice first, then the positive pads
         x = crop(rw, node, x, pads)
         pads = tuple(max(p, 0) for p in pads)
     rw.add("Pad", node.name, [x], node.outputs, pads=pads, mode=mode, value=value)
 
 
+def _constant_pads(rw: Rewriter, node: Node, rank: int) -> tuple[int, ...] | None:
+    """Begin pads then end pads for every axis, when pads and axes are constants (or attributes); None
+    when either is fed at run time."""
+    if fed_input(rw, node, 1) or fed_input(rw, node, 3):
+        return None
+    pads = const_input(rw, node, 1, "pads")
+    pads = tuple(int(p) for p in (pads if pads is not None else node.attrs.get("pads", (0,) * 2 * rank)))
+    axes = const_input(rw, node, 3, "axes")
+    if axes is None:
+        return pads
+    full = [0] * (2 * rank)
+    for i, axis in enumerate(int(a) % rank for a in axes):
+        full[axis], full[rank + axis] = pads[i], pads[len(axes) + i]
+    return tuple(full)
+
+
+def _pad_value(rw: Rewriter, node: Node) -> float | str:
+    """The constant value: a float, or the one-element value fed at run time."""
+    name = node.inputs[2] if len(node.inputs) > 2 else ""
+    if not name:
+        return float(node.attrs.get("value", 0.0))
+    size = rw.values[name].size
+    if size != 1:
+        raise refuse(node, f"the constant value has {size} elements; Pad takes one")
+    return float(rw.constants[name].reshape(-1)[0]) if name in rw.constants else name
+
+
+def _pad_fed(rw: Rewriter, node: Node, mode: str, known: tuple[int, ...] | None, value: float | str) -> None:
+    """Pads, axes or the value fed at run time (`known`: the pads when constant): the output's shape is
+    static, but the begin pads place the input in it. Per axis, output position o reads input position
+    o - begin: constant mode takes the value where that is outside [0, n), edge clamps it into [0, n),
+    reflect mirrors it at both ends (periodically, as numpy's pad does where a pad exceeds the axis)."""
+    x, y = node.inputs[0], node.outputs[0]
+    shape, out = rw.values[x].shape, rw.values[y].shape
+    rank = len(shape)
+    if 0 in shape:      # nothing to read: every output element is the value
+        if mode != "constant" or not isinstance(value, float):
+            raise refuse(node, f"an empty input padded in mode '{mode}', or with a value fed at run time, is not "
+                               "supported")
+        rw.add("Pad", node.name, [x], [y], mode=mode, value=value,
+               pads=tuple(o - i for o, i in zip(out, shape)) + (0,) * rank)
+        return
+    if known is not None:
+        begins = _constant(rw, node, "begins", known[:rank])
+        padded = [a for a in range(rank) if known[a] or known[rank + a]]
+    else:
+        begins = _fed_begins(rw, node, rank)
+        padded = _constant_axes(rw, node, 3, rank, range(rank))
+    if isinstance(value, float):
+        value = rw.constant(f"{node.name}_value", np.array(value, np.float32))
+    for axis in padded:
+        if mode == "constant" or (shape[axis], out[axis]) != (1, 1):     # else the one element stays
+            x = _pad_axis(rw, node, x, axis, _element(rw, node, begins, axis), out[axis], mode, value)
+    if rw.values[x].shape != out:
+        raise ModelError(f"node '{node.name}' (Pad): the output's shape {list(out)} pads axes of the input's "
+                         f"{list(shape)} that the axes input does not name")
+    view(rw, node, x, out, y)
+
+
+def _fed_begins(rw: Rewriter, node: Node, rank: int) -> str:
+    """The begin pad of every axis, from pads (and axes) of which one is fed at run time."""
+    pads = _int64_input(rw, node, 1, "pads") or _constant(rw, node, "pads", node.attrs.get("pads", [0] * 2 * rank))
+    count = _lengths(rw, node, {"axes": 3}).get("axes", rank)
+    if rw.values[pads].shape[0] != 2 * count or count > rank:
+        raise ModelError(f"node '{node.name}' (Pad): {rw.values[pads].shape[0]} pads for {count} axes of a "
+                         f"rank-{rank} input")
+    begins = emit(rw, node, "Slice", [pads], "begins", shape=(count,), starts=(0,), steps=(1,))
+    axes = _int64_input(rw, node, 3, "axes")
+    return _per_axis(rw, node, begins, axes, rank, 0) if axes else begins
+
+
+def _pad_axis(rw: Rewriter, node: Node, x: str, axis: int, begin: str, length: int, mode: str, value: str) -> str:
+    """`x` padded along `axis` to `length`, `begin` (a one-element int64 vector) read at run time."""
+    n = rw.values[x].shape[axis]
+
+    def i64(op: str, inputs: list[str], hint: str, **attrs) -> str:
+        return emit(rw, node, op, inputs, hint, dtype="int64", **attrs)
+
+    def test(op: str, a: str, b: str, hint: str) -> str:
+        return emit(rw, node, op, [a, b], hint, dtype="bool")
+
+    zero, size = _constant(rw, node, "zero", 0), _constant(rw, node, "n", n)
+    # Clamped into [-n, length], a begin pad places the input as before (wholly outside the output past
+    # either end) and o - begin cannot overflow.
+    begin = i64("Min", [i64("Max", [begin, _constant(rw, node, "minus_n", -n)], "begin_low"),
+                        _constant(rw, node, "length", length)], "begin")
+    source = i64("Sub", [_constant(rw, node, "positions", np.arange(length)), begin], "source")
+    if mode == "reflect" and n > 1:      # one element reflects as edge repeats it (the clamp below)
+        period = _constant(rw, node, "period", 2 * (n - 1))
+        folded = i64("Mod", [source, period], "folded", fmod=0)
+        source = i64("Where", [test("GreaterOrEqual", folded, size, "beyond"), i64("Sub", [period, folded], "mirror"),
+                               folded], "reflected")
+    gathered = gather_along(rw, node, x, axis, source)
+    if mode != "constant":
+        return gathered
+    inside = test("And", test("GreaterOrEqual", source, zero, "after"), test("Less", source, size, "before"), "inside")
+    along = tuple(length if a == axis else 1 for a in range(len(rw.values[x].shape)))
+    return emit(rw, node, "Where", [view(rw, node, inside, along), gathered, value], "padded", dtype="float32")
+
+
 def canonical_slice(rw: Rewriter, node: Node) -> None:
     x = node.inputs[0]
     shape = rw.values[x].shape
+    if any(fed_input(rw, node, i) for i in range(1, 5)):
+        _slice_fed(rw, node)
+        return
     starts, ends = const_input(rw, node, 1, "starts"), const_input(rw, node, 2, "ends")
     if starts is None:      # before opset 10 they are attributes
         starts, ends = node.attrs["starts"], node.attrs["ends"]
@@ -238,6 +339,105 @@ def canonical_slice(rw: Rewriter, node: Node) -> None:
         axis = int(axis) % len(shape)
         begin[axis], _, step[axis] = slice(int(b), int(e), int(s)).indices(shape[axis])
     rw.add("Slice", node.name, [x], node.outputs[:1], starts=tuple(begin), steps=tuple(step))
+
+
+def _slice_fed(rw: Rewriter, node: Node) -> None:
+    """Starts, ends, axes or steps fed at run time: the output's shape is static (ends decide only it), but
+    the starts and steps pick the elements. They are made per axis as ONNX does (a negative start counts
+    from the end, then clamps into [0, n] for a positive step, [0, n - 1] for a negative one), and each
+    sliced axis is a gather at start + i * step."""
+    x, y = node.inputs[0], node.outputs[0]
+    shape, out = rw.values[x].shape, rw.values[y].shape
+    rank = len(shape)
+    if 0 in out:        # nothing to take
+        rw.add("Slice", node.name, [x], [y], starts=(0,) * rank, steps=(1,) * rank)
+        return
+    lengths = _lengths(rw, node, {"starts": 1, "ends": 2, "axes": 3, "steps": 4})
+    if len(set(lengths.values())) != 1 or lengths["starts"] > rank:
+        raise ModelError(f"node '{node.name}' (Slice): the lengths {lengths} differ, or exceed the input's rank "
+                         f"{rank}")
+    starts, axes, steps = (_int64_input(rw, node, i, what) for i, what in ((1, "starts"), (3, "axes"), (4, "steps")))
+    if axes:
+        starts = _per_axis(rw, node, starts, axes, rank, 0)
+        steps = _per_axis(rw, node, steps, axes, rank, 1) if steps else ""
+    count = rw.values[starts].shape[0]          # the leading axes the vectors cover
+    steps = steps or _constant(rw, node, "ones", [1] * count)
+    dims = shape[:count]
+
+    def i64(op: str, inputs: list[str], hint: str) -> str:
+        return emit(rw, node, op, inputs, hint, dtype="int64")
+
+    def less(a: str, b: str, hint: str) -> str:
+        return emit(rw, node, "Less", [a, b], hint, dtype="bool")
+
+    zeros, sizes = _constant(rw, node, "zeros", [0] * count), _constant(rw, node, "dims", dims)
+    # A step clamped into [-n, n] takes the same positions (an output of at most n elements uses them)
+    # and keeps i * step from overflowing.
+    steps = i64("Min", [i64("Max", [steps, _constant(rw, node, "minus_dims", [-d for d in dims])], "step_low"),
+                        sizes], "step")
+    starts = i64("Where", [less(starts, zeros, "from_end"), i64("Add", [starts, sizes], "wrapped"), starts],
+                 "start_in")
+    top = i64("Where", [less(steps, zeros, "backward"), _constant(rw, node, "last", [d - 1 for d in dims]), sizes],
+              "top")
+    starts = i64("Min", [i64("Max", [starts, zeros], "start_low"), top], "start")
+    for axis in _constant_axes(rw, node, 3, rank, range(count)):
+        if axis < count and shape[axis] > 1:
+            counts = rw.constant(f"{node.name}_counts", np.arange(out[axis], dtype=np.int64))
+            offsets = i64("Mul", [counts, _element(rw, node, steps, axis)], "offsets")
+            x = gather_along(rw, node, x, axis, i64("Add", [_element(rw, node, starts, axis), offsets], "positions"))
+    if rw.values[x].shape != out:
+        raise ModelError(f"node '{node.name}' (Slice): the output's shape {list(out)} slices axes of the input's "
+                         f"{list(shape)} that the axes input does not name")
+    view(rw, node, x, out, y)
+
+
+def _int64_input(rw: Rewriter, node: Node, index: int, what: str) -> str:
+    """Input `index` (a vector of integers, fed or constant) as an int64 value; '' when absent."""
+    name = node.inputs[index] if index < len(node.inputs) else ""
+    if not name:
+        return ""
+    if name in rw.constants:
+        return rw.constant(f"{node.name}_{what}", np.asarray(rw.constants[name], np.int64).reshape(-1))
+    flat = name if len(rw.values[name].shape) == 1 else view(rw, node, name, (rw.values[name].size,))
+    return as_int64(rw, node, flat)
+
+
+def _lengths(rw: Rewriter, node: Node, inputs: dict[str, int]) -> dict[str, int]:
+    """How many elements each of the named inputs (by position) has, those present."""
+    return {what: rw.values[node.inputs[i]].size for what, i in inputs.items()
+            if i < len(node.inputs) and node.inputs[i]}
+
+
+def _constant(rw: Rewriter, node: Node, hint: str, values) -> str:
+    return rw.constant(f"{node.name}_{hint}", np.array(values, np.int64))
+
+
+def _per_axis(rw: Rewriter, node: Node, values: str, axes: str, rank: int, default: int) -> str:
+    """A vector with one entry per axis of a rank-`rank` tensor: `values[i]` at axis `axes[i]` (negative
+    from the end), `default` at the axes not named. (ScatterElements clamps an axis out of range.)"""
+    full = _constant(rw, node, f"default_{default}", [default] * rank)
+    return emit(rw, node, "ScatterElements", [full, axes, values], "per_axis", shape=(rank,), axis=0,
+                reduction="none")
+
+
+def _constant_axes(rw: Rewriter, node: Node, index: int, rank: int, default) -> list[int]:
+    """The axes input `index` as axis numbers when it is a constant, `default` when absent, every axis
+    when fed at run time (any may be named)."""
+    name = node.inputs[index] if index < len(node.inputs) else ""
+    if not name:
+        return list(default)
+    if name not in rw.constants:
+        return list(range(rank))
+    axes = [int(a) for a in np.asarray(rw.constants[name]).reshape(-1)]
+    if any(not -rank <= a < rank for a in axes):
+        raise ModelError(f"node '{node.name}' ({node.op}): axes {axes} are out of range for rank {rank}")
+    return sorted({a % rank for a in axes})
+
+
+def _element(rw: Rewriter, node: Node, vector: str, i: int) -> str:
+    """Entry `i` of a computed vector, as a one-element vector."""
+    return emit(rw, node, "Gather", [vector, rw.constant(f"{node.name}_at{i}", np.array([i], np.int64))], f"at{i}",
+                shape=(1,), axis=0)
 
 
 def canonical_split(rw: Rewriter, node: Node) -> None:
@@ -259,7 +459,9 @@ define("Transpose", canonical=canonical_transpose, lower=transpose, layout=Layou
        dtypes=ALL_DTYPES, quant=QuantForm.MOVE)
 define("Concat", canonical=canonical_concat, lower=concat, layout=Layout.FOLLOW, axis_attrs={"axis": AxisAttr.AXIS},
        moves_values=True, dtypes=ALL_DTYPES, quant=QuantForm.CONCAT)
-define("Pad", canonical=canonical_pad, lower=pad, layout=Layout.FOLLOW, axis_attrs={"pads": AxisAttr.PADS})
+# Pad's computed inputs: float32 data (checked by its rule), int32 or int64 pads and axes fed at run time.
+define("Pad", canonical=canonical_pad, lower=pad, layout=Layout.FOLLOW, axis_attrs={"pads": AxisAttr.PADS},
+       dtypes=frozenset({"float32", "int32", "int64"}))
 define("Slice", canonical=canonical_slice, lower=slice_, layout=Layout.FOLLOW, moves_values=True, dtypes=ALL_DTYPES,
        axis_attrs={"starts": AxisAttr.PER_AXIS, "steps": AxisAttr.PER_AXIS})
 define("Split", canonical=canonical_split, dtypes=ALL_DTYPES)

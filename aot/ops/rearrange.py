@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from aot.errors import ModelError
 from aot.graph.ir import Graph, Node, Rewriter
 from aot.kernel.ir import Builder, Kernel
 from aot.ops import LowerContext
 from aot.ops.movement import copy_loops
 from aot.ops.registry import ALL_DTYPES, AxisAttr, Layout, QuantForm, define
-from aot.ops.rewrite import const_input, refuse, view
+from aot.ops.rewrite import const_input, fed_input, refuse, view
 
 
 def _strides(shape) -> list[int]:
@@ -99,8 +100,8 @@ def check_repeat(graph: Graph, node: Node) -> str | None:
 
 
 def canonical_expand(rw: Rewriter, node: Node) -> None:
-    """Expand to a constant shape: size-1 axes repeat; a lower-rank input is first viewed with leading 1s."""
-    const_input(rw, node, 1, "the shape")
+    """Size-1 axes repeat; a lower-rank input is first viewed with leading 1s. The output's (static) shape
+    is what the shape input says, so a shape fed at run time decides nothing more."""
     x, y = node.inputs[0], node.outputs[0]
     out = rw.values[y].shape
     shape = rw.values[x].shape
@@ -112,10 +113,22 @@ def canonical_expand(rw: Rewriter, node: Node) -> None:
 
 
 def canonical_tile(rw: Rewriter, node: Node) -> None:
-    repeats = const_input(rw, node, 1, "repeats")
-    if repeats is None or np.any(repeats < 0):
-        raise refuse(node, "repeats must be given and not negative")
+    """Repeats fed at run time are what the output's (static) shape says: out / in per axis."""
+    if fed_input(rw, node, 1):
+        repeats = _repeats_of_shapes(node, rw.values[node.inputs[0]].shape, rw.values[node.outputs[0]].shape)
+    else:
+        repeats = const_input(rw, node, 1, "repeats")
+        if repeats is None or np.any(repeats < 0):
+            raise refuse(node, "repeats must be given and not negative")
     rw.add("Repeat", node.name, node.inputs[:1], node.outputs, repeats=tuple(int(r) for r in repeats))
+
+
+def _repeats_of_shapes(node: Node, shape: tuple[int, ...], out: tuple[int, ...]) -> tuple[int, ...]:
+    """How many times each axis of `shape` repeats in `out`; an empty axis stays empty whatever the count."""
+    if len(shape) != len(out) or any(o != 0 if i == 0 else o % i for i, o in zip(shape, out)):
+        raise ModelError(f"node '{node.name}' (Tile): the output's shape {list(out)} is no whole number of "
+                         f"copies of the input's {list(shape)}")
+    return tuple(o // i if i else 1 for i, o in zip(shape, out))
 
 
 # --- the interleave after a transposed convolution (NHWC) --------------------------------------------

@@ -28,7 +28,7 @@ from aot.graph.ir import Graph, Node, Rewriter
 from aot.kernel.ir import Buffer, Builder, Cast, Expr, Kernel, binop, const, fma, maximum, minimum, select
 from aot.ops import LowerContext
 from aot.ops.registry import FLOAT, AxisAttr, Layout, define
-from aot.ops.rewrite import const_input, refuse
+from aot.ops.rewrite import const_input, fed_input, refuse
 
 _MODES = ("nearest", "linear", "cubic")
 _TRANSFORMS = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
@@ -499,10 +499,8 @@ def _spec(node: Node, opset: int) -> Spec:
 
 def _fed(rw: Rewriter, node: Node, index: int) -> str:
     """The node's input `index` when it is computed (fed at run time) and not empty, else ''."""
-    name = node.inputs[index] if len(node.inputs) > index else ""
-    if not name or name in rw.constants or 0 in rw.values[name].shape:
-        return ""
-    return name
+    name = fed_input(rw, node, index)
+    return name if name and 0 not in rw.values[name].shape else ""
 
 
 def _scales_index(rw: Rewriter, node: Node) -> int | None:

@@ -44,6 +44,41 @@ def const_input(rw: Rewriter, node: Node, index: int, what: str) -> np.ndarray |
     return rw.constants[name]
 
 
+def fed_input(rw: Rewriter, node: Node, index: int) -> str:
+    """The node's input `index` when it is present and computed at run time (not a constant), else ''."""
+    name = node.inputs[index] if index < len(node.inputs) else ""
+    return name if name and name not in rw.constants else ""
+
+
+def emit(rw: Rewriter, node: Node, op: str, inputs: list[str], hint: str, shape: tuple[int, ...] | None = None,
+         dtype: str | None = None, **attrs) -> str:
+    """One `op` node on `inputs` writing a new value (named after the node and `hint`), of the inputs'
+    broadcast shape and the first one's dtype unless given; returns the value."""
+    shape = tuple(np.broadcast_shapes(*(rw.values[i].shape for i in inputs))) if shape is None else shape
+    out = rw.value(f"{node.name}_{hint}", shape, dtype or rw.values[inputs[0]].dtype)
+    rw.add(op, f"{node.name}_{hint}", inputs, [out], **attrs)
+    return out
+
+
+def as_int64(rw: Rewriter, node: Node, name: str) -> str:
+    """An integer value fed at run time as int64 (a Cast from int32), so index arithmetic cannot overflow."""
+    return name if rw.values[name].dtype == "int64" else emit(rw, node, "Cast", [name], name + "_i64", dtype="int64")
+
+
+def gather_along(rw: Rewriter, node: Node, x: str, axis: int, positions: str) -> str:
+    """`x` gathered along `axis` at `positions` (an int64 vector computed at run time), each clamped into
+    [0, dim) first: values fed at run time decide which elements are taken, but never read outside `x`.
+    (Gather alone would wrap a negative position from the end.) The axis must not be empty."""
+    dim = rw.values[x].shape[axis]
+    low = emit(rw, node, "Max", [positions, rw.constant(f"{node.name}_zero", np.array(0, np.int64))], "low")
+    clamped = emit(rw, node, "Min", [low, rw.constant(f"{node.name}_last", np.array(dim - 1, np.int64))], "clamped")
+    shape = list(rw.values[x].shape)
+    shape[axis] = rw.values[positions].shape[0]
+    out = rw.like(f"{node.name}_gathered", x, tuple(shape))
+    rw.add("Gather", f"{node.name}_gather", [x, clamped], [out], axis=axis)
+    return out
+
+
 def view(rw: Rewriter, node: Node, src: str, shape: tuple[int, ...], out: str | None = None) -> str:
     """`src` seen with another shape (a Reshape, which moves no data); returns the new value."""
     out = out or rw.like(f"{src}_view", src, shape)
