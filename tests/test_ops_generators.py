@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 from oracle import onnxruntime_outputs
 
 import aot
@@ -125,3 +125,19 @@ def test_constant_of_shape_fed_at_run_time(value):
         got = aot.run(model, inputs={"shape": fed})["y"]
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
+
+
+def test_range_bounds_of_one_element():
+    """AffineGrid's function body, its If inlined and its sizes folded, gives Range a limit of shape [1]
+    (onnxruntime runs the body: its Range kernel takes one element, and its loader never sees the shape).
+    ONNX's inference wants scalars and refused it; aot reads the one element."""
+    node = helper.make_node("Range", ["start", "limit", "delta"], ["r"])
+    scale = helper.make_node("Mul", ["r", "x"], ["y"])
+    inits = [numpy_helper.from_array(np.array(0.0, np.float32), "start"),
+             numpy_helper.from_array(np.array([5.0], np.float32), "limit"),
+             numpy_helper.from_array(np.array(1.0, np.float32), "delta")]
+    graph = helper.make_graph([node, scale], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    x = np.arange(5, dtype=np.float32) + 0.5
+    np.testing.assert_array_equal(aot.run(model, {"x": x})["y"], np.arange(5, dtype=np.float32) * x)

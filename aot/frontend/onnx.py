@@ -190,12 +190,35 @@ def _floor_dropped_ceil_windows_first(proto: onnx.ModelProto, label: str) -> onn
     return _floor_dropped_ceil_windows(proto, lenient, label)
 
 
+def _range_bounds_as_scalars(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """Range's bounds of one element as the scalars ONNX's inference rule wants. A function body may pass
+    1-element tensors (AffineGrid's, once its If is inlined and its sizes fold); onnxruntime's Range kernel
+    takes them at run time, and so does aot."""
+    g = proto.graph
+    inits = {t.name: t for t in g.initializer}
+    bounds = {i for n in g.node if n.op_type == "Range" for i in n.input
+              if i in inits and len(inits[i].dims) > 0 and int(np.prod(inits[i].dims)) == 1}
+    if not bounds:
+        return proto
+    result = onnx.ModelProto.FromString(proto.SerializeToString())
+    renamed = {}
+    for name in sorted(bounds):
+        scalar = onnx.numpy_helper.to_array(inits[name]).reshape(())
+        renamed[name] = f"{name}_scalar"
+        result.graph.initializer.append(onnx.numpy_helper.from_array(scalar, renamed[name]))
+    for node in result.graph.node:
+        if node.op_type == "Range":
+            node.input[:] = [renamed.get(i, i) for i in node.input]
+    return result
+
+
 def _infer(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
     """Strict ONNX shape inference. A node that fails its own inference rule (an axis out of range, an
     output shape contradicting the declared one) is the model's fault: a ModelError. Where inference
     fails only inside a node, in the function body onnx defines it by or in a subgraph (onnx 1.23
     cannot infer MeanVarianceNormalization's body from opset 13 on), the lenient mode's shapes are
     used, and any tensor it leaves unknown is reported later by name."""
+    proto = _range_bounds_as_scalars(proto)
     try:
         return onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True, data_prop=True)
     except onnx.shape_inference.InferenceError as err:
