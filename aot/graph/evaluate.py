@@ -26,6 +26,15 @@ class LpNormalization(OpRun):
             return (np.where(norm == 0, 0, x / norm).astype(x.dtype),)
 
 
+class GlobalMaxPool(OpRun):
+    """The maximum over every spatial axis (2 on). onnx.reference (1.23) takes two axes counted from the
+    number of spatial ones: right for 4-D only (a 3-D input lost its channels)."""
+    op_domain = ""
+
+    def _run(self, x, **_):
+        return (x.max(axis=tuple(range(2, x.ndim)), keepdims=True),)
+
+
 class LRN(OpRun):
     """x / (bias + alpha / size * (sum of x^2 over the size channels around))^beta. onnx.reference (1.23)
     loops over the batch axis instead of the channels: only channel 0 is normalized."""
@@ -59,7 +68,7 @@ class Range(OpRun):
             return (np.add.accumulate(steps, dtype=start.dtype),)
 
 
-CORRECTED_OPS = [LpNormalization, LRN, Range]
+CORRECTED_OPS = [GlobalMaxPool, LpNormalization, LRN, Range]
 
 
 def reference_evaluator(proto: onnx.ModelProto | onnx.NodeProto) -> ReferenceEvaluator:
