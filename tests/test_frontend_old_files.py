@@ -247,6 +247,14 @@ def test_a_graph_output_declared_with_another_shape_than_computed_is_refused():
         load(_crnn_head([1, 32, 10], output=[10, 5]))
 
 
+def test_a_graph_output_declared_with_a_symbolic_dimension_is_a_sketch():
+    """ddddocr's CRNN declares its output [1, seqlen] and computes [20, 1, 8210]; onnxruntime returns the
+    computed shape, and so does aot (a fully static declared shape is the interface: refused above)."""
+    model = _crnn_head([1, 32, 10], output=[1, "seqlen"])
+    assert_matches_onnxruntime(model)
+    assert aot.run(model, {"x": np.ones((1, 1, 4, 10), np.float32)})["y"].shape == (10, 1, 5)
+
+
 def test_annotations_consistent_with_the_nodes_are_kept():
     """A model whose annotations agree with its nodes builds as before, its output shape as declared."""
     model = _crnn_head([1, 32, 10], output=["time", 1, 5])

@@ -323,9 +323,16 @@ def _computed_types(inferred: onnx.ModelProto) -> dict:
 
 
 def _check_declared_outputs(proto: onnx.ModelProto, inferred: onnx.ModelProto | None, label: str) -> None:
-    """Each graph output's declared type and shape agree with what the nodes compute (where known)."""
+    """Each graph output's declared type and shape agree with what the nodes compute (where known). A
+    declared shape with a symbolic or unknown dimension is an exporter's sketch, not an interface, and
+    stale ones abound (ddddocr's CRNN declares [1, seqlen] for a [20, 1, 8210] output, which onnxruntime
+    returns): the computed shape is taken, as onnxruntime takes it."""
     computed = _computed_types(inferred) if inferred is not None else {}
     for vi in proto.graph.output:
+        dims = vi.type.tensor_type.shape.dim if vi.type.tensor_type.HasField("shape") else ()
+        if any(not d.HasField("dim_value") for d in dims) and vi.type.tensor_type.elem_type in (
+                0, (computed.get(vi.name) or vi.type.tensor_type).elem_type):
+            continue
         if _contradicts(vi, computed.get(vi.name)):
             producer = next((f" by node '{n.name}' ({n.op_type})" if n.name else f" by a {n.op_type} node"
                              for n in proto.graph.node if vi.name in n.output), "")
