@@ -470,3 +470,15 @@ def test_global_max_pool_where_onnx_reference_judges(rank):
     want = x.max(axis=tuple(range(2, rank)), keepdims=True)
     np.testing.assert_array_equal(reference_evaluator(model).run(None, {"x": x})[0], want)
     np.testing.assert_array_equal(aot.run(model, {"x": x})["y"], want)
+
+
+def test_l2_normalization_of_a_single_element_is_exactly_one():
+    """Seed 31, graph 9099: LpNormalization over an axis of one element is x / |x| = ±1 exactly, as
+    onnxruntime divides. aot multiplied by 1 / |x|, a step off at times (1 - 2^-24); a Conv, Resize and
+    MatMul after it cancel to exactly 0 in onnxruntime and float64, and aot's 6.9e-8 was past any bound
+    relative to 0. aot divides now."""
+    model = _model([helper.make_node("LpNormalization", ["x"], ["y"], axis=1, p=2)], {"x": [1, 1, 4, 3]},
+                   {"y": [1, 1, 4, 3]})
+    magnitudes = 10.0 ** np.arange(-6, 6).reshape(4, 3)
+    x = (np.random.default_rng(9099).standard_normal((1, 1, 4, 3)) * magnitudes).astype(np.float32)
+    np.testing.assert_array_equal(aot.run(model, {"x": x})["y"], np.sign(x))
