@@ -482,3 +482,18 @@ def test_l2_normalization_of_a_single_element_is_exactly_one():
     magnitudes = 10.0 ** np.arange(-6, 6).reshape(4, 3)
     x = (np.random.default_rng(9099).standard_normal((1, 1, 4, 3)) * magnitudes).astype(np.float32)
     np.testing.assert_array_equal(aot.run(model, {"x": x})["y"], np.sign(x))
+
+
+def test_arbitration_through_a_gather_elements_with_short_indices():
+    """Seed 41, graph 138: MeanVarianceNormalization of GatherElements(data [1, 3, 5, 7], indices
+    [1, 3, 1, 2]) picking one value thrice: onnxruntime's variance is not 0 there (-1 where the exact
+    value is 0, as aot gives). The float64 arbitration could not run onnx.reference's GatherElements, which
+    refuses indices shorter than the data off the axis (onnxruntime takes them); corrected in aot's
+    evaluator, the arbitration says aot is right."""
+    model = _model([helper.make_node("GatherElements", ["x", "i"], ["g"], axis=1),
+                    helper.make_node("MeanVarianceNormalization", ["g"], ["y"], axes=[1])],
+                   {"x": [1, 3, 5, 7], "i": [1, 3, 1, 2]}, {"y": [1, 3, 1, 2]})
+    model.graph.input[1].type.tensor_type.elem_type = TensorProto.INT64
+    x = np.random.default_rng(138).standard_normal((1, 3, 5, 7)).astype(np.float32)
+    indices = np.array([2, 0, 2, 0, 2, 0], np.int64).reshape(1, 3, 1, 2)     # column 0 reads channel 2 thrice
+    assert check(model, {"x": x, "i": indices}).kind == "pass", check(model, {"x": x, "i": indices})

@@ -26,6 +26,18 @@ class LpNormalization(OpRun):
             return (np.where(norm == 0, 0, x / norm).astype(x.dtype),)
 
 
+class GatherElements(OpRun):
+    """data's elements at `indices` along `axis`; off the axis, indices may be shorter than data, as
+    onnxruntime takes them (torch.gather's rule). onnx.reference (1.23) refuses those."""
+    op_domain = ""
+
+    def _run(self, data, indices, axis=None, **_):
+        axis = (self.axis if axis is None else axis) % data.ndim
+        window = tuple(slice(None) if d == axis else slice(0, n) for d, n in enumerate(indices.shape))
+        positions = np.where(indices < 0, indices + data.shape[axis], indices)
+        return (np.take_along_axis(data[window], positions, axis=axis),)
+
+
 class GlobalMaxPool(OpRun):
     """The maximum over every spatial axis (2 on). onnx.reference (1.23) takes two axes counted from the
     number of spatial ones: right for 4-D only (a 3-D input lost its channels)."""
@@ -68,7 +80,7 @@ class Range(OpRun):
             return (np.add.accumulate(steps, dtype=start.dtype),)
 
 
-CORRECTED_OPS = [GlobalMaxPool, LpNormalization, LRN, Range]
+CORRECTED_OPS = [GatherElements, GlobalMaxPool, LpNormalization, LRN, Range]
 
 
 def reference_evaluator(proto: onnx.ModelProto | onnx.NodeProto) -> ReferenceEvaluator:
