@@ -91,14 +91,10 @@ def axes_from_zero(rw: Rewriter, node: Node, axes: str, rank: int) -> str:
     `rank`, as ONNX reads -rank..-1. An axis out of range stays out of range, naming no axis."""
     dtype, size = rw.values[axes].dtype, int(np.prod(rw.values[axes].shape, dtype=np.int64))
     flat = view(rw, node, axes, (size,))
-    negative = rw.value(f"{axes}_negative", (size,), "bool")
-    rw.add("Less", node.name + "_negative", [flat, rw.constant(f"{node.name}_zero", np.zeros(1, dtype))], [negative])
-    shifted = rw.like(f"{axes}_plus_rank", flat)
-    rw.add("Add", node.name + "_plus_rank", [flat, rw.constant(f"{node.name}_rank", np.full(1, rank, dtype))],
-           [shifted])
-    counted = rw.like(f"{axes}_from_0", flat)
-    rw.add("Where", node.name + "_from_0", [negative, shifted, flat], [counted])
-    return counted
+    negative = emit(rw, node, "Less", [flat, rw.constant(f"{node.name}_zero", np.zeros(1, dtype))], "negative",
+                    dtype="bool")
+    shifted = emit(rw, node, "Add", [flat, rw.constant(f"{node.name}_rank", np.full(1, rank, dtype))], "plus_rank")
+    return emit(rw, node, "Where", [negative, shifted, flat], "from_0", dtype=dtype)
 
 
 def select_at_run_time(rw: Rewriter, node: Node, out: str, choices: Sequence[tuple[float, Callable[[str], None]]],
