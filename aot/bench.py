@@ -1,10 +1,15 @@
-"""Benchmark a compiled model: locally (natively or under the target's emulator) or on a board over SSH.
+"""Benchmark a compiled model: locally (natively or under the target's emulator), on a board over SSH,
+or on a microcontroller board through its loader and console (aot/device/).
 
 The timing harness (aot/data/runtime_c/timing.c.j2) times only `NAME_run`, with TVM time_evaluator's semantics:
 `warmup` untimed runs, then `repeat` measurements, each the mean of `number` back-to-back runs, and
 `number` raised until a measurement lasts at least `min_repeat_ms`. The outputs of the last run are
 fetched and compared with the reference (onnxruntime, or onnx.reference when onnxruntime cannot run the
 model; see aot.reference) on the same inputs. A mismatch is not arbitrated here: `aot run` does that.
+
+On a microcontroller each timed run is counted in the ticks of the core's cycle counter (or SysTick at
+the core clock): cycles, shown also in microseconds at the board's clock. Under qemu the counters count
+instructions, and the figures say "instructions (emulated)", never cycles or time.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ from aot import reference as checks
 from aot.api import quantization_steps
 from aot.build import Artifact, build
 from aot.codegen import wrapper
-from aot.errors import RunError
+from aot.device.board import DeviceBoard
+from aot.errors import OptionError, RunError
 from aot.frontend.onnx import FreezeValue
 from aot.ops import macs as node_macs
 from aot.remote.board import Board, load_board
@@ -38,13 +44,15 @@ from aot.target import Target, get_target
 
 @dataclass(frozen=True)
 class Stats:
-    """Latency statistics in milliseconds over the measurements (each a mean of `number` runs)."""
+    """Statistics over the measurements: milliseconds (each a mean of `number` runs), or on a
+    microcontroller the cycles or emulated instructions of each run."""
 
     min: float
     median: float
     mean: float
     p90: float
     stddev: float
+    max: float
 
     @classmethod
     def of(cls, times_ms: list[float]) -> Stats:
@@ -54,7 +62,7 @@ class Stats:
         lo, hi = math.floor(rank), math.ceil(rank)
         p90 = ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo)
         stddev = statistics.pstdev(ordered) if len(ordered) > 1 else 0.0
-        return cls(ordered[0], statistics.median(ordered), statistics.fmean(ordered), p90, stddev)
+        return cls(ordered[0], statistics.median(ordered), statistics.fmean(ordered), p90, stddev, ordered[-1])
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,27 @@ class BenchResult:
     macs: int = 0
     reference: str = "onnxruntime"      # what the outputs were compared with: onnxruntime, onnx or none
     fallback_reason: str = ""           # why onnxruntime, asked for, could not run the model
+    device: DeviceFigures | None = None  # on a microcontroller board: each run counted, in cycles or instructions
+
+
+@dataclass(frozen=True)
+class DeviceFigures:
+    """A microcontroller's count of each timed run."""
+
+    unit: str                   # "cycles", or "instructions (emulated)" under qemu
+    per_run: list[int]
+    stats: Stats
+    clock_hz: int               # the board's core clock (cycles / clock_hz = seconds)
+    timer: str                  # the counter that counted: dwt, pmu or systick
+    timer_note: str             # why it is not the one the board file asked for
+    kernel_instructions: int | None = None     # qemu: the model's kernels' instructions per run, exactly
+
+    @property
+    def micros(self) -> Stats | None:
+        """The statistics in microseconds at the board's clock; none for emulated instructions."""
+        if self.unit != "cycles":
+            return None
+        return Stats.of([c * 1e6 / self.clock_hz for c in self.per_run])
 
     @property
     def ok(self) -> bool:
@@ -117,13 +146,13 @@ def _parse_profile(stdout: str, artifact: Artifact) -> list[StepTime]:
                      step_ns[i] / 1e6) for i, call in enumerate(calls)]
 
 
-def bench(model, board: str | Board | None = None, target: str | Target | None = None, repeat: int = 10,
+def bench(model, board: str | Board | DeviceBoard | None = None, target: str | Target | None = None, repeat: int = 10,
           number: int = 1, min_repeat_ms: float = 0.0, warmup: int = 1, build_dir: str | os.PathLike | None = None,
           timeout: float = 600.0, accept_new_host_key: bool = False, seed: int = 0, profile: bool = False,
           knobs: dict | None = None, input_shapes: dict[str, tuple[int, ...]] | None = None,
           freeze: dict[str, FreezeValue] | None = None, target_dirs: Sequence[str | os.PathLike] = (),
           board_dirs: Sequence[str | os.PathLike] = (), memory: dict[str, int] | None = None,
-          records: str | os.PathLike | None = None, reference: str = "onnxruntime") -> BenchResult:
+          records: str | os.PathLike | None = None, reference: str = "onnxruntime", count: bool = True) -> BenchResult:
     """Build `model` for the board's target (or `target`), time it there and check its outputs.
     `input_shapes`, `freeze`, `memory`, `knobs` and `records` are as for aot.build. Board and target names
     are looked up in `board_dirs` and `target_dirs` first (see aot.remote.board and aot.target); a board's
@@ -133,10 +162,18 @@ def bench(model, board: str | Board | None = None, target: str | Target | None =
     call's mean time (the hooks' clock reads add a little to the total).
 
     `reference` is what the outputs are compared with, as for aot.check (without its arbitration):
-    onnxruntime (onnx.reference if onnxruntime cannot run the model), onnx, or none."""
+    onnxruntime (onnx.reference if onnxruntime cannot run the model), onnx, or none.
+
+    On a microcontroller board, `warmup` untimed runs precede `repeat` timed ones (`number` and
+    `min_repeat_ms` do not apply), and `count` also counts the kernels' instructions exactly under qemu."""
     checks.check_reference(reference)
     brd = load_board(board, board_dirs) if isinstance(board, str) else board
     tgt = get_target(brd.target if brd else (target or "host"), target_dirs)
+    if isinstance(brd, DeviceBoard):
+        if profile:
+            raise OptionError(f"board {brd.name}: --profile is not available on microcontroller boards yet")
+        return _bench_on_device(model, brd, tgt, repeat, warmup, build_dir, timeout, accept_new_host_key, seed,
+                                knobs, input_shapes, freeze, memory, records, reference, count)
     if brd and brd.regions:
         tgt = dataclasses.replace(tgt, regions=brd.regions)
     if tgt.os == "none":
@@ -178,6 +215,40 @@ def bench(model, board: str | Board | None = None, target: str | Target | None =
                            times, Stats.of(times), comparisons, _parse_profile(stdout, artifact) if profile else [],
                            sum(node_macs(artifact.program.graph, c.node) for c in artifact.program.calls),
                            used, reason)
+
+
+def _bench_on_device(model, brd: DeviceBoard, tgt: Target, repeat: int, warmup: int, build_dir, timeout: float,
+                     accept_new_host_key: bool, seed: int, knobs, input_shapes, freeze, memory, records,
+                     reference: str, count: bool) -> BenchResult:
+    from aot.device.run import run_on_board as run_on_device
+
+    with tempfile.TemporaryDirectory(prefix="aot-bench-") as tmp:
+        artifact = build(model, target=tgt, out_dir=build_dir or Path(tmp) / "build", knobs=knobs,
+                         input_shapes=input_shapes, freeze=freeze, memory={**brd.memory_limits, **(memory or {})},
+                         records=records)
+        feeds = checks.random_inputs(artifact.model.proto, seed)
+        run = run_on_device(artifact, brd, feeds, warmup, repeat, timeout, count, accept_new_host_key)
+        comparisons, used, reason = [], "none", ""
+        if reference != "none":
+            proto, frozen = artifact.model.reference()
+            ref = checks.run_reference(proto, {**feeds, **frozen}, artifact.model.label, reference)
+            comparisons = checks.compare(run.outputs, ref.outputs, quantization_steps(artifact.program))
+            used, reason = ref.used, ref.fallback_reason
+        macs = sum(node_macs(artifact.program.graph, c.node) for c in artifact.program.calls)
+        label, sha = artifact.model.label, artifact.model.sha256
+    timer = run.timer
+    note = "" if timer.used == timer.asked else \
+        f"the board asked for {timer.asked}, which did not count (qemu models neither DWT nor the PMU): SysTick instead"
+    if brd.emulated:
+        # qemu -icount shift=0: one instruction per virtual nanosecond; the counters tick at the board's clock
+        per_run = [round(ticks * 1e9 / timer.hz) for ticks in run.laps]
+        unit, times = "instructions (emulated)", []
+    else:
+        per_run, unit = list(run.laps), "cycles"
+        times = [c * 1e3 / brd.clock_hz for c in per_run]
+    figures = DeviceFigures(unit, per_run, Stats.of(per_run), brd.clock_hz, timer.used, note, run.kernel_instructions)
+    return BenchResult(label, sha, brd.name, tgt.name, brd.emulated, 1, times,
+                       Stats.of(times) if times else figures.stats, comparisons, [], macs, used, reason, figures)
 
 
 def run_on_board(brd: Board, files: list[Path], args: list[str], out_names: list[str], work: Path,

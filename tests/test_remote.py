@@ -203,13 +203,13 @@ def test_password_in_a_board_file_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("times,expected", [
-    ([3.0, 1.0, 2.0], Stats(1.0, 2.0, 2.0, 2.8, 0.816496580927726)),
-    ([5.0], Stats(5.0, 5.0, 5.0, 5.0, 0.0)),
-    ([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0], Stats(1.0, 5.5, 5.5, 9.1, 2.8722813232690143)),
+    ([3.0, 1.0, 2.0], Stats(1.0, 2.0, 2.0, 2.8, 0.816496580927726, 3.0)),
+    ([5.0], Stats(5.0, 5.0, 5.0, 5.0, 0.0, 5.0)),
+    ([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0], Stats(1.0, 5.5, 5.5, 9.1, 2.8722813232690143, 10.0)),
 ])
 def test_latency_statistics(times, expected):
     got = Stats.of(times)
-    for field in ("min", "median", "mean", "p90", "stddev"):
+    for field in ("min", "median", "mean", "p90", "stddev", "max"):
         assert getattr(got, field) == pytest.approx(getattr(expected, field)), field
     assert got.p90 == pytest.approx(float(np.percentile(times, 90)))
 

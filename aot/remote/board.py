@@ -7,6 +7,8 @@ prefix, e.g. "qemu-aarch64 -L /usr/aarch64-linux-gnu" to make an emulated board 
 env (optional table of environment variables), cpus (optional CPU list to pin to with taskset), and
 `[[memory.regions]]` (optional: the board's memory regions, which replace its target's; see aot/target.py).
 Relative paths are relative to the board file. Keys only: there is no password field.
+
+A board file with a `[loader]` table is a microcontroller board instead (aot/device/board.py).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from aot.data import SHIPPED, SearchDir, config_files, describe_search, search_dirs
+from aot.device.board import DeviceBoard, is_device_board, read_device_board
 from aot.errors import OptionError
 from aot.target import Region, read_regions
 
@@ -80,7 +83,7 @@ def _find(name_or_path: str, dirs: BoardDirs) -> tuple[Path | Traversable, str]:
                       f"{describe_search('boards', _search(dirs))}; or give a path to a .toml file)")
 
 
-def load_board(name_or_path: str, dirs: BoardDirs = ()) -> Board:
+def load_board(name_or_path: str, dirs: BoardDirs = ()) -> Board | DeviceBoard:
     """A board by name, searched in `dirs`, then $AOT_BOARD_PATH, then the shipped boards; or a .toml
     file by its path."""
     return _read(*_find(name_or_path, dirs))
@@ -91,13 +94,18 @@ def board_text(name_or_path: str, dirs: BoardDirs = ()) -> str:
     return _find(name_or_path, dirs)[0].read_text()
 
 
-def _read(path: Path | Traversable, origin: str) -> Board:
+def _read(path: Path | Traversable, origin: str) -> Board | DeviceBoard:
     try:
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as err:
         raise OptionError(f"{path}: cannot read board file: {err}") from None
     if "password" in data:
         raise OptionError(f"{path}: passwords are not accepted in board files; use identity_file (a key)")
+    if is_device_board(data):
+        try:
+            return read_device_board(data, Path(str(path)), origin)
+        except (TypeError, ValueError) as err:
+            raise OptionError(f"{path}: bad board file: {err}") from None
     base = Path(str(path)).parent
     for key in ("identity_file", "known_hosts"):
         if data.get(key):
@@ -119,7 +127,7 @@ def _read(path: Path | Traversable, origin: str) -> Board:
         raise OptionError(f"{path}: bad board file: {err}") from None
 
 
-def all_boards(dirs: BoardDirs = ()) -> list[Board]:
+def all_boards(dirs: BoardDirs = ()) -> list[Board | DeviceBoard]:
     """Every board, from `dirs`, then $AOT_BOARD_PATH, then the shipped ones; a user file shadows a
     shipped one of the same name."""
     return sorted((_read(cfg.file, cfg.origin) for cfg in config_files("boards", _search(dirs))),

@@ -44,7 +44,7 @@ def kernel_range(exe: Path, name: str) -> tuple[int, int]:
     return lo, hi
 
 
-def _build_plugin(workdir: Path) -> Path:
+def build_plugin(workdir: Path) -> Path:
     if shutil.which("gcc") is None:
         raise RunError("counting instructions needs the host's gcc to build the QEMU plugin")
     plugin = workdir / "insncount.so"
@@ -82,7 +82,7 @@ def _count(artifact: Artifact, inputs: dict[str, np.ndarray], timeout: float, pe
 
     def instrument(exe: Path, workdir: Path) -> tuple[str, ...]:
         lo, hi = kernel_range(exe, artifact.name)
-        options = f"{_build_plugin(workdir)},lo={lo:#x},hi={hi:#x}"
+        options = f"{build_plugin(workdir)},lo={lo:#x},hi={hi:#x}"
         if per_kernel:
             spans.extend(sorted(((f, addr, addr + size) for f, (addr, size) in
                                  kernel_spans(exe, artifact.name).items() if size), key=lambda s: s[1]))

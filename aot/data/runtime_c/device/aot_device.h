@@ -22,4 +22,8 @@ void aot_console_putc(int c);
 /* Wait for one byte from the console and return it (0..255). */
 int aot_console_getc(void);
 
+/* Provided by startup.c: end the program (under qemu, qemu exits with `status`; on a board the
+   core sleeps until it is reset). */
+void aot_stop(int status) __attribute__((noreturn));
+
 #endif
