@@ -77,24 +77,6 @@ class StepTime:
     ms: float
 
 
-@dataclass
-class BenchResult:
-    model: str
-    model_sha256: str
-    where: str                  # board name or "local"
-    target: str
-    emulated: bool              # figures from an emulator are not real-time latencies
-    number: int
-    times_ms: list[float]
-    stats: Stats
-    comparisons: list = field(default_factory=list)
-    profile: list[StepTime] = field(default_factory=list)
-    macs: int = 0
-    reference: str = "onnxruntime"      # what the outputs were compared with: onnxruntime, onnx or none
-    fallback_reason: str = ""           # why onnxruntime, asked for, could not run the model
-    device: DeviceFigures | None = None  # on a microcontroller board: each run counted, in cycles or instructions
-
-
 @dataclass(frozen=True)
 class DeviceFigures:
     """A microcontroller's count of each timed run."""
@@ -113,6 +95,24 @@ class DeviceFigures:
         if self.unit != "cycles":
             return None
         return Stats.of([c * 1e6 / self.clock_hz for c in self.per_run])
+
+
+@dataclass
+class BenchResult:
+    model: str
+    model_sha256: str
+    where: str                  # board name or "local"
+    target: str
+    emulated: bool              # figures from an emulator are not real-time latencies
+    number: int
+    times_ms: list[float]
+    stats: Stats
+    comparisons: list = field(default_factory=list)
+    profile: list[StepTime] = field(default_factory=list)
+    macs: int = 0
+    reference: str = "onnxruntime"      # what the outputs were compared with: onnxruntime, onnx or none
+    fallback_reason: str = ""           # why onnxruntime, asked for, could not run the model
+    device: DeviceFigures | None = None  # on a microcontroller board: each run counted, in cycles or instructions
 
     @property
     def ok(self) -> bool:

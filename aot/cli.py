@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import sys
@@ -445,18 +446,18 @@ def _bench(args) -> int:
                                  knobs=_knobs(args), profile=args.profile, input_shapes=_shapes(args),
                                  freeze=_freeze(args), memory=args.memory, records=args.records,
                                  reference=args.reference))
-    rows = [("model", "board", "target", "number", "min ms", "median ms", "mean ms", "p90 ms", "stddev ms", "check")]
-    for r in results:
-        s = r.stats
-        check = ("not compared" if r.reference == "none" else ("ok" if r.ok else "MISMATCH")
-                 + (" (vs onnx.reference)" if r.reference == "onnx" else ""))
-        rows.append((r.model, r.where, r.target + (" (emulated)" if r.emulated else ""), str(r.number),
-                     *(f"{v:.4f}" for v in (s.min, s.median, s.mean, s.p90, s.stddev)), check))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
-    if any(r.emulated for r in results):
-        print("(emulated: times come from an emulator and are not the device's real-time latency)")
+    timed = [r for r in results if r.device is None]
+    if timed:
+        rows = [("model", "board", "target", "number", "min ms", "median ms", "mean ms", "p90 ms", "stddev ms",
+                 "check")]
+        for r in timed:
+            s = r.stats
+            rows.append((r.model, r.where, r.target + (" (emulated)" if r.emulated else ""), str(r.number),
+                         *(f"{v:.4f}" for v in (s.min, s.median, s.mean, s.p90, s.stddev)), _check(r)))
+        _table(rows)
+        if any(r.emulated for r in timed):
+            print("(emulated: times come from an emulator and are not the device's real-time latency)")
+    _print_device_results([r for r in results if r.device is not None])
     for r in results:
         if r.fallback_reason:
             print(f"note: {r.model}: onnxruntime cannot run it ({_printable(r.fallback_reason, keep_lines=False)}); "
@@ -469,6 +470,39 @@ def _bench(args) -> int:
         raise MismatchError("outputs differ from the reference beyond the tolerance (`aot run MODEL` arbitrates "
                             "in float64 which side is right)")
     return 0
+
+
+def _check(r) -> str:
+    if r.reference == "none":
+        return "not compared"
+    return ("ok" if r.ok else "MISMATCH") + (" (vs onnx.reference)" if r.reference == "onnx" else "")
+
+
+def _print_device_results(results) -> None:
+    """Microcontroller boards: each run counted, in cycles (and µs at the board's clock) or, under qemu,
+    in instructions, never shown as time."""
+    for unit in ("cycles", "instructions (emulated)"):
+        group = [r for r in results if r.device.unit == unit]
+        if not group:
+            continue
+        short = "cycles" if unit == "cycles" else "insns"
+        head = ("model", "board", "target", "runs", f"min {short}", f"median {short}", f"p90 {short}", f"max {short}")
+        head += ("median µs", "MHz") if unit == "cycles" else ("kernel insns",)
+        rows = [head + ("timer", "check")]
+        for r in group:
+            d = r.device
+            row = (r.model, r.where, r.target, str(len(d.per_run)),
+                   *(f"{v:,.0f}" for v in (d.stats.min, d.stats.median, d.stats.p90, d.stats.max)))
+            row += (f"{d.micros.median:,.1f}", f"{d.clock_hz / 1e6:g}") if unit == "cycles" else \
+                (f"{d.kernel_instructions:,}" if d.kernel_instructions is not None else "-",)
+            rows.append(row + (d.timer, _check(r)))
+        _table(rows)
+        if unit != "cycles":
+            print("(emulated: qemu counts instructions, one per virtual nanosecond, not cycles or time; the timer "
+                  "counts the whole run call, kernel insns the model's kernels alone)")
+    for r in results:
+        if r.device.timer_note:
+            print(f"note: {r.where}: {r.device.timer_note}")
 
 
 def _print_profile(result) -> None:
@@ -486,19 +520,28 @@ def _print_profile(result) -> None:
 
 
 def _write_json(path: str, results) -> None:
-    import dataclasses
     import json
 
     from aot.codegen.llvm import llvm_version
 
     data = {"aot": __version__, "llvm": llvm_version(), "results": [
         {"model": r.model, "model_sha256": r.model_sha256, "board": r.where, "target": r.target,
-         "emulated": r.emulated, "number": r.number, "repeat_ms": r.times_ms, "stats_ms": dataclasses.asdict(r.stats),
+         "emulated": r.emulated, "number": r.number, "repeat_ms": r.times_ms,
+         "stats_ms": dataclasses.asdict(r.stats) if r.device is None or r.times_ms else None,
          "reference": r.reference,
          "check": [{"output": c.output, "max_abs": c.max_abs, "scale": c.scale, "ok": c.ok} for c in r.comparisons],
-         "profile": [dataclasses.asdict(step) for step in r.profile]}
+         "profile": [dataclasses.asdict(step) for step in r.profile],
+         **({"device": _device_json(r.device)} if r.device is not None else {})}
         for r in results]}
     Path(path).write_text(json.dumps(data, indent=2) + "\n")
+
+
+def _device_json(d) -> dict:
+    """A microcontroller's figures: each run in its unit, statistics, the clock and the counter."""
+    micros = d.micros
+    return {"unit": d.unit, "per_run": d.per_run, "stats": dataclasses.asdict(d.stats), "clock_hz": d.clock_hz,
+            "timer": d.timer, "timer_note": d.timer_note, "kernel_instructions": d.kernel_instructions,
+            **({"stats_us": dataclasses.asdict(micros)} if micros is not None else {})}
 
 
 def _table(rows: list[tuple[str, ...]]) -> None:
@@ -508,18 +551,30 @@ def _table(rows: list[tuple[str, ...]]) -> None:
 
 
 def _boards(args) -> int:
+    from aot.device.board import DeviceBoard
     from aot.remote.board import all_boards, board_text, load_board
 
     if not args.name:
         rows = [("name", "target", "address", "runner", "from")]
         for b in all_boards(args.board_dir):
-            rows.append((b.name, b.target, f"{b.user}@{b.host}:{b.port}", " ".join(b.runner) or "-", b.origin))
+            if isinstance(b, DeviceBoard):
+                where = b.console.url or "qemu UART socket"
+                where += f" via {b.ssh.user}@{b.ssh.host}" if b.ssh else ""
+                rows.append((b.name, b.target, where, f"{b.loader.tool} loader", b.origin))
+            else:
+                rows.append((b.name, b.target, f"{b.user}@{b.host}:{b.port}", " ".join(b.runner) or "-", b.origin))
         _table(rows)
         return 0
     if not args.check:
         print(board_text(args.name, args.board_dir), end="")
         return 0
     board = load_board(args.name, args.board_dir)
+    if isinstance(board, DeviceBoard):
+        from aot.device.check import check_board
+
+        for line in check_board(board, get_target(board.target, args.target_dir), args.accept_new_host_key):
+            print(line)
+        return 0
     from aot.remote.ssh import Session
 
     with Session(board, args.accept_new_host_key) as session:

@@ -183,15 +183,20 @@ def _listening(proc: subprocess.Popen, log: Path, timeout: float = 20.0) -> bool
     return False
 
 
-@contextlib.contextmanager
-def _started_over_ssh(board: DeviceBoard, elf: Path, accept_new_host_key: bool) -> Iterator[Running]:
+def ssh_session(board: DeviceBoard, accept_new_host_key: bool):
+    """An SSH session to the machine the board's probe is plugged into (aot.remote.ssh's rules)."""
     from aot.remote.board import Board
     from aot.remote.ssh import Session
 
     ssh = board.ssh
-    host = Board(board.name, board.target, ssh.host, ssh.user, ssh.port, ssh.identity_file, ssh.known_hosts,
-                 ssh.work_dir)
-    with Session(host, accept_new_host_key) as session:
+    return Session(Board(board.name, board.target, ssh.host, ssh.user, ssh.port, ssh.identity_file, ssh.known_hosts,
+                         ssh.work_dir), accept_new_host_key)
+
+
+@contextlib.contextmanager
+def _started_over_ssh(board: DeviceBoard, elf: Path, accept_new_host_key: bool) -> Iterator[Running]:
+    ssh = board.ssh
+    with ssh_session(board, accept_new_host_key) as session:
         remote = session.make_remote_dir()
         binary, ihex = _images(board, elf)
         session.upload([p for p in (elf, binary, ihex) if p.exists()])
