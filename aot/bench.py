@@ -32,7 +32,7 @@ from aot.api import quantization_steps
 from aot.build import Artifact, build
 from aot.codegen import wrapper
 from aot.device.board import DeviceBoard
-from aot.errors import OptionError, RunError
+from aot.errors import OptionError, PlanError, RunError
 from aot.frontend.onnx import FreezeValue
 from aot.ops import macs as node_macs
 from aot.remote.board import Board, load_board
@@ -223,9 +223,12 @@ def _bench_on_device(model, brd: DeviceBoard, tgt: Target, repeat: int, warmup: 
     from aot.device.run import run_on_board as run_on_device
 
     with tempfile.TemporaryDirectory(prefix="aot-bench-") as tmp:
-        artifact = build(model, target=tgt, out_dir=build_dir or Path(tmp) / "build", knobs=knobs,
-                         input_shapes=input_shapes, freeze=freeze, memory={**brd.memory_limits, **(memory or {})},
-                         records=records)
+        try:
+            artifact = build(model, target=tgt, out_dir=build_dir or Path(tmp) / "build", knobs=knobs,
+                             input_shapes=input_shapes, freeze=freeze, memory={**brd.memory_limits, **(memory or {})},
+                             records=records)
+        except PlanError as err:
+            raise PlanError(f"on board {brd.name} (its [flash], and its [ram] less the stack): {err}") from None
         feeds = checks.random_inputs(artifact.model.proto, seed)
         run = run_on_device(artifact, brd, feeds, warmup, repeat, timeout, count, accept_new_host_key)
         comparisons, used, reason = [], "none", ""

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import onnx
@@ -23,7 +19,6 @@ from aot.remote.board import load_board
 from aot.target import Region
 
 pytestmark = pytest.mark.ssh
-SSHD = "/usr/sbin/sshd"
 AARCH64_RUNNER = "qemu-aarch64 -L /usr/aarch64-linux-gnu"
 
 
@@ -34,50 +29,6 @@ def tiny_model():
              helper.make_node("GlobalAveragePool", ["r"], ["y"], name="gap")]
     weights = {"w": rng.standard_normal((4, 3, 3, 3)).astype(np.float32)}
     return make_model(nodes, {"x": (1, 3, 8, 8)}, {"y": None}, weights)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory):
-    if not os.path.exists(SSHD):
-        if os.environ.get("CI"):
-            pytest.fail("openssh-server is not installed")
-        pytest.skip("openssh-server is not installed")
-    d = tmp_path_factory.mktemp("sshd")
-    for key in ("host", "user", "stranger"):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / key)], check=True)
-    shutil.copy(d / "user.pub", d / "authorized_keys")
-    port = _free_port()
-    (d / "sshd_config").write_text(f"""Port {port}
-ListenAddress 127.0.0.1
-HostKey {d / 'host'}
-PidFile {d / 'sshd.pid'}
-AuthorizedKeysFile {d / 'authorized_keys'}
-StrictModes no
-UsePAM no
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-Subsystem sftp internal-sftp
-""")
-    os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
-    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 10
-    while time.time() < deadline:
-        line = proc.stderr.readline()
-        if "Server listening" in line:
-            break
-        if proc.poll() is not None:
-            pytest.fail(f"sshd did not start: {line}")
-    host_key = (d / "host.pub").read_text().split()
-    (d / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_key[0]} {host_key[1]}\n")
-    yield SimpleNamespace(dir=d, port=port)
-    proc.terminate()
-    proc.wait(timeout=10)
 
 
 def board_file(sshd, tmp_path: Path, name: str = "emulated-aarch64", runner: str = AARCH64_RUNNER,
