@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -14,7 +15,8 @@ from aot.arbitrate import Arbitration
 from aot.arbitrate import arbitrate as arbitrate_bisect
 from aot.bisect import bisect
 from aot.build import Artifact, build
-from aot.errors import AotError
+from aot.device.board import DeviceBoard
+from aot.errors import AotError, OptionError
 from aot.frontend.onnx import FreezeValue
 from aot.run import local
 
@@ -29,15 +31,20 @@ def run(model: str | os.PathLike | onnx.ModelProto | Artifact, inputs: dict[str,
         target: str = "host", input_shapes: dict[str, tuple[int, ...]] | None = None,
         out_dir: str | os.PathLike | None = None, seed: int = 0, timeout: float = 600.0,
         knobs: dict | None = None, freeze: dict[str, FreezeValue] | None = None,
-        memory: dict[str, int] | None = None, records: str | os.PathLike | None = None) -> dict[str, np.ndarray]:
+        memory: dict[str, int] | None = None, records: str | os.PathLike | None = None,
+        board: str | DeviceBoard | None = None, board_dirs: Sequence[str | os.PathLike] = ()
+        ) -> dict[str, np.ndarray]:
     """Compile (unless given an Artifact) and run the model through its C entry point, natively or
     under the target's emulator. Returns the outputs by ONNX name, in graph order. Missing `inputs`
     are random with `seed`; a run longer than `timeout` seconds is stopped (RunError). Inputs named
     in `freeze` are constants of the build (see aot.build) and take no value in `inputs`; `memory`
     limits the build and `records` picks its schedules as aot.build's do.
+
+    With `board`, a microcontroller board (a name looked up in `board_dirs`, or a DeviceBoard), the
+    model is built for the board's target within its memory and runs on the board (aot/device/).
     """
     return _execute(model, inputs, target, input_shapes, out_dir, seed, timeout, knobs, freeze, memory,
-                    records)[0]
+                    records, board, board_dirs)[0]
 
 
 @dataclass(frozen=True)
@@ -74,7 +81,8 @@ def check(model: str | os.PathLike | onnx.ModelProto | Artifact, inputs: dict[st
           out_dir: str | os.PathLike | None = None, seed: int = 0, timeout: float = 600.0,
           knobs: dict | None = None, freeze: dict[str, FreezeValue] | None = None,
           memory: dict[str, int] | None = None, records: str | os.PathLike | None = None,
-          reference: str = "onnxruntime", arbitrate: bool = True) -> CheckResult:
+          reference: str = "onnxruntime", arbitrate: bool = True, board: str | DeviceBoard | None = None,
+          board_dirs: Sequence[str | os.PathLike] = ()) -> CheckResult:
     """Run the compiled model and the reference on the same inputs and compare every output; the
     reference runs the model with the `freeze` values as constants too.
 
@@ -82,10 +90,11 @@ def check(model: str | os.PathLike | onnx.ModelProto | Artifact, inputs: dict[st
     and `fallback_reason` says why), "onnx" (onnx.reference), or "none" (run only, compare nothing).
     Outputs past the tolerance are arbitrated in float64 (aot.arbitrate) unless `arbitrate` is False:
     the model is built again with its intermediate tensors as outputs, and the first diverging node
-    is evaluated in float64; where aot is the closer side, the check passes."""
+    is evaluated in float64; where aot is the closer side, the check passes (the arbitration runs here,
+    under the target's emulator, also when the model ran on a `board`, as for aot.run)."""
     checks.check_reference(reference)
     outputs, artifact, feeds = _execute(model, inputs, target, input_shapes, out_dir, seed, timeout, knobs,
-                                        freeze, memory, records)
+                                        freeze, memory, records, board, board_dirs)
     if reference == "none":
         return CheckResult(str(artifact.dir), feeds, outputs, {}, [], "none")
     proto, frozen = artifact.model.reference()
@@ -113,12 +122,30 @@ def quantization_steps(program) -> dict[str, float]:
     return checks.value_steps(program.graph, program.graph.outputs)
 
 
+def device_board(board: str | DeviceBoard, board_dirs: Sequence[str | os.PathLike] = ()) -> DeviceBoard:
+    """A microcontroller board by name or file; a Linux board is an OptionError (aot bench takes those)."""
+    from aot.remote.board import load_board
+
+    brd = load_board(board, board_dirs) if isinstance(board, str) else board
+    if not isinstance(brd, DeviceBoard):
+        raise OptionError(f"board {brd.name} is a Linux board reached over SSH: `aot bench --board` runs models "
+                          "there; running and checking on a board is for microcontroller boards")
+    return brd
+
+
 def _execute(model, inputs, target, input_shapes, out_dir, seed, timeout, knobs=None, freeze=None, memory=None,
-             records=None):
+             records=None, board=None, board_dirs=()):
+    brd = device_board(board, board_dirs) if board is not None else None
+    if brd is not None:
+        target, memory = brd.target, {**brd.memory_limits, **(memory or {})}
     with tempfile.TemporaryDirectory(prefix="aot-") as tmp:
         artifact = (model if isinstance(model, Artifact)
                     else _build_for_run(model, target, input_shapes, out_dir, knobs, freeze, tmp, memory, records))
         proto = artifact.model.proto
         feeds = (checks.random_inputs(proto, seed) if inputs is None
                  else checks.validate_inputs(proto, inputs, artifact.model.label))
+        if brd is not None:
+            from aot.device.run import run_on_board
+
+            return run_on_board(artifact, brd, feeds, warmup=0, laps=1, timeout=timeout).outputs, artifact, feeds
         return local.run(artifact, feeds, timeout), artifact, feeds

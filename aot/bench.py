@@ -239,19 +239,23 @@ def _bench_on_device(model, brd: DeviceBoard, tgt: Target, repeat: int, warmup: 
             used, reason = ref.used, ref.fallback_reason
         macs = sum(node_macs(artifact.program.graph, c.node) for c in artifact.program.calls)
         label, sha = artifact.model.label, artifact.model.sha256
+    figures = device_figures(run, brd)
+    times = [c * 1e3 / brd.clock_hz for c in figures.per_run] if not brd.emulated else []
+    return BenchResult(label, sha, brd.name, tgt.name, brd.emulated, 1, times,
+                       Stats.of(times) if times else figures.stats, comparisons, [], macs, used, reason, figures)
+
+
+def device_figures(run, brd: DeviceBoard) -> DeviceFigures:
+    """A device run's laps in the unit they mean: cycles, or under qemu instructions."""
     timer = run.timer
     note = "" if timer.used == timer.asked else \
         f"the board asked for {timer.asked}, which did not count (qemu models neither DWT nor the PMU): SysTick instead"
     if brd.emulated:
         # qemu -icount shift=0: one instruction per virtual nanosecond; the counters tick at the board's clock
-        per_run = [round(ticks * 1e9 / timer.hz) for ticks in run.laps]
-        unit, times = "instructions (emulated)", []
+        per_run, unit = [round(ticks * 1e9 / timer.hz) for ticks in run.laps], "instructions (emulated)"
     else:
         per_run, unit = list(run.laps), "cycles"
-        times = [c * 1e3 / brd.clock_hz for c in per_run]
-    figures = DeviceFigures(unit, per_run, Stats.of(per_run), brd.clock_hz, timer.used, note, run.kernel_instructions)
-    return BenchResult(label, sha, brd.name, tgt.name, brd.emulated, 1, times,
-                       Stats.of(times) if times else figures.stats, comparisons, [], macs, used, reason, figures)
+    return DeviceFigures(unit, per_run, Stats.of(per_run), brd.clock_hz, timer.used, note, run.kernel_instructions)
 
 
 def run_on_board(brd: Board, files: list[Path], args: list[str], out_names: list[str], work: Path,

@@ -144,6 +144,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--bisect", action="store_true", help="also compare the intermediate tensors, node by node "
                    "in the model's order, and name the first node whose result is past the tolerance")
     p.add_argument("--json", metavar="FILE", help="with --bisect: write the table of nodes to this file")
+    p.add_argument("--board", help="run on this microcontroller board (name or .toml file; its target is the "
+                   "target): the firmware is loaded with its loader and run through its console")
+    _board_dir_option(p)
     _memory_arg(p)
 
     p = sub.add_parser("targets", help="list the target configs, or show one")
@@ -185,7 +188,9 @@ def _parser() -> argparse.ArgumentParser:
                        "file skips what is measured. Then: aot build MODEL --records FILE.")
     p.add_argument("model", help="ONNX model file")
     p.add_argument("--target", default="host", help="target name or .toml file (default: host)")
-    p.add_argument("--board", help="measure on this board over SSH (its target is the target)")
+    p.add_argument("--board", action="append", default=[], help="measure on this board (its target is the target): "
+                   "a Linux board over SSH, or a microcontroller board through its loader and console; repeat it "
+                   "for a farm of boards of one target, each measuring one candidate at a time")
     p.add_argument("-o", "--output", default="records.json", help="records file to append to "
                    "(default: records.json)")
     p.add_argument("--budget", default="10m", help="stop after this long, e.g. 90s, 10m, 1h (default 10m)")
@@ -274,23 +279,29 @@ def _run(args) -> int:
                 inputs = {k: data[k] for k in data.files}
         except (OSError, ValueError) as err:
             raise OptionError(f"--inputs {args.inputs}: cannot read it as .npz: {err}") from None
-    target = get_target(args.target, args.target_dir)
+    board = api.device_board(args.board, args.board_dir) if args.board else None
+    target = get_target(board.target if board else args.target, args.target_dir)
     if args.json and not args.bisect:
         raise OptionError("--json writes the table of --bisect: give --bisect too")
     check_reference(args.reference)
     if args.bisect:
+        if board:
+            raise OptionError("--bisect runs the model node by node under the target's emulator here; drop --board "
+                              f"and give --target {target.name}")
         return _bisect(args, inputs, target)
     result = api.check(args.model, inputs=inputs, target=target, input_shapes=_shapes(args),
                        out_dir=args.output, seed=args.seed, timeout=args.timeout, knobs=_knobs(args),
-                       freeze=_freeze(args), memory=args.memory, records=args.records, reference=args.reference)
+                       freeze=_freeze(args), memory=args.memory, records=args.records, reference=args.reference,
+                       board=board)
     model = os.path.basename(str(args.model))
+    where = f"board {board.name} ({target.name})" if board else target.name
     if not result.compared:
-        return _run_only(args, result, model, target.name)
+        return _run_only(args, result, model, where)
     if args.outputs:
         _save_outputs(args.outputs, result.outputs)
     _say_fallback(result.fallback_reason)
     ref = _reference_name(result.reference_used)
-    print(f"{model} on {target.name} vs {ref}:")
+    print(f"{model} on {where} vs {ref}:")
     for c in result.comparisons:
         status = "ok" if c.ok else "MISMATCH" + (": arbitrated below" if result.arbitration else "")
         quantized = (f"; {c.off_by_one} of {c.size} elements one quantization step ({c.step:.3g}) off"
@@ -396,6 +407,7 @@ def _bisect(args, inputs, target) -> int:
 
 
 def _tune(args) -> int:
+    from aot.device.board import DeviceBoard
     from aot.remote.board import load_board
     from aot.tune import parse_budget, tune
 
@@ -404,12 +416,17 @@ def _tune(args) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise OptionError(f"--jobs must be at least 1, not {args.jobs}")
     budget = parse_budget(args.budget)
-    board = load_board(args.board, args.board_dir) if args.board else None
-    target = get_target(board.target if board else args.target, args.target_dir)
-    results = tune(args.model, target, board, args.output, budget, args.trials, args.jobs, _shapes(args),
+    from aot.tune import Method
+
+    boards = [load_board(b, args.board_dir) for b in args.board]
+    target = get_target(boards[0].target if boards else args.target, args.target_dir)
+    results = tune(args.model, target, boards or None, args.output, budget, args.trials, args.jobs, _shapes(args),
                    _freeze(args), _knobs(args), args.accept_new_host_key, search=args.search,
                    report=lambda line: print(f"aot: {line}", file=sys.stderr))
-    unit = "instructions" if target.run_command and not board else "ms"
+    if boards:
+        unit = Method("device" if isinstance(boards[0], DeviceBoard) else "time", boards[0]).unit
+    else:
+        unit = "instructions" if target.run_command else "ms"
     rows = [("workload", "nodes", "trials", f"default {unit}", f"best {unit}", "best/default", "best schedule")]
     before = after = 0.0
     for r in results:

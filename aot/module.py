@@ -17,7 +17,10 @@ How a module runs its build depends on where the target's code can run:
 - under the target's emulator (an ARM Linux target under qemu-user, a bare-metal one under qemu-system with
   semihosting), or on a board over SSH (`board=`): each run is one run of the C harness `aot run` uses,
   compiled once when the module loads; benchmark() runs the timing harness of `aot bench`. Bare-metal
-  targets have no clock: they run, but are not timed.
+  targets under qemu have no clock: they run, but are not timed.
+- on a microcontroller board (`board=` a board file with a loader, aot/device/): each run links a firmware
+  image with the inputs compiled in, loads it and runs it through the board's console; benchmark() counts
+  each run in cycles (instructions under qemu) and returns them in the result's `device` figures.
 
 Inputs and outputs are in the model's (ONNX) layout, as metadata.json lists them (name, dtype, shape); an
 input of another shape or dtype is an OptionError naming the input, what it expects and what it was given.
@@ -54,6 +57,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from aot.codegen import wrapper
+from aot.device.board import DeviceBoard
 from aot.errors import OptionError, RunError, TargetError
 from aot.run import local
 from aot.target import Target, get_target
@@ -377,6 +381,49 @@ class _Harness:
         return _parse_times(stdout)
 
 
+class _Device:
+    """Runs the build on a microcontroller board (aot/device/): one firmware image per call, with the
+    inputs compiled in, loaded and run through the board's loader and console."""
+
+    def __init__(self, build: _Build, tgt: Target, board: DeviceBoard, timeout: float, accept_new_host_key: bool):
+        from aot.device.firmware import Build
+
+        inputs, outputs = build.tensors()
+        self.files = Build(build.name, tgt, build.dir, build.source, build.object, inputs, outputs,
+                           build.workspace_align, build.workspace_blocks())
+        self.build, self.board, self.timeout, self.accept_new_host_key = build, board, timeout, accept_new_host_key
+        self.where, self.emulated = board.name, board.emulated
+
+    def describe(self) -> str:
+        return f"on microcontroller board {self.board.name} (loaded with {self.board.loader.tool})"
+
+    def workspace(self) -> None:
+        return None     # the firmware has its own
+
+    def _run(self, ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], warmup: int, laps: int):
+        from aot.device.run import run_on_board
+
+        feeds = {t.onnx_name: array for t, array in zip(self.files.inputs, ins)}
+        run = run_on_board(self.files, self.board, feeds, warmup, laps, self.timeout,
+                           accept_new_host_key=self.accept_new_host_key)
+        for t, out in zip(self.files.outputs, outs):
+            np.copyto(out, run.outputs[t.onnx_name])
+        return run
+
+    def call(self, ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], ws: None) -> None:
+        self._run(ins, outs, 0, 1)
+
+    def bench(self, ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], warmup: int, repeat: int) -> BenchResult:
+        from aot.bench import BenchResult, Stats, device_figures
+
+        figures = device_figures(self._run(ins, outs, warmup, repeat), self.board)
+        times = [] if self.emulated else [c * 1e3 / self.board.clock_hz for c in figures.per_run]
+        model = self.build.metadata.get("model", {})
+        return BenchResult(model.get("file", self.build.name), model.get("sha256", ""), self.where,
+                           self.files.target.name, self.emulated, 1, times, Stats.of(times) if times else figures.stats,
+                           device=figures)
+
+
 def _release(tmp: str, handle: int | None) -> None:
     """Unload the library (if any) and remove the module's directory. Runs once: on close() or collection."""
     if handle is not None:
@@ -392,7 +439,7 @@ def _release(tmp: str, handle: int | None) -> None:
 class Module:
     """A loaded build (see the module docstring): made by aot.load and aot.compile."""
 
-    def __init__(self, build: _Build, tgt: Target, board: Board | None, tmp: Path, timeout: float,
+    def __init__(self, build: _Build, tgt: Target, board: Board | DeviceBoard | None, tmp: Path, timeout: float,
                  accept_new_host_key: bool, owned: Path | None = None):
         """`tmp`: the module's directory for its library or harnesses; `owned` (default `tmp`), the
         directory it removes when closed (or if this fails)."""
@@ -400,7 +447,9 @@ class Module:
         owned = owned or tmp
         try:
             if board is None and _runs_here(tgt):
-                self._runner: _Native | _Harness = _Native(build, tgt, tmp)
+                self._runner: _Native | _Harness | _Device = _Native(build, tgt, tmp)
+            elif isinstance(board, DeviceBoard):
+                self._runner = _Device(build, tgt, board, timeout, accept_new_host_key)
             else:
                 self._runner = _Harness(build, tgt, tmp, board, timeout, accept_new_host_key)
         except BaseException:
@@ -541,6 +590,11 @@ class Module:
                 raise OptionError(f"benchmark: {what} must be an integer >= {low}, not {value!r}")
         if isinstance(min_repeat_ms, bool) or not isinstance(min_repeat_ms, (int, float)) or not min_repeat_ms >= 0:
             raise OptionError(f"benchmark: min_repeat_ms must be a number >= 0, not {min_repeat_ms!r}")
+        if isinstance(self._runner, _Device):
+            with self._using(), self._lock:
+                result = self._runner.bench(self._ins, self._outs, int(warmup), int(repeat))
+                self._ran = True
+            return result
         with self._using(), self._lock:
             times, final = self._runner.time(self._ins, self._outs, self._ws, int(warmup), max(1, int(number)),
                                              int(repeat), float(min_repeat_ms))
@@ -623,9 +677,9 @@ def _runs_here(tgt: Target) -> bool:
             and tgt.runs_natively())
 
 
-def _resolve(build: _Build, target: str | Target | None, board: str | Board | None,
+def _resolve(build: _Build, target: str | Target | None, board: str | Board | DeviceBoard | None,
              target_dirs: Sequence[str | os.PathLike], board_dirs: Sequence[str | os.PathLike]
-             ) -> tuple[Target, Board | None]:
+             ) -> tuple[Target, Board | DeviceBoard | None]:
     """The target to link and run the build with: `target`, the board's, or the one metadata.json names."""
     import dataclasses
 
@@ -641,7 +695,7 @@ def _resolve(build: _Build, target: str | Target | None, board: str | Board | No
             raise
         raise TargetError(f"{build.dir}: built for target '{name}', which is not found: {err} (pass target=, "
                           "a name or a .toml file)") from None
-    if brd is not None and brd.regions:
+    if brd is not None and not isinstance(brd, DeviceBoard) and brd.regions:
         tgt = dataclasses.replace(tgt, regions=brd.regions)
     if recorded.get("triple") and tgt.triple != recorded["triple"]:
         via = f"board {brd.name}'s target" if brd is not None and target is None else "target"
@@ -650,7 +704,8 @@ def _resolve(build: _Build, target: str | Target | None, board: str | Board | No
     return tgt, brd
 
 
-def load(path: str | os.PathLike | Artifact, target: str | Target | None = None, board: str | Board | None = None,
+def load(path: str | os.PathLike | Artifact, target: str | Target | None = None,
+         board: str | Board | DeviceBoard | None = None,
          target_dirs: Sequence[str | os.PathLike] = (), board_dirs: Sequence[str | os.PathLike] = (),
          timeout: float = 600.0, accept_new_host_key: bool = False) -> Module:
     """Load a build directory (or an Artifact of aot.build) as a Module.
@@ -672,7 +727,7 @@ def load(path: str | os.PathLike | Artifact, target: str | Target | None = None,
 
 
 def compile(model: str | os.PathLike | onnx.ModelProto, target: str | Target = "host",  # noqa: A001
-            board: str | Board | None = None, target_dirs: Sequence[str | os.PathLike] = (),
+            board: str | Board | DeviceBoard | None = None, target_dirs: Sequence[str | os.PathLike] = (),
             board_dirs: Sequence[str | os.PathLike] = (), timeout: float = 600.0, accept_new_host_key: bool = False,
             **build_options: Any) -> Module:
     """Build `model` for `target` (or `board`'s target) into a temporary directory the module owns, and
@@ -685,8 +740,10 @@ def compile(model: str | os.PathLike | onnx.ModelProto, target: str | Target = "
 
     brd = load_board(board, board_dirs) if isinstance(board, str) else board
     tgt = get_target(brd.target if brd is not None else target, target_dirs)
-    if brd is not None and brd.regions:
+    if brd is not None and not isinstance(brd, DeviceBoard) and brd.regions:
         tgt = dataclasses.replace(tgt, regions=brd.regions)
+    if isinstance(brd, DeviceBoard):       # a microcontroller's flash and RAM bound the build
+        build_options["memory"] = {**brd.memory_limits, **(build_options.get("memory") or {})}
     work = Path(tempfile.mkdtemp(prefix="aot-compile-"))
     try:
         out_dir = build_options.pop("out_dir", None) or work / "build"

@@ -3,7 +3,9 @@
 The model is compiled as for a build; each distinct workload (aot/schedule.py: template, shapes, type)
 is cut out as a program of its one kernel, with its own inputs, and measured alone with the schedules
 its template allows: timed natively on the host (the timing harness of `aot bench`), counted in
-executed instructions under the target's emulator (aot/run/count.py), or timed on a board over SSH.
+executed instructions under the target's emulator (aot/run/count.py), timed on a board over SSH, or
+counted in cycles on a microcontroller board (aot/device/; under qemu its kernel's exact instruction
+count). Several boards of one target form a farm: measurements spread over them, one at a time on each.
 The default schedule is measured first; every candidate's outputs must equal the default's (to the
 float tolerance) before its cost counts.
 
@@ -44,6 +46,7 @@ from aot.build import Artifact
 from aot.codegen import wrapper
 from aot.codegen.elf import undefined_symbols
 from aot.codegen.llvm import ModuleBuilder
+from aot.device.board import DeviceBoard
 from aot.errors import AotError, OptionError, RunError
 from aot.frontend.onnx import FreezeValue, load, to_graph
 from aot.graph.ir import Graph, Node
@@ -135,15 +138,23 @@ def neighbours(schedule: Schedule, target: Target) -> list[Schedule]:
 
 @dataclass(frozen=True)
 class Method:
-    """How a cost is measured: "time" (ms, natively or on `board`) or "count" (instructions, emulated)."""
+    """How a cost is measured: "time" (ms, natively or on a Linux `board`), "count" (instructions,
+    emulated) or "device" (a microcontroller `board`: cycles, or instructions when qemu stands in)."""
     kind: str
-    board: Board | None = None
+    board: Board | DeviceBoard | None = None
     accept_new_host_key: bool = False
     timeout: float = 120.0
 
     @property
     def unit(self) -> str:
+        if self.kind == "device":
+            return "instructions" if self.board.emulated else "cycles"
         return "instructions" if self.kind == "count" else "ms"
+
+    @property
+    def noisy(self) -> bool:
+        """Whether repeated measurements differ: timings, and cycles on hardware (counts are exact)."""
+        return self.kind == "time" or (self.kind == "device" and not self.board.emulated)
 
     def where(self, target: Target) -> str:
         if self.board is not None:
@@ -194,6 +205,14 @@ def measure(job: Job) -> Outcome:
                 from aot.run.count import count_instructions
                 outputs, insns = count_instructions(artifact, job.inputs, job.method.timeout)
                 return Outcome(float(insns), None, outputs)
+            if job.method.kind == "device":
+                from aot.device.run import run_on_board as run_on_device
+                board = job.method.board
+                run = run_on_device(artifact, board, job.inputs, warmup=1, laps=1 if board.emulated else 11,
+                                    timeout=job.method.timeout, count=board.emulated,
+                                    accept_new_host_key=job.method.accept_new_host_key)
+                cost = run.kernel_instructions if board.emulated else statistics.median(run.laps)
+                return Outcome(float(cost), None, run.outputs)
             return _time(artifact, job, work)
     except AotError as err:
         return Outcome(None, str(err).splitlines()[0][:300])
@@ -357,31 +376,39 @@ class WorkloadResult:
     best: Schedule | None
 
 
-def tune(model, target: str | Target = "host", board: str | Board | None = None,
+def tune(model, target: str | Target = "host", board: str | Board | DeviceBoard | list | None = None,
          records: str | os.PathLike = "records.json", budget_s: float = 600.0, trials: int | None = None,
          jobs: int | None = None, input_shapes: dict[str, tuple[int, ...]] | None = None,
          freeze: dict[str, FreezeValue] | None = None, knobs: dict | None = None,
          accept_new_host_key: bool = False, seed: int = 0, search: str = "climb",
          report: Callable[[str], None] | None = None) -> list[WorkloadResult]:
     """Tune `model`'s workloads for `target` (or `board`'s), appending records to `records`, for at most
-    `budget_s` seconds and `trials` measurements per workload. `search` is "climb" (from the default,
-    see above) or "random" (the space in a shuffled order, for comparison). Returns each workload's
-    outcome."""
+    `budget_s` seconds and `trials` measurements per workload. `board` may be a list: boards of one target,
+    each measuring one candidate at a time. `search` is "climb" (from the default, see above) or "random"
+    (the space in a shuffled order, for comparison). Returns each workload's outcome."""
     if search not in SEARCHES:
         raise OptionError(f"--search must be one of {', '.join(SEARCHES)}, not {search!r}")
-    brd = load_board(board) if isinstance(board, str) else board
-    tgt = get_target(brd.target) if brd else get_target(target) if isinstance(target, str) else target
-    if tgt.os == "none" and not tgt.run_command:
+    given = board if isinstance(board, (list, tuple)) else [board] if board is not None else []
+    boards = [load_board(b) if isinstance(b, str) else b for b in given]
+    if len({b.target for b in boards}) > 1:
+        raise OptionError("the boards of one tuning run must share a target: "
+                          + ", ".join(f"{b.name} is {b.target}" for b in boards))
+    if len({b.name for b in boards}) < len(boards):
+        raise OptionError("a board is named twice: each measures one candidate at a time")
+    tgt = get_target(boards[0].target) if boards else get_target(target) if isinstance(target, str) else target
+    if tgt.os == "none" and not tgt.run_command and not boards:
         raise OptionError(f"target {tgt.name}: tuning measures under an emulator, and this target has none")
-    if brd is not None:
-        method = Method("time", brd, accept_new_host_key)
+    if boards:
+        methods = [Method("device" if isinstance(b, DeviceBoard) else "time", b, accept_new_host_key)
+                   for b in boards][:jobs or None]
     elif tgt.run_command:
-        method = Method("count")
+        methods = [Method("count")] * (jobs or 2)
     else:
         if not tgt.runs_natively():
             raise OptionError(f"target {tgt.name} cannot run on this machine and has no emulator: "
                               "tune it on a board (--board)")
-        method = Method("time")
+        methods = [Method("time")] * (jobs or 1)
+    method = methods[0]
     if shutil.which(tgt.cc) is None:
         raise RunError(f"target {tgt.name}: C compiler '{tgt.cc}' not found (install the target's toolchain)")
     knob_values = resolve(tgt, knobs)
@@ -408,22 +435,23 @@ def tune(model, target: str | Target = "host", board: str | Board | None = None,
     bar = _Bar(sum(min(len(s.candidates), trials or len(s.candidates)) for s in states), budget_s)
     version = target_version(tgt)
     start = time.monotonic()
-    parallel = jobs or (2 if method.kind == "count" else 1)
+    free = list(methods)            # each board (or emulator slot) measures one candidate at a time
+    parallel = len(free)
 
-    def job(state: Progress, schedule: Schedule) -> Job:
-        return Job(state.workload, schedule, lowering_target, tgt, knob_values, method,
+    def job(state: Progress, schedule: Schedule, on: Method = method) -> Job:
+        return Job(state.workload, schedule, lowering_target, tgt, knob_values, on,
                    random_inputs(state.workload.graph, seed))
 
-    def log(state: Progress, schedule: Schedule, outcome: Outcome) -> None:
+    def log(state: Progress, schedule: Schedule, outcome: Outcome, on: Method) -> None:
         entry = {"workload": state.workload.key, "target": tgt.name, "schedule": schedule.describe(),
-                 "cost": outcome.cost, "unit": method.unit, "error": outcome.error,
-                 "where": method.where(tgt),
+                 "cost": outcome.cost, "unit": on.unit, "error": outcome.error,
+                 "where": on.where(tgt),
                  "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                  "aot": __version__, "target_sha256": version}
         with open(path, "a") as f:
             f.write(json.dumps(entry) + "\n")
 
-    def settle(state: Progress, schedule: Schedule, outcome: Outcome) -> None:
+    def settle(state: Progress, schedule: Schedule, outcome: Outcome, on: Method = method) -> None:
         state.trials += 1
         if outcome.error is None and schedule == state.workload.default and state.reference is None:
             state.reference = outcome.outputs
@@ -431,7 +459,7 @@ def tune(model, target: str | Target = "host", board: str | Board | None = None,
             why = same_outputs(outcome.outputs, state.reference)
             if why is not None:
                 outcome = Outcome(None, f"wrong result: {why}")
-        log(state, schedule, outcome)
+        log(state, schedule, outcome, on)
         if outcome.error is None and outcome.cost is not None:
             state.consider(outcome.cost, schedule)
         bar.step(state, outcome)
@@ -449,10 +477,10 @@ def tune(model, target: str | Target = "host", board: str | Board | None = None,
             settle(state, default, outcome)
             if outcome.error is not None:
                 say(f"{state.workload.key}: the default schedule failed: {outcome.error}")
-        running: dict[Future, tuple[Progress, Schedule]] = {}
+        running: dict[Future, tuple[Progress, Schedule, Method]] = {}
         # timings are noisy, and the cheapest of many single measurements is cheap partly by luck: the
         # last fifth of the budget measures the leaders again, alternating with the default
-        confirm = method.kind == "time"
+        confirm = method.noisy
         search_s = budget_s * (0.8 if confirm else 1.0)
         while True:
             over = time.monotonic() - start >= search_s
@@ -467,14 +495,16 @@ def tune(model, target: str | Target = "host", board: str | Board | None = None,
                 if mark in state.fingerprints:  # the same kernel as one measured: nothing to learn
                     continue
                 state.fingerprints[mark] = schedule
-                running[pool.submit(measure, candidate)] = (state, schedule)
+                on = free.pop()
+                running[pool.submit(measure, dataclasses.replace(candidate, method=on))] = (state, schedule, on)
             if not running:
                 break
             finished, _ = wait(running, timeout=max(1.0, search_s - (time.monotonic() - start)),
                                return_when=FIRST_COMPLETED)
             for future in finished:
-                state, schedule = running.pop(future)
-                settle(state, schedule, future.result())
+                state, schedule, on = running.pop(future)
+                free.append(on)
+                settle(state, schedule, future.result(), on)
             if time.monotonic() - start >= search_s and not finished:
                 for future in running:
                     future.cancel()
@@ -507,7 +537,7 @@ def _confirm(states: list[Progress], remeasure: Callable[[Progress, Schedule], N
 def _pick(states: list[Progress], target: Target, trials: int | None, running: dict,
           climb: bool) -> tuple[Progress, Schedule] | None:
     """The next (workload, schedule) to measure: the workload that most deserves a trial, its next schedule."""
-    busy = {id(state) for state, _ in running.values()}
+    busy = {id(state) for state, *_ in running.values()}
     order = sorted(states, key=lambda s: (id(s) in busy, -s.weight()))
     for state in order:
         if state.default_cost is None or (trials is not None and state.trials >= trials):

@@ -304,3 +304,45 @@ work_dir = "{tmp_path}"''')
     with pytest.raises(aot.RunError, match="over ssh the console must be a network URL .*ser2net"):
         bench(tiny_model(), board=str(board), repeat=1)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("aot.")]
+
+
+# ---- run and load on a board --------------------------------------------------------------------------
+
+def test_aot_run_on_a_board_checks_against_onnxruntime(tmp_path, capsys):
+    model = tmp_path / "tiny.onnx"
+    onnx.save(tiny_model(), model)
+    assert main(["run", str(model), "--board", "qemu-m55-uart"]) == 0
+    assert "tiny.onnx on board qemu-m55-uart (cortex-m55) vs onnxruntime" in capsys.readouterr().out
+    assert main(["run", str(model), "--board", "rpi4"]) == 1
+    assert "is a Linux board reached over SSH" in capsys.readouterr().err
+
+
+def test_a_module_on_a_board_runs_and_counts_there():
+    x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    with aot.compile(tiny_model(), board="qemu-m4-uart") as module:
+        (y,) = module(x)
+        np.testing.assert_array_equal(y, aot.run(tiny_model(), {"x": x}, target="cortex-m4")["y"])
+        result = module.benchmark(repeat=2)
+    assert result.where == "qemu-m4-uart" and result.device.unit == "instructions (emulated)"
+    assert len(result.device.per_run) == 2 and result.times_ms == []
+
+
+def test_tuning_on_a_farm_of_two_boards_spreads_the_candidates(tmp_path):
+    from aot.tune import tune
+
+    second = load_board(str(device_board(tmp_path, name="second-m4")))
+    log = tmp_path / "records.json"
+    results = tune(tiny_model(), board=["qemu-m4-uart", second], records=log, budget_s=120, trials=4)
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert all(r["unit"] == "instructions" and r["error"] is None and r["cost"] > 0 for r in records)
+    assert {r["where"] for r in records} == {"board qemu-m4-uart", "board second-m4"}
+    # under qemu a board counts the kernel's instructions exactly: the same as counting it with the emulator
+    counted = tune(tiny_model(), target="cortex-m4", records=tmp_path / "counted.json", budget_s=120, trials=1)
+    assert results[0].default_cost == counted[0].default_cost
+
+
+def test_a_farm_of_boards_of_two_targets_is_refused():
+    from aot.tune import tune
+
+    with pytest.raises(aot.OptionError, match="must share a target: qemu-m4-uart is cortex-m4, qemu-m55-uart is"):
+        tune(tiny_model(), board=["qemu-m4-uart", "qemu-m55-uart"], budget_s=10)

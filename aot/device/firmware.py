@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from aot.data import runtime_files
 from aot.device.board import DeviceBoard
 from aot.errors import RunError
 from aot.run import local
+from aot.target import Target
 
 TIMER_CODES = {"systick": 0, "dwt": 1, "pmu": 2}
 DEVICE_LDFLAGS = ("-nostartfiles", "--specs=nano.specs", "--specs=nosys.specs", "-Wl,--gc-sections",
@@ -45,13 +47,35 @@ def c_values(array: np.ndarray) -> str:
     return ",\n".join("    " + ", ".join(items[i:i + _PER_LINE]) for i in range(0, len(items), _PER_LINE))
 
 
-def render_harness(artifact: Artifact, inputs: dict[str, np.ndarray]) -> str:
-    ins, outs = wrapper.io_tensors(artifact.program)
-    values = [c_values(np.asarray(inputs[t.onnx_name], dtype=t.dtype).reshape(t.shape)) for t in ins]
+@dataclass(frozen=True)
+class Build:
+    """What the firmware takes from a build: an aot.build Artifact, or a build directory read back (aot.load)."""
+
+    name: str
+    target: Target
+    dir: Path
+    source: Path                            # NAME.c
+    object: Path                            # NAME.o
+    inputs: list[wrapper.Tensor]
+    outputs: list[wrapper.Tensor]
+    workspace_align: int
+    regions: list[wrapper.WorkspaceBlock]
+
+    @classmethod
+    def of(cls, artifact: Artifact | Build) -> Build:
+        if isinstance(artifact, Build):
+            return artifact
+        ins, outs = wrapper.io_tensors(artifact.program)
+        return cls(artifact.name, artifact.target, artifact.dir, artifact.source, artifact.object, ins, outs,
+                   artifact.program.plan.alignment, wrapper.workspace_blocks(artifact.program))
+
+
+def render_harness(build: Build, inputs: dict[str, np.ndarray]) -> str:
+    values = [c_values(np.asarray(inputs[t.onnx_name], dtype=t.dtype).reshape(t.shape)) for t in build.inputs]
     return local.runtime_templates().get_template("device/harness.c.j2").render(
-        banner=f"aot device harness for {artifact.name}", name=artifact.name, NAME=artifact.name.upper(),
-        inputs=ins, outputs=outs, input_values=values, workspace_align=artifact.program.plan.alignment,
-        regions=wrapper.workspace_blocks(artifact.program))
+        banner=f"aot device harness for {build.name}", name=build.name, NAME=build.name.upper(),
+        inputs=build.inputs, outputs=build.outputs, input_values=values, workspace_align=build.workspace_align,
+        regions=build.regions)
 
 
 def render_linker_script(board: DeviceBoard) -> str:
@@ -60,8 +84,10 @@ def render_linker_script(board: DeviceBoard) -> str:
         stack=board.stack)
 
 
-def build_firmware(artifact: Artifact, board: DeviceBoard, inputs: dict[str, np.ndarray], workdir: Path) -> Path:
-    """Link the firmware image `workdir/NAME.elf` that runs `artifact` on `inputs` on `board`."""
+def build_firmware(artifact: Artifact | Build, board: DeviceBoard, inputs: dict[str, np.ndarray],
+                   workdir: Path) -> Path:
+    """Link the firmware image `workdir/NAME.elf` that runs `artifact` on `inputs` (by ONNX name) on `board`."""
+    artifact = Build.of(artifact)
     tgt = artifact.target
     if tgt.os != "none":
         raise RunError(f"board {board.name}: its target {tgt.name} is not a bare-metal target")
@@ -91,7 +117,7 @@ def build_firmware(artifact: Artifact, board: DeviceBoard, inputs: dict[str, np.
     return elf
 
 
-def _link_failure(stderr: str, artifact: Artifact, board: DeviceBoard) -> str:
+def _link_failure(stderr: str, artifact: Build, board: DeviceBoard) -> str:
     over = re.search(r"region `(\w+)' overflowed by (\d+) bytes", stderr)
     where = f"model {artifact.name} on board {board.name}"
     if over:

@@ -16,10 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from aot.build import Artifact
-from aot.codegen import wrapper
 from aot.device.board import DeviceBoard
 from aot.device.console import Console, Timer, open_serial
-from aot.device.firmware import build_firmware
+from aot.device.firmware import Build, build_firmware
 from aot.device.loaders import started
 from aot.errors import RunError
 from aot.run.count import build_plugin, kernel_range
@@ -35,14 +34,15 @@ class DeviceRun:
     kernel_instructions: int | None     # per run, counted by qemu's plugin (`count` under the qemu loader)
 
 
-def run_on_board(artifact: Artifact, board: DeviceBoard, inputs: dict[str, np.ndarray], warmup: int = 1,
+def run_on_board(artifact: Artifact | Build, board: DeviceBoard, inputs: dict[str, np.ndarray], warmup: int = 1,
                  laps: int = 10, timeout: float = 600.0, count: bool = False,
                  accept_new_host_key: bool = False) -> DeviceRun:
     """Run `artifact` on `board` with `inputs` (by ONNX name): `warmup` untimed runs, then `laps` timed ones.
     `timeout` is how long the device may stay silent."""
     if laps < 1 or warmup < 0:
         raise RunError(f"board {board.name}: need at least one timed run and no negative warm-up")
-    ins, outs = wrapper.io_tensors(artifact.program)
+    artifact = Build.of(artifact)
+    outs = artifact.outputs
     what = f"{artifact.name} on board {board.name}"
     with tempfile.TemporaryDirectory(prefix="aot-device-") as tmp:
         work = Path(tmp)
