@@ -177,7 +177,8 @@ def bench(model, board: str | Board | DeviceBoard | None = None, target: str | T
     if brd and brd.regions:
         tgt = dataclasses.replace(tgt, regions=brd.regions)
     if tgt.os == "none":
-        raise RunError(f"target {tgt.name}: timing needs a clock, which the bare-metal harness does not have yet")
+        raise RunError(f"target {tgt.name}: the semihosting harness under qemu has no clock; time it on a "
+                       "microcontroller board (--board qemu-m4-uart or qemu-m55-uart under qemu, or a real one)")
     with tempfile.TemporaryDirectory(prefix="aot-bench-") as tmp:
         work = Path(tmp)
         artifact = build(model, target=tgt, out_dir=build_dir or work / "build", knobs=knobs,
@@ -248,8 +249,9 @@ def _bench_on_device(model, brd: DeviceBoard, tgt: Target, repeat: int, warmup: 
 def device_figures(run, brd: DeviceBoard) -> DeviceFigures:
     """A device run's laps in the unit they mean: cycles, or under qemu instructions."""
     timer = run.timer
+    why = "qemu models neither DWT nor the PMU" if brd.emulated else "absent on this core, or held by the debugger"
     note = "" if timer.used == timer.asked else \
-        f"the board asked for {timer.asked}, which did not count (qemu models neither DWT nor the PMU): SysTick instead"
+        f"the board asked for {timer.asked}, which did not count ({why}): SysTick at the core clock instead"
     if brd.emulated:
         # qemu -icount shift=0: one instruction per virtual nanosecond; the counters tick at the board's clock
         per_run, unit = [round(ticks * 1e9 / timer.hz) for ticks in run.laps], "instructions (emulated)"

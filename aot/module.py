@@ -371,8 +371,8 @@ class _Harness:
         from aot.bench import _parse_times
 
         if self.target.os == "none":
-            raise RunError(f"target {self.target.name}: timing needs a clock, which the bare-metal harness "
-                           "does not have yet")
+            raise RunError(f"target {self.target.name}: the semihosting harness under qemu has no clock; load the "
+                           "build with board= a microcontroller board (qemu-m4-uart, qemu-m55-uart, or a real one)")
         with self._lock:
             if self._timing is None:
                 self._timing = self._compile("timing.c.j2", "timing", "aot timing harness", profile=False)
