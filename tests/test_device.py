@@ -346,3 +346,14 @@ def test_a_farm_of_boards_of_two_targets_is_refused():
 
     with pytest.raises(aot.OptionError, match="must share a target: qemu-m4-uart is cortex-m4, qemu-m55-uart is"):
         tune(tiny_model(), board=["qemu-m4-uart", "qemu-m55-uart"], budget_s=10)
+
+
+@pytest.mark.parametrize("target,machine,ram,timer", [("cortex-m7", "mps2-an500", "0x60000000", "dwt"),
+                                                      ("cortex-m0plus", "mps2-an385", "0x21000000", "systick")])
+def test_the_device_harness_builds_warning_free_and_runs_on_the_other_cores(tmp_path, target, machine, ram, timer):
+    path = device_board(tmp_path, name=f"qemu-{target}", loader=f'tool = "qemu"\nmachine = "{machine}"')
+    path.write_text(path.read_text().replace('target = "cortex-m4"', f'target = "{target}"')
+                    .replace('timer = "dwt"', f'timer = "{timer}"').replace("0x21000000", ram))
+    result = bench(tiny_model(), board=str(path), repeat=2)
+    assert result.ok and result.target == target and result.device.timer == "systick"
+    assert bool(result.device.timer_note) == (timer != "systick")
