@@ -452,17 +452,26 @@ def _bench(args) -> int:
 
     check_reference(args.reference)
     boards = [load_board(b, args.board_dir) for b in args.board] or [None]
+    if len({b.name for b in boards if b is not None}) < len(args.board):
+        raise OptionError("--board names a board twice")
+    if args.build_dir and len(args.models) * len(boards) > 1:
+        raise OptionError("--build-dir keeps one build: give one model and one board with it")
     target = None if args.board else get_target(args.target or "host", args.target_dir)   # else the board's
-    results = []
-    for model in args.models:
-        for board in boards:
-            results.append(bench(model, board=board, target=target, target_dirs=args.target_dir,
-                                 repeat=args.repeat, number=args.number,
-                                 min_repeat_ms=args.min_repeat_ms, warmup=args.warmup, build_dir=args.build_dir,
-                                 timeout=args.timeout, accept_new_host_key=args.accept_new_host_key,
-                                 knobs=_knobs(args), profile=args.profile, input_shapes=_shapes(args),
-                                 freeze=_freeze(args), memory=args.memory, records=args.records,
-                                 reference=args.reference))
+    options = dict(target=target, target_dirs=args.target_dir, repeat=args.repeat, number=args.number,
+                   min_repeat_ms=args.min_repeat_ms, warmup=args.warmup, build_dir=args.build_dir,
+                   timeout=args.timeout, accept_new_host_key=args.accept_new_host_key, knobs=_knobs(args),
+                   profile=args.profile, input_shapes=_shapes(args), freeze=_freeze(args), memory=args.memory,
+                   records=args.records, reference=args.reference)
+    if len(boards) > 1 and all(b is not None for b in boards):
+        # a farm: the boards work at once, each on its own queue of models, one measurement at a time
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=len(boards)) as pool:
+            queues = [pool.submit(_bench_queue, args.models, board, options) for board in boards]
+            per_board = [q.result() for q in queues]
+        results = [per_board[j][i] for i in range(len(args.models)) for j in range(len(boards))]
+    else:
+        results = [bench(model, board=board, **options) for model in args.models for board in boards]
     timed = [r for r in results if r.device is None]
     if timed:
         rows = [("model", "board", "target", "number", "min ms", "median ms", "mean ms", "p90 ms", "stddev ms",
@@ -487,6 +496,13 @@ def _bench(args) -> int:
         raise MismatchError("outputs differ from the reference beyond the tolerance (`aot run MODEL` arbitrates "
                             "in float64 which side is right)")
     return 0
+
+
+def _bench_queue(models: list[str], board, options: dict) -> list:
+    """One board's share of a farm: its models in turn."""
+    from aot.bench import bench
+
+    return [bench(model, board=board, **options) for model in models]
 
 
 def _check(r) -> str:

@@ -187,6 +187,14 @@ def test_a_model_too_big_for_the_boards_flash_is_refused_by_name(tmp_path):
         bench(fits_alone, board=str(board), repeat=1)
 
 
+def test_a_model_too_big_for_the_boards_ram_is_refused_by_name(tmp_path):
+    path = device_board(tmp_path, name="small-ram")
+    path.write_text(path.read_text().replace('size = "16MiB"', 'size = "20KiB"'))
+    model = make_model([helper.make_node("Relu", ["x"], ["y"], name="r")], {"x": (1, 4096)}, {"y": None}, {})
+    with pytest.raises(aot.PlanError, match=r"on board small-ram .*needs 32,768 bytes of RAM.* over ram=4,096"):
+        bench(model, board=str(path), repeat=1)
+
+
 @pytest.mark.parametrize("edit,message", [
     (lambda t: t.replace('clock_hz = 25_000_000\n', ''), "needs clock_hz"),
     (lambda t: t.replace('timer = "dwt"', 'timer = "dwtt"'), "timer must be one of dwt, pmu, systick"),
