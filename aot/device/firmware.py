@@ -104,6 +104,8 @@ def build_firmware(artifact: Artifact | Build, board: DeviceBoard, inputs: dict[
                *(f"{k}={v}" for k, v in board.console.defines)]
     if board.emulated:
         defines.append("AOT_SEMIHOSTING_EXIT")
+    if tgt.cpu == "cortex-m7":
+        defines.append("AOT_DWT_UNLOCK")
     with runtime_files("device/startup.c", "device/aot_device.h", *(f"device/{s}" for s in shipped)) as paths:
         startup, header, shipped_paths = paths[0], paths[1], dict(zip(shipped, paths[2:]))
         sources = [harness, artifact.source, startup,
