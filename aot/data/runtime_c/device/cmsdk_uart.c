@@ -2,7 +2,9 @@
  * Corstone-300 AN552) and qemu's models of them. No clock set-up: these boards run at a fixed clock.
  *
  * -DAOT_UART_BASE=<address> names the UART (mps2-an386 UART0: 0x40004000; mps3-an547 UART0 seen
- * from the Secure state the core starts in: 0x59303000). Registers (CMSDK TRM, DDI 0479, 4.3):
+ * from the Secure state the core starts in: 0x59303000). -DAOT_UART_CLOCK_HZ=<Hz> gives the UART's
+ * APB clock where it differs from the core's AOT_CLOCK_HZ (the MPS3 Corstone-300 FPGA images:
+ * core 32 MHz, peripherals 25 MHz). Registers (CMSDK TRM, DDI 0479, 4.3):
  * DATA 0x00, STATE 0x04 (bit 0 TX full, bit 1 RX full, bits 2-3 overruns), CTRL 0x08 (bit 0 TX
  * enable, bit 1 RX enable), BAUDDIV 0x10 (at least 16). qemu drops what is written while TX
  * enable is clear, so it is set before the first byte.
@@ -16,6 +18,9 @@
 #endif
 #ifndef AOT_CLOCK_HZ
 #error "define AOT_CLOCK_HZ, the UART's clock (the board file's clock_hz)"
+#endif
+#ifndef AOT_UART_CLOCK_HZ
+#define AOT_UART_CLOCK_HZ AOT_CLOCK_HZ
 #endif
 #ifndef AOT_UART_BAUD
 #define AOT_UART_BAUD 115200u
@@ -33,7 +38,7 @@
 
 void aot_board_init(void)
 {
-    uint32_t div = (uint32_t)(AOT_CLOCK_HZ) / (AOT_UART_BAUD);
+    uint32_t div = (uint32_t)(AOT_UART_CLOCK_HZ) / (AOT_UART_BAUD);
     UART_BAUDDIV = div < 16u ? 16u : div;
     UART_CTRL = 3u; /* TX and RX enable */
 }
