@@ -278,18 +278,23 @@ def test_each_loader_is_its_tools_own_command_line(tmp_path):
 
 # ---- the probe on another machine ----------------------------------------------------------------------
 
-@pytest.mark.ssh
-def test_a_board_behind_an_ssh_host_runs_there_and_cleans_up(sshd, tmp_path, own_tmp):
-    remote = tmp_path / "remote-work"
-    remote.mkdir()
-    board = device_board(tmp_path, name="m4-behind-ssh", extra=f'''
+def ssh_table(sshd, work_dir: Path) -> str:
+    """A board file's [ssh] table for the test sshd."""
+    return f'''
 [ssh]
 host = "127.0.0.1"
 port = {sshd.port}
 user = "root"
 identity_file = "{sshd.dir / 'user'}"
 known_hosts = "{sshd.dir / 'known_hosts'}"
-work_dir = "{remote}"''')
+work_dir = "{work_dir}"'''
+
+
+@pytest.mark.ssh
+def test_a_board_behind_an_ssh_host_runs_there_and_cleans_up(sshd, tmp_path, own_tmp):
+    remote = tmp_path / "remote-work"
+    remote.mkdir()
+    board = device_board(tmp_path, name="m4-behind-ssh", extra=ssh_table(sshd, remote))
     result = bench(tiny_model(), board=str(board), repeat=2)
     assert result.ok and result.comparisons and result.where == "m4-behind-ssh"
     assert result.device.unit == "instructions (emulated)" and len(result.device.per_run) == 2
@@ -301,14 +306,7 @@ work_dir = "{remote}"''')
 @pytest.mark.ssh
 def test_over_ssh_a_console_on_a_local_port_of_that_host_is_refused(sshd, tmp_path):
     board = device_board(tmp_path, name="tty-behind-ssh", loader='tool = "command"\ncommand = ["true", "{elf}"]',
-                         console='url = "/dev/ttyACM0"', extra=f'''
-[ssh]
-host = "127.0.0.1"
-port = {sshd.port}
-user = "root"
-identity_file = "{sshd.dir / 'user'}"
-known_hosts = "{sshd.dir / 'known_hosts'}"
-work_dir = "{tmp_path}"''')
+                         console='url = "/dev/ttyACM0"', extra=ssh_table(sshd, tmp_path))
     with pytest.raises(aot.RunError, match="over ssh the console must be a network URL .*ser2net"):
         bench(tiny_model(), board=str(board), repeat=1)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("aot.")]
@@ -365,3 +363,26 @@ def test_the_device_harness_builds_warning_free_and_runs_on_the_other_cores(tmp_
     result = bench(tiny_model(), board=str(path), repeat=2)
     assert result.ok and result.target == target and result.device.timer == "systick"
     assert bool(result.device.timer_note) == (timer != "systick")
+
+
+def test_every_real_board_links_a_firmware_image_where_its_memory_is(tmp_path):
+    """The real boards are not run here: their images are linked, and the vector table checked at reset's address."""
+    import subprocess
+
+    from aot.device.board import DeviceBoard
+    from aot.device.firmware import build_firmware
+    from aot.remote.board import all_boards
+
+    boards = [b for b in all_boards() if isinstance(b, DeviceBoard) and not b.emulated]
+    assert len(boards) >= 5
+    x = np.zeros((1, 3, 8, 8), np.float32)
+    for board in boards:
+        work = tmp_path / board.name
+        work.mkdir()
+        artifact = build(tiny_model(), target=board.target, out_dir=work / "build", memory=board.memory_limits)
+        elf = build_firmware(artifact, board, {"x": x}, work)
+        symbols = dict(line.split()[::-2] for line in subprocess.run(
+            ["arm-none-eabi-nm", str(elf)], capture_output=True, text=True, check=True).stdout.splitlines()
+            if len(line.split()) == 3)
+        assert int(symbols["aot_vectors"], 16) == board.flash.origin, board.name
+        assert int(symbols["__stack_top"], 16) == board.ram.origin + board.ram.size, board.name

@@ -19,11 +19,13 @@ runs aot's device harness (aot/data/runtime_c/device/) instead of a Linux board 
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from aot.data import SHIPPED, shipped
+from aot.remote.board import Board
 from aot.target import parse_size
 
 TIMERS = ("dwt", "pmu", "systick")
@@ -61,16 +63,6 @@ class Console:
 
 
 @dataclass(frozen=True)
-class SshHost:
-    host: str
-    user: str
-    port: int = 22
-    identity_file: str = ""
-    known_hosts: str = ""
-    work_dir: str = "/tmp"
-
-
-@dataclass(frozen=True)
 class DeviceBoard:
     name: str
     target: str
@@ -82,7 +74,7 @@ class DeviceBoard:
     ram: Memory | None = None
     linker_script: str = ""
     stack: int = 16 * 1024
-    ssh: SshHost | None = None
+    ssh: Board | None = None            # the machine the probe is plugged into, as a Linux board
     description: str = ""
     source: str = ""
     origin: str = SHIPPED
@@ -98,10 +90,6 @@ class DeviceBoard:
         if self.flash is None or self.ram is None:
             return {}
         return {"flash": self.flash.size, "ram": self.ram.size - self.stack}
-
-
-def is_device_board(data: dict) -> bool:
-    return "loader" in data
 
 
 def _misspelled(key: str, known: set[str]) -> str:
@@ -187,14 +175,14 @@ def _console(data: dict, base: Path, emulated: bool) -> Console:
                    tuple(sorted((k, str(v)) for k, v in defines.items())))
 
 
-def _ssh(value: object) -> SshHost | None:
+def _ssh(value: object, name: str, target: str, base: Path) -> Board | None:
     if value is None:
         return None
     if isinstance(value, str):
         match = re.fullmatch(r"([^@\s]+)@([^:\s]+)(?::(\d+))?", value)
         if not match:
             raise ValueError(f"ssh = {value!r}: expected \"user@host\" or \"user@host:port\"")
-        return SshHost(match.group(2), match.group(1), int(match.group(3) or 22))
+        return Board(name, target, match.group(2), match.group(1), int(match.group(3) or 22))
     if not isinstance(value, dict):
         raise ValueError("ssh must be \"user@host[:port]\" or a table")
     for k in value:
@@ -202,7 +190,9 @@ def _ssh(value: object) -> SshHost | None:
             raise ValueError(f"[ssh]: {_misspelled(k, _SSH_KEYS)}")
     if "host" not in value or "user" not in value:
         raise ValueError("[ssh] needs host and user")
-    return SshHost(**{**value, "port": int(value.get("port", 22))})
+    keys = {k: str((base / os.path.expanduser(v)).resolve()) if k in ("identity_file", "known_hosts") else v
+            for k, v in value.items()}
+    return Board(name, target, **{**keys, "port": int(value.get("port", 22))})
 
 
 def read_device_board(data: dict, path: Path, origin: str) -> DeviceBoard:
@@ -235,6 +225,6 @@ def read_device_board(data: dict, path: Path, origin: str) -> DeviceBoard:
     stack = parse_size(data.get("stack", "16KiB"))
     if ram is not None and not 1024 <= stack < ram.size:
         raise ValueError(f"stack {data.get('stack')!r} must be at least 1 KiB and less than the RAM")
+    ssh = _ssh(data.get("ssh"), data["name"], data["target"], base)
     return DeviceBoard(data["name"], data["target"], clock, timer, loader, _console(data, base, loader.tool == "qemu"),
-                       flash, ram, script, stack, _ssh(data.get("ssh")), data.get("description", ""),
-                       str(path), origin)
+                       flash, ram, script, stack, ssh, data.get("description", ""), str(path), origin)

@@ -185,12 +185,9 @@ def _listening(proc: subprocess.Popen, log: Path, timeout: float = 20.0) -> bool
 
 def ssh_session(board: DeviceBoard, accept_new_host_key: bool):
     """An SSH session to the machine the board's probe is plugged into (aot.remote.ssh's rules)."""
-    from aot.remote.board import Board
     from aot.remote.ssh import Session
 
-    ssh = board.ssh
-    return Session(Board(board.name, board.target, ssh.host, ssh.user, ssh.port, ssh.identity_file, ssh.known_hosts,
-                         ssh.work_dir), accept_new_host_key)
+    return Session(board.ssh, accept_new_host_key)
 
 
 @contextlib.contextmanager

@@ -27,12 +27,13 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from aot.data import SHIPPED, SearchDir, config_files, describe_search, search_dirs
-from aot.device.board import DeviceBoard, is_device_board, read_device_board
 from aot.errors import OptionError
 from aot.target import Region, read_regions
 
 if TYPE_CHECKING:
     from importlib.abc import Traversable
+
+    from aot.device.board import DeviceBoard
 
 BOARD_PATH = "AOT_BOARD_PATH"        # os.pathsep-separated directories of user boards, searched after --board-dir
 BoardDirs = Sequence[str | os.PathLike]
@@ -101,7 +102,9 @@ def _read(path: Path | Traversable, origin: str) -> Board | DeviceBoard:
         raise OptionError(f"{path}: cannot read board file: {err}") from None
     if "password" in data:
         raise OptionError(f"{path}: passwords are not accepted in board files; use identity_file (a key)")
-    if is_device_board(data):
+    if "loader" in data:                # a microcontroller board (aot/device/board.py builds on this module)
+        from aot.device.board import read_device_board
+
         try:
             return read_device_board(data, Path(str(path)), origin)
         except (TypeError, ValueError) as err:
