@@ -386,3 +386,38 @@ def test_every_real_board_links_a_firmware_image_where_its_memory_is(tmp_path):
             if len(line.split()) == 3)
         assert int(symbols["aot_vectors"], 16) == board.flash.origin, board.name
         assert int(symbols["__stack_top"], 16) == board.ram.origin + board.ram.size, board.name
+
+
+def test_a_board_flashed_by_a_tool_and_reached_on_its_console_url(tmp_path):
+    """The path of a real board: a flashing tool that returns once the device runs (here a script starting
+    qemu in the background, its UART listening on a fixed port without waiting for anyone, as a board's
+    firmware starts at reset), then the console URL from the board file. The device said m-ready before
+    the host connected: the host asks again (`ready%`)."""
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    pidfile = tmp_path / "qemu.pid"
+    script = tmp_path / "flash.sh"
+    script.write_text(f"""#!/bin/sh
+qemu-system-arm -M mps2-an386 -nographic -monitor none -icount shift=0 -semihosting-config enable=on,target=native \\
+  -chardev socket,id=c,host=127.0.0.1,port={port},server=on,wait=off -serial chardev:c -kernel "$1" \\
+  </dev/null >/dev/null 2>&1 &
+echo $! > {pidfile}
+sleep 0.5
+""")
+    script.chmod(0o755)
+    board = device_board(tmp_path, name="flashed-m4", loader=f'tool = "command"\ncommand = ["{script}", "{{elf}}"]',
+                         console=f'url = "socket://127.0.0.1:{port}"')
+    try:
+        result = bench(tiny_model(), board=str(board), repeat=2)
+    finally:
+        pid = int(pidfile.read_text())
+        os.kill(pid, 9)
+        time.sleep(0.1)
+    assert result.ok and result.comparisons
+    # a flashed board is not known to be qemu: its figures are cycles at the board's clock, as a real one's
+    assert result.device.unit == "cycles" and len(result.times_ms) == 2
+    assert result.device.timer == "systick" and "held by the debugger" in result.device.timer_note
