@@ -72,9 +72,10 @@ def fit(graph: Graph, target: Target, name: str, knobs: Knobs, ram: int,
             choice = BandChoice(stage, first, last, cost, plain, ram)
             return dataclasses.replace(candidate, bands=choice), choice
     need = program.plan.size + io
+    where = f"; {peak(program)}" if program.plan.size else " (the inputs and outputs alone are over)"
     raise PlanError(f"{label}: needs {need:,} bytes of RAM (workspace {program.plan.size:,} + inputs and outputs "
                     f"{io:,}), {need - ram:,} over ram={ram:,}, and no row-band schedule of its leading layers "
-                    f"fits; {peak(program)}")
+                    f"fits{where}")
 
 
 def peak(program: Program) -> str:
