@@ -191,7 +191,8 @@ def test_a_model_too_big_for_the_boards_ram_is_refused_by_name(tmp_path):
     path = device_board(tmp_path, name="small-ram")
     path.write_text(path.read_text().replace('size = "16MiB"', 'size = "20KiB"'))
     model = make_model([helper.make_node("Relu", ["x"], ["y"], name="r")], {"x": (1, 4096)}, {"y": None}, {})
-    with pytest.raises(aot.PlanError, match=r"on board small-ram .*needs 32,768 bytes of RAM.* over ram=4,096.*the inputs and outputs alone are over"):
+    with pytest.raises(aot.PlanError, match=r"on board small-ram .*needs 32,768 bytes of RAM.* over ram=4,096"
+                       r".*the inputs and outputs alone are over"):
         bench(model, board=str(path), repeat=1)
 
 
