@@ -3,6 +3,8 @@ compiled to integer kernels and compared with onnxruntime running the same quant
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnx
 import pytest
@@ -246,3 +248,45 @@ def test_clamps_before_quantize_fuse_into_the_integer_convolution(clamps, tmp_pa
     assert integer_ops(str(path)) == {"Conv": 1}
     assert "%yq<1x6x6x6 int8 q0.03/-20>" in aot.build(str(path), out_dir=None).program.graph.dump()
     assert_within_one_step(str(path))
+
+
+def lane_net() -> onnx.ModelProto:
+    """Convolutions whose input channels come in whole groups of 8 (AArch64's lane kernels: SMLAL by element),
+    padded and strided, with output channels that leave a tail under a vector, a residual Add and a Gemm."""
+    from onnx import helper
+    from oracle import make_model
+
+    rng = np.random.default_rng(8)
+
+    def w(*shape):
+        return (rng.standard_normal(shape) * 0.2).astype(np.float32)
+
+    nodes = [helper.make_node("Conv", ["x", "wa", "ba"], ["a"], name="a", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["ar"], name="ar"),
+             helper.make_node("Conv", ["ar", "wb"], ["b"], name="b", pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["b", "ar"], ["s"], name="s"),
+             helper.make_node("Conv", ["s", "wc", "bc"], ["c"], name="c", strides=[2, 2], pads=[0, 0, 1, 1]),
+             helper.make_node("Flatten", ["c"], ["f"], name="f"),
+             helper.make_node("Gemm", ["f", "wg", "bg"], ["y"], name="g", transB=1)]
+    weights = {"wa": w(24, 16, 3, 3), "ba": w(24), "wb": w(24, 24, 3, 3), "wc": w(13, 24, 1, 1), "bc": w(13),
+               "wg": w(5, 13 * 4 * 4), "bg": w(5)}
+    return make_model(nodes, {"x": (1, 16, 7, 7)}, {"y": None}, weights)
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("activations", [QuantType.QInt8, QuantType.QUInt8])
+@pytest.mark.parametrize("target", ["aarch64", "aarch64-dotprod"])
+def test_lane_kernels_on_aarch64(target, activations, tmp_path):
+    path = quantized(lane_net(), tmp_path, "QDQ", True, activations)
+    assert_within_one_step(path, target=target)
+    artifact = aot.build(path, target=target, out_dir=tmp_path / "b")
+    forms = {s["node"]: s["workload"].split()[-1] for s in artifact.metadata["schedules"]}
+    # with the dot product, unpadded layers take SDOT on raw bytes; padded ones the lane kernels
+    assert forms == {"a": "lane8", "b": "lane8", "c": "lane8", "g": "dot4raw" if target == "aarch64-dotprod" else "lane8"}
+    from aot.codegen.llvm import ModuleBuilder
+    from aot.target import get_target
+
+    mb = ModuleBuilder("m", get_target(target))
+    for call in artifact.program.calls:
+        mb.add_kernel(call.kernel)
+    assert re.search(r"smlal2?\s+v\d+\.4s, v\d+\.[48]h, v\d+\.h\[\d\]", mb.emit_assembly())

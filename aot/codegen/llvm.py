@@ -249,6 +249,12 @@ class _FunctionEmitter:
             one = b.insert_element(ir.Constant(vt, ir.Undefined), self.expr(e.value), ir.Constant(_I32, 0))
             return b.shuffle_vector(one, ir.Constant(vt, ir.Undefined),
                                     ir.Constant(ir.VectorType(_I32, e.lanes), [0] * e.lanes))
+        if isinstance(e, k.Shuffle):
+            value = self.expr(e.value)
+            if e.lanes == 1:        # one lane is a scalar in kernel IR
+                return b.extract_element(value, ir.Constant(_I32, e.picks[0]))
+            return b.shuffle_vector(value, ir.Constant(value.type, ir.Undefined),
+                                    ir.Constant(ir.VectorType(_I32, e.lanes), list(e.picks)))
         if isinstance(e, k.Sqrt):
             return self.sqrt(e)
         if isinstance(e, k.RoundInt):

@@ -118,6 +118,22 @@ class Broadcast(Expr):
 
 
 @dataclass(frozen=True, eq=False)
+class Shuffle(Expr):
+    """Lanes picked from a vector: lane i is value[picks[i]] (a splat of one lane, a slice). AArch64 takes
+    a splat of a 16-bit lane as the by-element operand of SMLAL, a slice of the low or high half as is."""
+    value: Expr
+    picks: tuple[int, ...]
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return self.value.dtype
+
+    @property
+    def lanes(self) -> int:  # type: ignore[override]
+        return len(self.picks)
+
+
+@dataclass(frozen=True, eq=False)
 class Cast(Expr):
     """Numeric conversion (float -> int truncates toward zero; int narrowing wraps) or, with bitcast=True,
     reinterpretation. Float -> int of a value out of the integer's range is undefined unless `saturate`
@@ -552,6 +568,8 @@ def dump(kernel: Kernel) -> str:
             return f"select({ex(e.cond)}, {ex(e.a)}, {ex(e.b)})"
         if isinstance(e, Broadcast):
             return f"splat({ex(e.value)}, {e.lanes})"
+        if isinstance(e, Shuffle):
+            return f"shuffle({ex(e.value)}, {list(e.picks)})"
         if isinstance(e, Cast):
             kind = "bitcast" if e.bitcast else "cast_sat" if e.saturate else "cast"
             return f"{kind}<{e.dtype}>({ex(e.value)})"

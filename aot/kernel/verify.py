@@ -123,6 +123,9 @@ class _Verifier:
         elif isinstance(e, k.Broadcast):
             if e.value.lanes != 1:
                 raise self.fail("broadcast of a vector")
+        elif isinstance(e, k.Shuffle):
+            if e.value.lanes < 2 or not e.picks or any(not 0 <= i < e.value.lanes for i in e.picks):
+                raise self.fail(f"shuffle picks {list(e.picks)} from {e.value.lanes} lanes")
         elif isinstance(e, k.Cast):
             if e.bitcast and self.bits[e.value.dtype] != self.bits[e.dtype]:
                 raise self.fail(f"bitcast of {e.value.dtype} to {e.dtype}")

@@ -35,6 +35,7 @@ from aot.kernel.ir import (
     Kernel,
     Reinterpret,
     Reuse,
+    Shuffle,
     as_expr,
     binop,
     const,
@@ -365,9 +366,11 @@ def channel_blocks(channels: int, lanes: int, nr_max: int) -> list[ChannelBlock]
 
 # --- dense / grouped convolution --------------------------------------------------------------------
 
-def _pack_dense(weight: np.ndarray, groups: int, blocks: list[ChannelBlock], group: int = 1
-                ) -> tuple[np.ndarray, list[int]]:
-    """OIHW weights -> per group, per block: [kh][kw][c / group][block width][group] panels, concatenated.
+def _pack_dense(weight: np.ndarray, groups: int, blocks: list[ChannelBlock], group: int = 1,
+                channels_inner: bool = False) -> tuple[np.ndarray, list[int]]:
+    """OIHW weights -> per group, per block: [kh][kw][c / group][block width][group] panels, concatenated;
+    with `channels_inner`, [kh][kw][c / group][vector][group][lanes]: each vector's output channels
+    consecutive for each input channel of the group (LaneArith's order).
 
     Returns the packed array and the offset of each (group, block run)."""
     m, cg, kh, kw = weight.shape
@@ -380,6 +383,8 @@ def _pack_dense(weight: np.ndarray, groups: int, blocks: list[ChannelBlock], gro
                 first = g * mg + blk.start + r * blk.width
                 rows = weight[first: first + blk.width]          # (width, cg, kh, kw)
                 grouped = rows.reshape(blk.width, cg // group, group, kh, kw).transpose(3, 4, 1, 0, 2)
+                if channels_inner:
+                    grouped = grouped.reshape(kh, kw, cg // group, blk.nr, blk.lanes, group).transpose(0, 1, 2, 3, 5, 4)
                 panel = np.ascontiguousarray(grouped).reshape(-1)
                 panels.append(panel)
                 offset += panel.size
@@ -485,6 +490,43 @@ class IntArith:
         s = q.residual      # the fused Add, on this result as the Add kernel would have read it
         return add_quantized(y, q.y_scale, q.y_zp, self.residual.vec(idx, lanes), s.r_scale, s.r_zp,
                              s.y_scale, s.y_zp, s.qmin, s.qmax, s.y_dtype)
+
+
+class LaneArith(IntArith):
+    """int8 on AArch64 NEON without a dot product usable here: a step takes `group` (8) input channels of
+    a pixel as one vector of 16-bit x - x_zp, and per input channel k multiplies the weights of the
+    vector's output channels (16-bit, consecutive: see _pack_dense's channels_inner) by lane k of it,
+    widening into the int32 accumulators: SMLAL/SMLAL2 by element, 4 multiply-accumulates an instruction,
+    with the activations loaded and widened once per 8 channels instead of once per channel."""
+
+    group = 8
+    tile_nr = 2         # vectors of output channels per tile by default: 2 x MR accumulators, 8 weight registers
+
+    def operand(self, x: Buffer, index: Expr, lanes: int) -> Expr:
+        return Cast(x.vec(index, self.group), "i16") - const(self.q.x_zp, "i16", self.group)
+
+    def load_w(self, value: Expr) -> list[Expr]:
+        """The step's weights widened to 16 bits 8 at a time (one SSHLL of a half register each), as
+        vectors of 8 lanes that hold 8 // lanes input channels' weights."""
+        return [Cast(Shuffle(value, tuple(range(i, i + 8))), "i16") if value.dtype == "i8"
+                else Shuffle(value, tuple(range(i, i + 8))) for i in range(0, value.lanes, 8)]
+
+    def mac(self, acc: Expr, a: Expr, w: list[Expr]) -> Expr:
+        lanes = acc.lanes
+        per_chunk = 8 // lanes
+        for k in range(self.group):
+            chunk, at = divmod(k, per_chunk)
+            weights = Shuffle(w[chunk], tuple(range(at * lanes, (at + 1) * lanes))) if lanes < 8 else w[chunk]
+            activation = Shuffle(a, (k,) * lanes) if lanes > 1 else Shuffle(a, (k,))
+            acc = acc + Cast(weights, "i32") * Cast(activation, "i32")
+        return acc
+
+
+def lane_arith_applies(ctx: LowerContext, cg: int, quant: Quant | None) -> bool:
+    """LaneArith's conditions: AArch64 NEON, a quantized Conv/Gemm with whole groups of 8 input channels,
+    an activation zero point that keeps x - x_zp in 16 bits (any int8 or uint8 one does)."""
+    return (quant is not None and ctx.target.int_simd.name in ("neon", "neon-dotprod")
+            and ctx.target.pointer_bits == 64 and cg % LaneArith.group == 0 and ctx.knobs.simd)
 
 
 class DotArith(IntArith):
@@ -595,6 +637,8 @@ def arith_form(arith: Arith) -> str:
         return "pairs"
     if isinstance(arith, DotArith):
         return f"dot{arith.group}" + ("raw" if arith.style.raw_bytes else "")
+    if isinstance(arith, LaneArith):
+        return f"lane{arith.group}"
     return "int" if isinstance(arith, IntArith) else ""
 
 
@@ -621,12 +665,14 @@ def lower_dense(ctx: LowerContext, node: Node, name: str, g: Geometry, groups: i
             s = dataclasses.replace(s, loop="weights" if outer else "pixels")
         return s if s.border else dataclasses.replace(s, border="tiles" if knobs.border_tiles else "clip")
 
-    chosen = ctx.schedule(node, workload(template, g, groups, x, arith_form(arith)),
-                          Schedule(template, *((knobs.core_mr, knobs.core_nr) if core else (knobs.mr, knobs.nr))),
+    default_tile = (knobs.core_mr, knobs.core_nr) if core else (knobs.mr, knobs.nr)
+    if isinstance(arith, LaneArith):    # its widened weights take 4 registers per vector of channels
+        default_tile = (knobs.mr, min(knobs.nr, LaneArith.tile_nr))
+    chosen = ctx.schedule(node, workload(template, g, groups, x, arith_form(arith)), Schedule(template, *default_tile),
                           rules)
     mr, nr, border = chosen.schedule.mr, chosen.schedule.nr, chosen.schedule.border
     blocks = channel_blocks(mg, lanes, min(nr, -(-mg // lanes)))
-    packed, offsets = _pack_dense(weight, groups, blocks, step)
+    packed, offsets = _pack_dense(weight, groups, blocks, step, isinstance(arith, LaneArith))
     wdata = arith.weights(packed)
     wbuf = ctx.const(wdata, "w")
     b = Builder()
@@ -644,10 +690,12 @@ def lower_dense(ctx: LowerContext, node: Node, name: str, g: Geometry, groups: i
             pixel0 = b.let("px", ((n * g.h + ih) * g.w + g.in_row(ow0 + pixels.start, 1) + kw * dx) * g.c
                            + group * cg)
             wrows = [b.let("wr", panel + (kh * g.kw + kw) * (cg * blk.width)) for blk, _, panel in items]
+            def bound(weights: Expr | list[Expr]) -> Expr | list[Expr]:
+                return [b.let("wv", w) for w in weights] if isinstance(weights, list) else b.let("wv", weights)
+
             with b.loop("c", 0, cg, step) as c:
-                wv = [[b.let("wv", arith.load_w(wbuf.vec(wrow + c * blk.width + j * blk.lanes * step,
-                                                         blk.lanes * step))) for j in range(blk.nr)]
-                      for (blk, _, _), wrow in zip(items, wrows)]
+                wv = [[bound(arith.load_w(wbuf.vec(wrow + c * blk.width + j * blk.lanes * step, blk.lanes * step)))
+                       for j in range(blk.nr)] for (blk, _, _), wrow in zip(items, wrows)]
                 for i in pixels:
                     operands: dict[int, Expr] = {}      # one load per pixel and vector width
                     for t, (blk, _, _) in enumerate(items):
@@ -958,6 +1006,8 @@ def _arith(ctx: LowerContext, node: Node, ins, style: DotStyle | None, weight: n
                              residual)
     if style is not None:
         return DotArith(ctx, style, quant, bias, weight, ins[0].dtype, residual)
+    if quant is not None and lane_arith_applies(ctx, weight.shape[1], quant):
+        return LaneArith(ctx, quant, bias, residual)
     if quant is not None:
         return IntArith(ctx, quant, bias, residual)
     return FloatArith(ctx, bias, node.attrs.get("acts", ()), residual)
