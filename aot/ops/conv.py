@@ -847,6 +847,9 @@ def lower_depthwise(ctx: LowerContext, node: Node, name: str, g: Geometry, weigh
     wbuf = ctx.const(arith.weights(np.ascontiguousarray(weight[:, 0].transpose(1, 2, 0))), "w")  # [kh][kw][c]
     b = Builder()
     dy, dx = g.dilation
+    # AArch64 int8: two vectors of channels load as one, widen to 16 bits once and multiply half by half
+    # into their int32 accumulators (SMLAL, SMLAL2): 8 multiply-accumulates for 5 instructions, not 10
+    halves = type(arith) is IntArith and lane_arith_applies(ctx, LaneArith.group, arith.q)
 
     def block_body(items, rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) -> None:
         """Tiles of `rows` pixels x each block of channels in `items` (block, first channel), accumulated
@@ -859,12 +862,23 @@ def lower_depthwise(ctx: LowerContext, node: Node, name: str, g: Geometry, weigh
                 for t, (blk, ch0) in enumerate(items):
                     pixel0 = b.let("px", ((n * g.h + ih) * g.w + g.in_row(ow0, 1) + kw * dx) * g.c + ch0)
                     wrow = (kh * g.kw + kw) * g.c + ch0
+                    paired = 2 * (blk.nr // 2) if halves else 0     # vectors taken two at a time
+                    wide = [b.let("ww", Cast(wbuf.vec(wrow + j * blk.lanes, 2 * blk.lanes), "i16"))
+                            for j in range(0, paired, 2)]
                     wv = [b.let("wv", arith.load_w(wbuf.vec(wrow + j * blk.lanes, blk.lanes)))
-                          for j in range(blk.nr)]
+                          for j in range(paired, blk.nr)]
                     for i in range(rows):
-                        for j in range(blk.nr):
-                            xv = arith.load_x(x.vec(pixel0 + i * g.stride[1] * g.c + j * blk.lanes, blk.lanes))
-                            b.assign(accs[t][i][j], arith.mac(accs[t][i][j], xv, wv[j]))
+                        at = pixel0 + i * g.stride[1] * g.c
+                        for j in range(0, paired, 2):
+                            xw = b.let("xw", Cast(x.vec(at + j * blk.lanes, 2 * blk.lanes), "i16")
+                                       - const(arith.q.x_zp, "i16", 2 * blk.lanes))
+                            for h in (0, 1):
+                                half = tuple(range(h * blk.lanes, (h + 1) * blk.lanes))
+                                b.assign(accs[t][i][j + h], accs[t][i][j + h] + Cast(Shuffle(xw, half), "i32")
+                                         * Cast(Shuffle(wide[j // 2], half), "i32"))
+                        for j in range(paired, blk.nr):
+                            xv = arith.load_x(x.vec(at + j * blk.lanes, blk.lanes))
+                            b.assign(accs[t][i][j], arith.mac(accs[t][i][j], xv, wv[j - paired]))
         for t, (blk, ch0) in enumerate(items):
             for i in range(rows):
                 base = ((n * g.oh + oh) * g.ow + ow0 + i) * g.c + ch0
