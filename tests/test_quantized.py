@@ -275,18 +275,49 @@ def lane_net() -> onnx.ModelProto:
 
 @pytest.mark.qemu
 @pytest.mark.parametrize("activations", [QuantType.QInt8, QuantType.QUInt8])
-@pytest.mark.parametrize("target", ["aarch64", "aarch64-dotprod"])
-def test_lane_kernels_on_aarch64(target, activations, tmp_path):
-    path = quantized(lane_net(), tmp_path, "QDQ", True, activations)
-    assert_within_one_step(path, target=target)
-    artifact = aot.build(path, target=target, out_dir=tmp_path / "b")
-    forms = {s["node"]: s["workload"].split()[-1] for s in artifact.metadata["schedules"]}
-    # with the dot product, unpadded layers take SDOT on raw bytes; padded ones the lane kernels
-    assert forms == {"a": "lane8", "b": "lane8", "c": "lane8", "g": "dot4raw" if target == "aarch64-dotprod" else "lane8"}
+@pytest.mark.parametrize("target,form,instruction", [
+    ("aarch64", "lane8", r"smlal2?\s+v\d+\.4s, v\d+\.[48]h, v\d+\.h\[\d\]"),     # by element
+    ("aarch64-dotprod", "dot4raw", r"sdot\s+v\d+\.4s"),          # padded layers too, through init_window
+    ("x86-64-avx512-vnni", "dot4raw", r"vpdpbusd")])
+def test_int8_forms_of_padded_and_strided_layers(target, form, instruction, activations, tmp_path):
     from aot.codegen.llvm import ModuleBuilder
     from aot.target import get_target
 
-    mb = ModuleBuilder("m", get_target(target))
+    tgt = get_target(target)
+    path = quantized(lane_net(), tmp_path, "QDQ", True, activations)
+    artifact = aot.build(path, target=target, out_dir=tmp_path / "b")
+    assert {s["node"]: s["workload"].split()[-1] for s in artifact.metadata["schedules"]} == dict.fromkeys("abcg", form)
+    mb = ModuleBuilder("m", tgt)
     for call in artifact.program.calls:
         mb.add_kernel(call.kernel)
-    assert re.search(r"smlal2?\s+v\d+\.4s, v\d+\.[48]h, v\d+\.h\[\d\]", mb.emit_assembly())
+    assert re.search(instruction, mb.emit_assembly())
+    if not tgt.run_command and not tgt.runs_natively():
+        pytest.skip(f"this CPU lacks {', '.join(tgt.cpu_flags)}: built and read, not run")
+    assert_within_one_step(path, target=target)
+
+
+@pytest.mark.parametrize("target", ["host", pytest.param("aarch64-dotprod", marks=pytest.mark.qemu)])
+@pytest.mark.parametrize("attrs", [
+    {"pads": [2, 0, 1, 3], "kernel_shape": [3, 2]},
+    {"pads": [1, 2, 1, 2], "dilations": [2, 2], "strides": [1, 2]},
+    {"pads": [3, 3, 3, 3]},                          # some windows lie wholly in the padding
+    {"pads": [5, 4, 4, 5], "kernel_shape": [2, 3]},  # padding wider than the kernel
+])
+def test_dot_products_on_raw_bytes_keep_the_zero_point_of_clipped_windows(target, attrs, tmp_path):
+    """A padded window skips its taps over the border; the zero point's share of the bias must be that of
+    the taps it keeps (DotArith.init_window), in the border tiles, the clipped pixels and the rows."""
+    from onnx import helper
+    from oracle import make_model
+
+    rng = np.random.default_rng(11)
+    kh, kw = attrs.get("kernel_shape", [3, 3])
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"], name="conv", **attrs)]
+    model = make_model(nodes, {"x": (1, 8, 9, 11)}, {"y": None},
+                       {"w": (rng.standard_normal((12, 8, kh, kw)) * 0.3).astype(np.float32),
+                        "b": rng.standard_normal(12).astype(np.float32)})
+    for activations in (QuantType.QInt8, QuantType.QUInt8):
+        path = quantized(model, tmp_path, "QDQ", True, activations)
+        built = aot.build(path, target=target, out_dir=tmp_path / activations.name)
+        forms = {s["workload"].split()[-1] for s in built.metadata["schedules"]}
+        assert forms <= {"dot4raw", "dot2"}, forms
+        assert_within_one_step(path, target=target)

@@ -536,23 +536,49 @@ class DotArith(IntArith):
 
     With raw bytes, x - x_zp is never formed: the zero point (and the +-128 that turns int8 into the
     unsigned bytes VNNI wants, or uint8 into the signed ones of sdot) comes off once, through the bias:
-    sum (x' - z') w = sum x' w - z' sum w.
+    sum (x' - z') w = sum x' w - z' sum w. With padding, a window clipped at the border skips the taps
+    over it, so its z' sum w is over the taps it keeps: init_window reads it from `window`, a table of
+    z' sum w over the window's leading [0, a) x [0, b) taps, by inclusion-exclusion of four corners.
     """
 
+    window: Buffer | None = None    # padded: (kh + 1) x (kw + 1) x channels of prefix sums (see above)
+
     def __init__(self, ctx: LowerContext, style: DotStyle, quant: Quant, bias: np.ndarray | None,
-                 weight: np.ndarray, x_dtype: str, residual: Buffer | None = None):
+                 weight: np.ndarray, x_dtype: str, residual: Buffer | None = None, padded: bool = False):
         self.style, self.group, self.scalar = style, style.group, style.scalar
         x_int8 = x_dtype == "i8"
         self.flip = style.raw_bytes and (x_int8 == style.a_unsigned)      # flip x's top bit
         if style.raw_bytes:
             z = quant.x_zp + ((128 if x_int8 else -128) if self.flip else 0)
-            sums = weight.reshape(weight.shape[0], -1).astype(np.int64).sum(axis=1)
-            int_bias = (bias.astype(np.int64) if bias is not None and bias.dtype == np.int32 else 0) - z * sums
+            taps = weight.astype(np.int64).sum(axis=1)                     # (out channels, kh, kw)
+            int_bias = bias.astype(np.int64) if bias is not None and bias.dtype == np.int32 else 0
+            if padded:
+                prefix = np.zeros((taps.shape[1] + 1, taps.shape[2] + 1, taps.shape[0]), np.int64)
+                prefix[1:, 1:] = (z * taps).transpose(1, 2, 0).cumsum(axis=0).cumsum(axis=1)
+                self.window = ctx.const(prefix.astype(np.int32), "zw")   # dot_style checked that it fits
+                self.taps = taps.shape[1:]
+                int_bias = int_bias + np.zeros(taps.shape[0], np.int64)
+            else:
+                int_bias = int_bias - z * taps.reshape(taps.shape[0], -1).sum(axis=1)
             super().__init__(ctx, quant, np.clip(int_bias, -(2**31), 2**31 - 1).astype(np.int32), residual)
             if bias is not None and bias.dtype == np.float32:
                 self.float_bias = ctx.const((bias / np.float32(quant.y_scale)).astype(np.float32), "fb")
         else:
             super().__init__(ctx, quant, bias, residual)
+
+    def init_window(self, ch: Expr, lanes: int, kh_lo: Expr, kh_hi: Expr, kw_lo: Expr, kw_hi: Expr) -> Expr:
+        """The accumulator's start for a window clipped to taps [kh_lo, kh_hi) x [kw_lo, kw_hi); a window
+        wholly over the padding may come as hi < lo (no taps): it keeps none."""
+        kh, kw = self.taps
+        channels = self.window.size // ((kh + 1) * (kw + 1))
+        kh_lo, kw_lo = minimum(kh_lo, kh), minimum(kw_lo, kw)         # padding wider than the kernel
+        kh_hi, kw_hi = maximum(kh_hi, kh_lo), maximum(kw_hi, kw_lo)
+
+        def corner(a: Expr, b: Expr) -> Expr:
+            return self.window.vec((a * (kw + 1) + b) * channels + ch, lanes)
+
+        kept = corner(kh_hi, kw_hi) - corner(kh_lo, kw_hi) - corner(kh_hi, kw_lo) + corner(kh_lo, kw_lo)
+        return self.init(ch, lanes) - kept
 
     def weights(self, packed: np.ndarray) -> np.ndarray:
         """int8 in flash whenever the values fit (16-bit pairs are widened as they are loaded)."""
@@ -683,8 +709,19 @@ def lower_dense(ctx: LowerContext, node: Node, name: str, g: Geometry, groups: i
     def block_body(items, group, rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) -> None:
         """Tiles of `rows` pixels x each block of channels in `items` (block, first channel, panel offset),
         accumulated over one pass through the window, then stored."""
-        accs = [[[b.local("acc", arith.init(ch0 + j * blk.lanes, blk.lanes)) for j in range(blk.nr)]
-                 for _ in range(rows)] for blk, ch0, _ in items]
+        def start(i: int, ch: Expr, lanes: int) -> Expr:
+            """Pixel i's accumulator at the start of its window (see DotArith.init_window)."""
+            if getattr(arith, "window", None) is None:
+                return arith.init(ch, lanes)
+            if kw_lo is not None:
+                return arith.init_window(ch, lanes, kh_lo, kh_hi, kw_lo, kw_hi)
+            kept = [kw for kw, i0, i1 in g.tap_pixels(ow0.value, rows) if i0 <= i < i1]
+            lo, hi = (min(kept), max(kept) + 1) if kept else (0, 0)
+            return arith.init_window(ch, lanes, kh_lo, kh_hi, const(lo), const(hi))
+
+        accs = [[[b.local("acc", start(i, ch0 + j * blk.lanes, blk.lanes)) for j in range(blk.nr)]
+                 for i in range(rows)] for blk, ch0, _ in items]
+
         def tap(kh, ih, kw, pixels: range) -> None:
             """One tap of the window for the tile's `pixels`, over the input channels."""
             pixel0 = b.let("px", ((n * g.h + ih) * g.w + g.in_row(ow0 + pixels.start, 1) + kw * dx) * g.c
@@ -825,7 +862,8 @@ def dot_style(ctx: LowerContext, node: Node, groups: int, cg: int) -> DotStyle |
     for style in ctx.target.int_simd.dots:
         if cg % style.group:
             continue
-        if style.raw_bytes and (weight.dtype != np.int8 or np.any(quant.w_zp) or any(node.attrs.get("pads", (0,)))):
+        if style.raw_bytes and (weight.dtype != np.int8 or np.any(quant.w_zp) or (
+                any(node.attrs.get("pads", (0,))) and not _window_sums_fit(weight))):
             continue
         if style.byte_pairs and (ctx.graph.values[node.inputs[0]].dtype not in _BYTES or not _fits_int8(
                 _minus_zero_point(weight, quant, axis=0 if weight.ndim == 4 else 1))):
@@ -1019,7 +1057,8 @@ def _arith(ctx: LowerContext, node: Node, ins, style: DotStyle | None, weight: n
         return BytePairArith(ctx, style, quant, bias, weight, ins[0].dtype, any(node.attrs.get("pads", (0,))),
                              residual)
     if style is not None:
-        return DotArith(ctx, style, quant, bias, weight, ins[0].dtype, residual)
+        return DotArith(ctx, style, quant, bias, weight, ins[0].dtype, residual,
+                        padded=style.raw_bytes and any(node.attrs.get("pads", (0,))))
     if quant is not None and lane_arith_applies(ctx, weight.shape[1], quant):
         return LaneArith(ctx, quant, bias, residual)
     if quant is not None:
@@ -1031,6 +1070,12 @@ def _residual(node: Node, ins: list[Buffer]) -> Buffer | None:
     """The buffer of a fused residual Add's other operand, if the node has one."""
     index = op_def(node.op).index("residual")
     return ins[index] if len(ins) > index else None
+
+
+def _window_sums_fit(weight: np.ndarray) -> bool:
+    """Whether DotArith's table of z' sum w over a padded window's taps fits int32 (|z'| <= 256)."""
+    per_channel = np.abs(weight.astype(np.int64)).reshape(weight.shape[0], -1).sum(axis=1)
+    return per_channel.size == 0 or int(per_channel.max()) * 256 < 2**31
 
 
 def _fits_int8(values: np.ndarray) -> bool:
