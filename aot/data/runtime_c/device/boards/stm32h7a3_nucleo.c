@@ -62,10 +62,6 @@
 /* USART3, 0x4000 4800 (RM0455 USART chapter; FIFO mode left off) */
 #define USART3_CR1 REG32(0x40004800u)    /* UE 0, RE 2, TE 3 */
 #define USART3_BRR REG32(0x4000480Cu)    /* usart_ker_ck / baud with 16x oversampling, PRESC = 1 */
-#define USART3_ISR REG32(0x4000481Cu)    /* FE 1, NE 2, ORE 3, RXNE(RXFNE) 5, TXE(TXFNF) 7 */
-#define USART3_ICR REG32(0x40004820u)    /* FECF 1, NECF 2, ORECF 3 */
-#define USART3_RDR REG32(0x40004824u)
-#define USART3_TDR REG32(0x40004828u)
 
 /* Cortex-M7 system control space (ARMv7-M ARM B3.2; Cortex-M7 TRM, L1 cache) */
 #define SCB_CCR REG32(0xE000ED14u)       /* IC bit 17, DC bit 16 */
@@ -76,9 +72,6 @@
 
 #define BAUD 115200u
 #define PCLK1_HZ ((AOT_CLOCK_HZ) / 4u)   /* CPU 280 -> AHB /2 -> APB1 /2 */
-#define ISR_ERRORS 0xEu                  /* FE | NE | ORE */
-#define ISR_RXNE (1u << 5)
-#define ISR_TXE (1u << 7)
 
 static void wait_set(volatile uint32_t *reg, uint32_t mask, uint32_t value)
 {
@@ -182,22 +175,4 @@ void aot_board_init(void)
     clock_280mhz();
     caches_on();
     console_usart3();
-}
-
-void aot_console_putc(int c)
-{
-    while (!(USART3_ISR & ISR_TXE))
-        ;
-    USART3_TDR = (uint32_t)(unsigned char)c;
-}
-
-int aot_console_getc(void)
-{
-    for (;;) {
-        uint32_t isr = USART3_ISR;
-        if (isr & ISR_RXNE)
-            return (int)(USART3_RDR & 0xFFu);
-        if (isr & ISR_ERRORS)
-            USART3_ICR = ISR_ERRORS;                 /* an overrun stops reception until cleared */
-    }
 }

@@ -53,15 +53,8 @@
 /* LPUART1, 0x4000 8000 (RM0432 LPUART chapter) */
 #define LPUART1_CR1 REG32(0x40008000u)  /* UE bit 0, RE 2, TE 3 (FIFO off, M = 8 data bits) */
 #define LPUART1_BRR REG32(0x4000800Cu)  /* 256 * f_ck / baud, 20 bits, at least 0x300 */
-#define LPUART1_ISR REG32(0x4000801Cu)  /* FE 1, NE 2, ORE 3, RXNE 5, TXE 7 */
-#define LPUART1_ICR REG32(0x40008020u)  /* FECF 1, NECF 2, ORECF 3 */
-#define LPUART1_RDR REG32(0x40008024u)
-#define LPUART1_TDR REG32(0x40008028u)
 
 #define BAUD 115200u
-#define ISR_ERRORS 0xEu                 /* FE | NE | ORE */
-#define ISR_RXNE (1u << 5)
-#define ISR_TXE (1u << 7)
 
 static void wait_set(volatile uint32_t *reg, uint32_t mask, uint32_t value)
 {
@@ -127,22 +120,4 @@ void aot_board_init(void)
 {
     clock_120mhz();
     console_lpuart1();
-}
-
-void aot_console_putc(int c)
-{
-    while (!(LPUART1_ISR & ISR_TXE))
-        ;
-    LPUART1_TDR = (uint32_t)(unsigned char)c;
-}
-
-int aot_console_getc(void)
-{
-    for (;;) {
-        uint32_t isr = LPUART1_ISR;
-        if (isr & ISR_RXNE)
-            return (int)(LPUART1_RDR & 0xFFu);
-        if (isr & ISR_ERRORS)
-            LPUART1_ICR = ISR_ERRORS;                /* an overrun stops reception until cleared */
-    }
 }
