@@ -12,8 +12,9 @@ as whole processes: aot's timing harness (linked statically) and a Python script
 (one intra-op thread, all graph optimizations; onnxruntime's cpuinfo reads an ARM /proc/cpuinfo bound
 over the host's, or it crashes). One inference costs (count(1 + K runs) - count(1 run)) / K, so loading,
 the interpreter's start-up and session creation cancel out (PYTHONHASHSEED is fixed; K = --extra).
-onnxruntime's process is not exactly repeatable (about 1 M of its 2 G start-up instructions vary, and now
-and then a run does 100 M more): each of its two counts is the least of 3 processes. aot's is exact.
+onnxruntime's process is not exactly repeatable (up to some 10 M of its 2 G start-up instructions vary, and
+now and then a run does 100 M more): each of its two counts is the least of 3 processes, and its K is
+raised until the extra inferences execute some 500 M instructions (by aot's count). aot's is exact.
 `-cpu cortex-a72` (Pi 4) runs aot's `aarch64` build, `-cpu cortex-a76` (Pi 5, dot product) its
 `aarch64-dotprod` build; onnxruntime picks its kernels from the cpuinfo it reads (asimddp on the A76).
 aot's outputs are checked against onnxruntime's on the host.
@@ -25,6 +26,7 @@ and for int8 aot's int8 / aot's fp32 on the same core.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import subprocess
 import sys
@@ -48,6 +50,7 @@ from aot.run.count import build_plugin  # noqa: E402
 
 CPUS = {"cortex-a72": "aarch64", "cortex-a76": "aarch64-dotprod"}
 MODELS = ("ds_cnn", "mobilenet_v1", "resnet8", "mobilenet_v2")
+MIN_EXTRA_INSNS = 5e8   # onnxruntime runs at least this many instructions of extra inferences (by aot's count)
 ORT_TRIES = 3           # onnxruntime's processes vary (start-up work, now and then a large outlier): the least of 3
 ORT_SCRIPT = """
 import sys
@@ -149,7 +152,9 @@ def main(argv: list[str] | None = None) -> int:
                     run_dir = work / f"{name}_{precision}_{cpu}"
                     run_dir.mkdir()
                     ours, good = aot_count(model, cpu, feeds, plugin, run_dir, args.extra)
-                    theirs = ort_count(path, inputs, cpu, args.arm64, plugin, script, args.extra)
+                    # enough inferences that their count dwarfs the noise of onnxruntime's start-up
+                    extra = max(args.extra, math.ceil(MIN_EXTRA_INSNS / ours))
+                    theirs = ort_count(path, inputs, cpu, args.arm64, plugin, script, extra)
                     if precision == "fp32":
                         fp32[cpu] = ours
                     ok &= good
