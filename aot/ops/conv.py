@@ -495,9 +495,9 @@ class IntArith:
 class LaneArith(IntArith):
     """int8 on AArch64 NEON without a dot product usable here: a step takes `group` (8) input channels of
     a pixel as one vector of 16-bit x - x_zp, and per input channel k multiplies the weights of the
-    vector's output channels (16-bit, consecutive: see _pack_dense's channels_inner) by lane k of it,
-    widening into the int32 accumulators: SMLAL/SMLAL2 by element, 4 multiply-accumulates an instruction,
-    with the activations loaded and widened once per 8 channels instead of once per channel."""
+    vector's output channels (consecutive: see _pack_dense's channels_inner; int8 in flash, widened 8 at a
+    time) by lane k of it, widening into the int32 accumulators: SMLAL/SMLAL2 by element, 4
+    multiply-accumulates an instruction, the activations loaded and widened once per 8 channels, not each."""
 
     group = 8
     tile_nr = 2         # vectors of output channels per tile by default: 2 x MR accumulators, 8 weight registers
