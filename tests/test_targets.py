@@ -26,7 +26,7 @@ VECTOR_CODE = {
     "x86-64-avx512": "vfmadd231ps\t%zmm", "x86-64-avx512-vnni": "vfmadd231ps\t%zmm",
     "x86-64-avx2": "vfmadd231ps\t%ymm", "x86-64": "mulps\t%xmm",
     "aarch64": "fmla\tv", "aarch64-dotprod": "fmla\tv", "armv7-neon": ".f32\tq",
-    "cortex-m4": "vfma.f32\ts", "cortex-m7": "vfma.f32\ts",                 # scalar FPU, fused
+    "cortex-m4": "vfma.f32\ts", "cortex-m7": "vfma.f32\ts", "cortex-m7-sp": "vfma.f32\ts",   # scalar FPU, fused
     "cortex-m55": "vfma.f32\tq", "cortex-m0plus": "bl\t__aeabi_fmul",       # Helium; soft float
 }
 SOFT_FLOAT = {"__aeabi_fadd", "__aeabi_fsub", "__aeabi_fmul", "__aeabi_fdiv", "__aeabi_fcmplt", "__aeabi_fcmpgt",
