@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "aot_device.h"
+#include "cortex_m7_cache.h"
 
 #ifndef AOT_CLOCK_HZ
 #error "define AOT_CLOCK_HZ (the board file's clock_hz)"
@@ -54,11 +55,6 @@
 #define USART3_BRR REG32(0x4000480Cu)   /* f_ck / baud with 16x oversampling */
 
 /* Cortex-M7 system control space (ARMv7-M ARM B3.2; Cortex-M7 TRM, L1 cache) */
-#define SCB_CCR REG32(0xE000ED14u)      /* IC bit 17, DC bit 16 */
-#define SCB_CCSIDR REG32(0xE000ED80u)   /* sets [27:13], ways [12:3] of the selected cache */
-#define SCB_CSSELR REG32(0xE000ED84u)   /* 0 = level 1 data cache */
-#define SCB_ICIALLU REG32(0xE000EF50u)  /* invalidate the whole instruction cache */
-#define SCB_DCISW REG32(0xE000EF60u)    /* invalidate a data cache line by set/way */
 
 #define BAUD 115200u
 #define PCLK1_HZ ((AOT_CLOCK_HZ) / 4u)
@@ -67,11 +63,6 @@ static void wait_set(volatile uint32_t *reg, uint32_t mask, uint32_t value)
 {
     while ((*reg & mask) != value)
         ;
-}
-
-static void barrier(void)
-{
-    __asm__ volatile("dsb\n\tisb" ::: "memory");
 }
 
 static void clock_216mhz(void)
@@ -108,30 +99,6 @@ static void clock_216mhz(void)
     wait_set(&RCC_CFGR, 3u << 2, 2u << 2);
 }
 
-/* The L1 caches are off after reset and their contents undefined: invalidate, then enable. */
-static void caches_on(void)
-{
-    uint32_t ccsidr, sets, ways, set, way;
-
-    barrier();
-    SCB_ICIALLU = 0;
-    barrier();
-    SCB_CCR |= 1u << 17;
-    barrier();
-
-    SCB_CSSELR = 0;                                  /* level 1 data cache */
-    barrier();
-    ccsidr = SCB_CCSIDR;
-    sets = ((ccsidr >> 13) & 0x7FFFu) + 1u;
-    ways = ((ccsidr >> 3) & 0x3FFu) + 1u;
-    for (set = 0; set < sets; set++)                 /* 32-byte lines, 4 ways: set at bit 5, way at bit 30 */
-        for (way = 0; way < ways; way++)
-            SCB_DCISW = (set << 5) | (way << 30);
-    barrier();
-    SCB_CCR |= 1u << 16;
-    barrier();
-}
-
 static void console_usart3(void)
 {
     RCC_AHB1ENR |= 1u << 3;                          /* GPIOD clock */
@@ -153,6 +120,6 @@ static void console_usart3(void)
 void aot_board_init(void)
 {
     clock_216mhz();
-    caches_on();
+    cortex_m7_caches_on();
     console_usart3();
 }

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "aot_device.h"
+#include "cortex_m7_cache.h"
 
 #ifndef AOT_CLOCK_HZ
 #error "define AOT_CLOCK_HZ (the board file's clock_hz)"
@@ -64,11 +65,6 @@
 #define USART3_BRR REG32(0x4000480Cu)    /* usart_ker_ck / baud with 16x oversampling, PRESC = 1 */
 
 /* Cortex-M7 system control space (ARMv7-M ARM B3.2; Cortex-M7 TRM, L1 cache) */
-#define SCB_CCR REG32(0xE000ED14u)       /* IC bit 17, DC bit 16 */
-#define SCB_CCSIDR REG32(0xE000ED80u)
-#define SCB_CSSELR REG32(0xE000ED84u)
-#define SCB_ICIALLU REG32(0xE000EF50u)
-#define SCB_DCISW REG32(0xE000EF60u)
 
 #define BAUD 115200u
 #define PCLK1_HZ ((AOT_CLOCK_HZ) / 4u)   /* CPU 280 -> AHB /2 -> APB1 /2 */
@@ -77,11 +73,6 @@ static void wait_set(volatile uint32_t *reg, uint32_t mask, uint32_t value)
 {
     while ((*reg & mask) != value)
         ;
-}
-
-static void barrier(void)
-{
-    __asm__ volatile("dsb\n\tisb" ::: "memory");
 }
 
 static void power_smps_vos0(void)
@@ -127,30 +118,6 @@ static void clock_280mhz(void)
     wait_set(&RCC_CFGR, 7u << 3, 3u << 3);
 }
 
-/* The L1 caches are off after reset and their contents undefined: invalidate, then enable. */
-static void caches_on(void)
-{
-    uint32_t ccsidr, sets, ways, set, way;
-
-    barrier();
-    SCB_ICIALLU = 0;
-    barrier();
-    SCB_CCR |= 1u << 17;
-    barrier();
-
-    SCB_CSSELR = 0;
-    barrier();
-    ccsidr = SCB_CCSIDR;
-    sets = ((ccsidr >> 13) & 0x7FFFu) + 1u;
-    ways = ((ccsidr >> 3) & 0x3FFu) + 1u;
-    for (set = 0; set < sets; set++)                 /* 32-byte lines, 4 ways: set at bit 5, way at bit 30 */
-        for (way = 0; way < ways; way++)
-            SCB_DCISW = (set << 5) | (way << 30);
-    barrier();
-    SCB_CCR |= 1u << 16;
-    barrier();
-}
-
 static void console_usart3(void)
 {
     RCC_AHB4ENR |= 1u << 3;                          /* GPIOD clock */
@@ -173,6 +140,6 @@ void aot_board_init(void)
 {
     power_smps_vos0();
     clock_280mhz();
-    caches_on();
+    cortex_m7_caches_on();
     console_usart3();
 }
