@@ -172,6 +172,9 @@ def bench(model, board: str | Board | DeviceBoard | None = None, target: str | T
     if isinstance(brd, DeviceBoard):
         if profile:
             raise OptionError(f"board {brd.name}: --profile is not available on microcontroller boards yet")
+        if number != 1 or min_repeat_ms:
+            raise OptionError(f"board {brd.name}: a microcontroller counts every run on its own (--repeat runs after "
+                              "--warmup); --number and --min-repeat-ms do not apply")
         return _bench_on_device(model, brd, tgt, repeat, warmup, build_dir, timeout, accept_new_host_key, seed,
                                 knobs, input_shapes, freeze, memory, records, reference, count)
     if brd and brd.regions:

@@ -422,3 +422,10 @@ sleep 0.5
     # a flashed board is not known to be qemu: its figures are cycles at the board's clock, as a real one's
     assert result.device.unit == "cycles" and len(result.times_ms) == 2
     assert result.device.timer == "systick" and "held by the debugger" in result.device.timer_note
+
+
+def test_options_that_do_not_apply_to_a_microcontroller_are_refused():
+    with pytest.raises(aot.OptionError, match="--number and --min-repeat-ms do not apply"):
+        bench(tiny_model(), board="qemu-m4-uart", number=5)
+    with pytest.raises(aot.OptionError, match="--profile is not available on microcontroller boards"):
+        bench(tiny_model(), board="qemu-m4-uart", profile=True)
