@@ -137,7 +137,7 @@ def _execute(model, inputs, target, input_shapes, out_dir, seed, timeout, knobs=
              records=None, board=None, board_dirs=()):
     brd = device_board(board, board_dirs) if board is not None else None
     if brd is not None:
-        target, memory = brd.target, {**brd.memory_limits, **(memory or {})}
+        target, memory = brd.target, brd.build_memory(memory)
     with tempfile.TemporaryDirectory(prefix="aot-") as tmp:
         artifact = (model if isinstance(model, Artifact)
                     else _build_for_run(model, target, input_shapes, out_dir, knobs, freeze, tmp, memory, records))

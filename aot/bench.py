@@ -119,6 +119,15 @@ class BenchResult:
         """All outputs within tolerance; True when nothing was compared (reference "none")."""
         return all(c.ok for c in self.comparisons)
 
+    @classmethod
+    def on_device(cls, model: str, sha256: str, board: DeviceBoard, target: str, figures: DeviceFigures,
+                  **checked) -> BenchResult:
+        """A microcontroller's result: times only where the counts are cycles (at the board's clock); its
+        stats are in milliseconds then, else in the figures' unit. `checked`: comparisons, macs, reference..."""
+        times = [] if board.emulated else [c * 1e3 / board.clock_hz for c in figures.per_run]
+        return cls(model, sha256, board.name, target, board.emulated, 1, times,
+                   Stats.of(times) if times else figures.stats, device=figures, **checked)
+
 
 def _render_timing(artifact: Artifact, path: Path, profile: bool) -> None:
     env = local.runtime_templates()
@@ -229,7 +238,7 @@ def _bench_on_device(model, brd: DeviceBoard, tgt: Target, repeat: int, warmup: 
     with tempfile.TemporaryDirectory(prefix="aot-bench-") as tmp:
         try:
             artifact = build(model, target=tgt, out_dir=build_dir or Path(tmp) / "build", knobs=knobs,
-                             input_shapes=input_shapes, freeze=freeze, memory={**brd.memory_limits, **(memory or {})},
+                             input_shapes=input_shapes, freeze=freeze, memory=brd.build_memory(memory),
                              records=records)
         except PlanError as err:
             raise PlanError(f"on board {brd.name} (its [flash], and its [ram] less the stack): {err}") from None
@@ -243,10 +252,8 @@ def _bench_on_device(model, brd: DeviceBoard, tgt: Target, repeat: int, warmup: 
             used, reason = ref.used, ref.fallback_reason
         macs = sum(node_macs(artifact.program.graph, c.node) for c in artifact.program.calls)
         label, sha = artifact.model.label, artifact.model.sha256
-    figures = device_figures(run, brd)
-    times = [c * 1e3 / brd.clock_hz for c in figures.per_run] if not brd.emulated else []
-    return BenchResult(label, sha, brd.name, tgt.name, brd.emulated, 1, times,
-                       Stats.of(times) if times else figures.stats, comparisons, [], macs, used, reason, figures)
+    return BenchResult.on_device(label, sha, brd, tgt.name, device_figures(run, brd), comparisons=comparisons,
+                                 macs=macs, reference=used, fallback_reason=reason)
 
 
 def device_figures(run, brd: DeviceBoard) -> DeviceFigures:

@@ -414,14 +414,12 @@ class _Device:
         self._run(ins, outs, 0, 1)
 
     def bench(self, ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], warmup: int, repeat: int) -> BenchResult:
-        from aot.bench import BenchResult, Stats, device_figures
+        from aot.bench import BenchResult, device_figures
 
         figures = device_figures(self._run(ins, outs, warmup, repeat), self.board)
-        times = [] if self.emulated else [c * 1e3 / self.board.clock_hz for c in figures.per_run]
         model = self.build.metadata.get("model", {})
-        return BenchResult(model.get("file", self.build.name), model.get("sha256", ""), self.where,
-                           self.files.target.name, self.emulated, 1, times, Stats.of(times) if times else figures.stats,
-                           device=figures)
+        return BenchResult.on_device(model.get("file", self.build.name), model.get("sha256", ""), self.board,
+                                     self.files.target.name, figures)
 
 
 def _release(tmp: str, handle: int | None) -> None:
@@ -743,7 +741,7 @@ def compile(model: str | os.PathLike | onnx.ModelProto, target: str | Target = "
     if brd is not None and not isinstance(brd, DeviceBoard) and brd.regions:
         tgt = dataclasses.replace(tgt, regions=brd.regions)
     if isinstance(brd, DeviceBoard):       # a microcontroller's flash and RAM bound the build
-        build_options["memory"] = {**brd.memory_limits, **(build_options.get("memory") or {})}
+        build_options["memory"] = brd.build_memory(build_options.get("memory"))
     work = Path(tempfile.mkdtemp(prefix="aot-compile-"))
     try:
         out_dir = build_options.pop("out_dir", None) or work / "build"

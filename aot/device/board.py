@@ -91,6 +91,10 @@ class DeviceBoard:
             return {}
         return {"flash": self.flash.size, "ram": self.ram.size - self.stack}
 
+    def build_memory(self, given: dict[str, int] | None) -> dict[str, int]:
+        """The limits a build for this board takes: the board's, with the ones the user gives (--memory) over them."""
+        return {**self.memory_limits, **(given or {})}
+
 
 def _misspelled(key: str, known: set[str]) -> str:
     close = difflib.get_close_matches(key, sorted(known), n=1)
