@@ -36,32 +36,7 @@ void Reset_Handler(void) __attribute__((noreturn));
 void Fault_Handler(void);
 
 
-void NMI_Handler(void) __attribute__((weak, alias("Fault_Handler")));
-void HardFault_Handler(void) __attribute__((weak, alias("Fault_Handler")));
-void MemManage_Handler(void) __attribute__((weak, alias("Fault_Handler")));
-void BusFault_Handler(void) __attribute__((weak, alias("Fault_Handler")));
-void UsageFault_Handler(void) __attribute__((weak, alias("Fault_Handler")));
-void SecureFault_Handler(void) __attribute__((weak, alias("Fault_Handler")));
-void SVC_Handler(void) __attribute__((weak, alias("Fault_Handler")));
-void DebugMon_Handler(void) __attribute__((weak, alias("Fault_Handler")));
-void PendSV_Handler(void) __attribute__((weak, alias("Fault_Handler")));
-void SysTick_Handler(void) __attribute__((weak, alias("Fault_Handler"))); /* the harness's timer defines it */
-
-typedef void (*aot_handler)(void);
-struct aot_vector_table {
-    void *initial_sp;
-    aot_handler handler[15];
-};
-
-/* At the start of flash (the linker script keeps it there). No device interrupts are used. */
-__attribute__((section(".vectors"), used)) const struct aot_vector_table aot_vectors = {
-    __stack_top,
-    {
-        Reset_Handler, NMI_Handler, HardFault_Handler, MemManage_Handler, BusFault_Handler,
-        UsageFault_Handler, SecureFault_Handler, 0, 0, 0, SVC_Handler, DebugMon_Handler, 0,
-        PendSV_Handler, SysTick_Handler,
-    },
-};
+#include "../cortex_m_vectors.h"
 
 void Reset_Handler(void)
 {
