@@ -19,7 +19,10 @@ class DotStyle:
     bytes: raw 8-bit values, `group` of them per 32-bit lane (AVX-512 VNNI vpdpbusd takes the
     activations unsigned, NEON sdot signed); the zero point comes off through the bias, so every tap
     of the window must be present (no padding). pairs: x - x_zp and w - w_zp as 16-bit pairs in one
-    32-bit lane (x86 vpmaddwd, the Cortex-M DSP's SMLAD: two multiplies and two adds at once); any padding."""
+    32-bit lane (x86 vpmaddwd, the Cortex-M DSP's SMLAD: two multiplies and two adds at once); any padding.
+    widening: raw bytes without a dot-product instruction (AArch64 NEON): 8 input channels of a pixel, two
+    output channels to a 16-byte block, products summed in 16 bits and then pairwise (k.WideningDot), two
+    i32 lanes per output channel added at the end."""
 
     group: int
     raw_bytes: bool
@@ -27,6 +30,7 @@ class DotStyle:
     scalar: bool = False        # one output channel per accumulator, the group summed across a vector
     byte_pairs: bool = False    # 4 bytes per 32-bit load, widened in pairs (bytes 0,2 and 1,3) in core
                                 # registers with the zero point added (sxtab16), multiplied by SMLAD
+    widening: bool = False      # SMULL, SMLAL2, SADALP (see above); weights in [-127, 127]
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,8 @@ _FORMS = (
     IntSimd("avx512bw", "x86 AVX-512BW: vpmaddwd on 16-bit pairs, 16 lanes", (_PAIRS,)),
     IntSimd("avx512-vnni", "x86 AVX-512 VNNI: vpdpbusd on 4 bytes per lane (unsigned x signed)",
             (DotStyle(4, True, a_unsigned=True), _PAIRS)),
-    IntSimd("neon", "Arm NEON without dot product: widening multiply-accumulate", row_lanes=4),
+    IntSimd("neon", "Arm NEON without dot product: widening multiply-accumulate (SMULL, SMLAL2, SADALP on AArch64)",
+            (DotStyle(8, True, widening=True),), row_lanes=4),
     IntSimd("neon-dotprod", "Arm NEON with the Armv8.2 dot product: sdot on 4 signed bytes per lane",
             (DotStyle(4, True),)),
     IntSimd("dsp", "Arm DSP extension (Cortex-M4/M7): bytes widened in pairs (SXTB16, SXTAB16), SMLAD on "

@@ -275,28 +275,66 @@ def lane_net() -> onnx.ModelProto:
 
 @pytest.mark.qemu
 @pytest.mark.parametrize("activations", [QuantType.QInt8, QuantType.QUInt8])
-@pytest.mark.parametrize("target,form,instruction", [
-    ("aarch64", "lane8", r"smlal2?\s+v\d+\.4s, v\d+\.[48]h, v\d+\.h\[\d\]"),     # by element
-    ("aarch64-dotprod", "dot4raw", r"sdot\s+v\d+\.4s"),          # padded layers too, through init_window
-    ("x86-64-avx512-vnni", "dot4raw", r"vpdpbusd")])
-def test_int8_forms_of_padded_and_strided_layers(target, form, instruction, activations, tmp_path):
+@pytest.mark.parametrize("target,forms,instructions", [
+    # whole vectors of output channels on SMULL/SMLAL2/SADALP, the 13- and 5-channel layers by element
+    ("aarch64", "widening8 widening8 lane8 lane8",
+     (r"smull\s+v\d+\.8h, v\d+\.8b", r"smlal2\s+v\d+\.8h, v\d+\.16b", r"sadalp\s+v\d+\.4s, v\d+\.8h",
+      r"smlal2?\s+v\d+\.4s, v\d+\.[48]h, v\d+\.h\[\d\]")),
+    ("aarch64-dotprod", "dot4raw " * 4, (r"sdot\s+v\d+\.4s",)),     # padded layers too, through init_window
+    ("x86-64-avx512-vnni", "dot4raw " * 4, (r"vpdpbusd",))])
+def test_int8_forms_of_padded_and_strided_layers(target, forms, instructions, activations, tmp_path):
     from aot.codegen.llvm import ModuleBuilder
     from aot.target import get_target
 
     tgt = get_target(target)
     path = quantized(lane_net(), tmp_path, "QDQ", True, activations)
     artifact = aot.build(path, target=target, out_dir=tmp_path / "b")
-    assert {s["node"]: s["workload"].split()[-1] for s in artifact.metadata["schedules"]} == dict.fromkeys("abcg", form)
+    assert {s["node"]: s["workload"].split()[-1] for s in artifact.metadata["schedules"]} == dict(
+        zip("abcg", forms.split()))
     mb = ModuleBuilder("m", tgt)
     for call in artifact.program.calls:
         mb.add_kernel(call.kernel)
-    assert re.search(instruction, mb.emit_assembly())
+    assembly = mb.emit_assembly()
+    for instruction in instructions:
+        assert re.search(instruction, assembly), instruction
     if not tgt.run_command and not tgt.runs_natively():
         pytest.skip(f"this CPU lacks {', '.join(tgt.cpu_flags)}: built and read, not run")
     assert_within_one_step(path, target=target)
 
 
-@pytest.mark.parametrize("target", ["host", pytest.param("aarch64-dotprod", marks=pytest.mark.qemu)])
+@pytest.mark.qemu
+@pytest.mark.parametrize("low,form", [(-127, "widening8"), (-128, "lane8")])
+def test_widening_products_need_weights_above_minus_128(low, form, tmp_path):
+    """SMULL/SMLAL2 add two products in 16 bits, which only fits without -128 * -128: a weight of -128
+    takes the by-element form, with uint8 activations flipped to the -128 they can reach, and int8 ones."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(5)
+    w = rng.integers(-127, 128, (8, 16, 1, 1)).astype(np.int8)
+    w[:, :, 0, 0] = low     # every product of a pair at its extreme where the input is too
+    for x_type, x_np, x_zp in ((TensorProto.UINT8, np.uint8, 255), (TensorProto.INT8, np.int8, 127)):
+        nodes = [helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"]),
+                 helper.make_node("DequantizeLinear", ["w", "ws"], ["wf"], axis=0),
+                 helper.make_node("Conv", ["xf", "wf"], ["yf"]),
+                 helper.make_node("QuantizeLinear", ["yf", "ys", "yz"], ["y"])]
+        inits = [helper.make_tensor("xs", TensorProto.FLOAT, [], [0.05]),
+                 helper.make_tensor("xz", x_type, [], [x_zp]),
+                 onnx.numpy_helper.from_array(w, "w"),
+                 onnx.numpy_helper.from_array(np.full(8, 0.004, np.float32), "ws"),
+                 helper.make_tensor("ys", TensorProto.FLOAT, [], [2.0]),
+                 helper.make_tensor("yz", TensorProto.INT8, [], [0])]
+        graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", x_type, [1, 16, 3, 5])],
+                                  [helper.make_tensor_value_info("y", TensorProto.INT8, [1, 8, 3, 5])], inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+        feeds = {"x": np.full((1, 16, 3, 5), np.iinfo(x_np).min, x_np)}    # -128 as the products see it
+        built = aot.build(model, target="aarch64", out_dir=tmp_path / str(x_np.__name__))
+        assert [s["workload"].split()[-1] for s in built.metadata["schedules"]] == [form]
+        result = aot.check(model, target="aarch64", inputs=feeds)
+        assert result.comparisons[0].max_abs == 0, result.comparisons[0]
+
+
+@pytest.mark.parametrize("target", ["host", pytest.param("aarch64-dotprod", marks=pytest.mark.qemu),
+                                    pytest.param("aarch64", marks=pytest.mark.qemu)])
 @pytest.mark.parametrize("attrs", [
     {"pads": [2, 0, 1, 3], "kernel_shape": [3, 2]},
     {"pads": [1, 2, 1, 2], "dilations": [2, 2], "strides": [1, 2]},
@@ -319,5 +357,6 @@ def test_dot_products_on_raw_bytes_keep_the_zero_point_of_clipped_windows(target
         path = quantized(model, tmp_path, "QDQ", True, activations)
         built = aot.build(path, target=target, out_dir=tmp_path / activations.name)
         forms = {s["workload"].split()[-1] for s in built.metadata["schedules"]}
-        assert forms <= {"dot4raw", "dot2"}, forms
+        assert forms == {"aarch64": {"widening8"}, "aarch64-dotprod": {"dot4raw"}}[target] if target != "host" \
+            else forms <= {"dot4raw", "dot2"}, forms
         assert_within_one_step(path, target=target)

@@ -281,6 +281,8 @@ class _FunctionEmitter:
             return self.masked_load(e)
         if isinstance(e, k.RowDot):
             return self.row_dot(e)
+        if isinstance(e, k.WideningDot):
+            return self.widening_dot(e)
         if isinstance(e, k.Lanes):
             vec = ir.Constant(self.mb.type_of(e.dtype, e.lanes), ir.Undefined)
             for i, value in enumerate(e.values):
@@ -367,6 +369,36 @@ class _FunctionEmitter:
                                                                            [i * group + g for i in range(lanes)]))
             acc = self.b.add(acc, picked)
         return acc
+
+    def widening_dot(self, e: k.WideningDot) -> ir.Value:
+        """Per 16-byte block: products of bytes i and i + 8 summed in 16 bits, which LLVM selects as SMULL
+        and SMLAL2, then added pairwise into the block's four i32 lanes (SADALP on AArch64; elsewhere the
+        same sums portably)."""
+        acc, a, w = self.expr(e.acc), self.expr(e.a), self.expr(e.b)
+        i16x8, i32x4 = ir.VectorType(ir.IntType(16), 8), ir.VectorType(_I32, 4)
+
+        def pick(v: ir.Value, lanes: list[int]) -> ir.Value:
+            return self.b.shuffle_vector(v, v, ir.Constant(ir.VectorType(_I32, len(lanes)), lanes))
+
+        def pairwise(pairs: ir.Value) -> ir.Value:
+            if self.mb.tm.triple.startswith("aarch64"):
+                fn = self.mb.declare("llvm.aarch64.neon.saddlp.v4i32.v8i16", ir.FunctionType(i32x4, [i16x8]))
+                return self.b.call(fn, [pairs])
+            wide = self.b.sext(pairs, ir.VectorType(_I32, 8))
+            return self.b.add(pick(wide, [0, 2, 4, 6]), pick(wide, [1, 3, 5, 7]))
+
+        blocks = []
+        for q in range(0, e.acc.lanes * 4, 16):
+            def product(at: int) -> ir.Value:
+                span = list(range(at, at + 8))
+                return self.b.mul(self.b.sext(pick(a, span), i16x8), self.b.sext(pick(w, span), i16x8))
+            sums = pairwise(self.b.add(product(q), product(q + 8)))
+            blocks.append(self.b.add(pick(acc, list(range(q // 4, q // 4 + 4))), sums))
+        while len(blocks) > 1:      # back into acc's lanes (verify: a power of two of blocks)
+            blocks = [self.b.shuffle_vector(x, y, ir.Constant(ir.VectorType(_I32, 2 * x.type.count),
+                                                              list(range(2 * x.type.count))))
+                      for x, y in zip(blocks[::2], blocks[1::2])]
+        return blocks[0]
 
     def masked_load(self, e: k.MaskedLoad) -> ir.Value:
         """llvm.masked.load; the address is computed without `inbounds`, as the window may start

@@ -294,6 +294,26 @@ class RowDot(Expr):
         return self.acc.lanes
 
 
+@dataclass(frozen=True, eq=False)
+class WideningDot(Expr):
+    """acc plus products of int8 vectors a and b summed as AArch64 NEON without a dot product sums them
+    fastest: in each 16-byte block q of a and b, the products of bytes i and i + 8 add in 16 bits (SMULL,
+    SMLAL2), then neighbouring 16-bit sums into a 32-bit lane (SADALP), so lane 4q + j of acc adds the
+    products of the block's bytes 2j, 2j + 1, 2j + 8 and 2j + 9. The caller ensures each pair fits in 16
+    bits: no two products of a pair are both -128 * -128 (weights in [-127, 127] do it)."""
+    acc: Expr
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return "i32"
+
+    @property
+    def lanes(self) -> int:  # type: ignore[override]
+        return self.acc.lanes
+
+
 _COMPARE = {"lt", "le", "gt", "ge", "eq", "ne"}
 _FOLD = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
          "min": min, "max": max}
@@ -586,6 +606,8 @@ def dump(kernel: Kernel) -> str:
         if isinstance(e, MaskedLoad):
             lo = ex(e.lo) if e.lo is not None else "0"
             return f"{e.buf.name}[{ex(e.index)}]<{e.lanes}, lanes {lo}..{ex(e.hi)} else {e.fill!r}>"
+        if isinstance(e, WideningDot):
+            return f"widening_dot({ex(e.acc)}, {ex(e.a)}, {ex(e.b)})"
         if isinstance(e, RowDot):
             return f"rowdot({ex(e.acc)}, {ex(e.a)}, {ex(e.b)})"
         if isinstance(e, Lanes):

@@ -136,6 +136,11 @@ class _Verifier:
             if e.acc.dtype != "i32" or (e.a.dtype, e.b.dtype) != ("i8", "i8") or e.a.lanes != e.b.lanes \
                     or e.a.lanes % e.acc.lanes:
                 raise self.fail("row dot of operands that are not int8 vectors of a multiple of the lanes")
+        elif isinstance(e, k.WideningDot):
+            if e.acc.dtype != "i32" or (e.a.dtype, e.b.dtype) != ("i8", "i8") or e.a.lanes != e.b.lanes \
+                    or e.a.lanes != 4 * e.acc.lanes or e.acc.lanes < 4 or e.acc.lanes & (e.acc.lanes - 1):
+                raise self.fail("widening dot of operands that are not a power of two of int8 blocks of 16 bytes "
+                                "per 4 lanes")
         elif isinstance(e, k.Lanes):
             if any((v.dtype, v.lanes) != (e.dtype, 1) for v in e.values):
                 raise self.fail("lanes of a vector differ in type or are not scalars")

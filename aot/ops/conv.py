@@ -36,6 +36,7 @@ from aot.kernel.ir import (
     Reinterpret,
     Reuse,
     Shuffle,
+    WideningDot,
     as_expr,
     binop,
     const,
@@ -460,6 +461,10 @@ class IntArith:
     def weights(self, packed: np.ndarray) -> np.ndarray:
         return packed.astype(np.int8 if packed.min() >= -128 and packed.max() <= 127 else np.int16)
 
+    def tile(self, mr: int, nr: int) -> tuple[int, int]:
+        """The default register tile (pixels, vectors of channels) within what the form's registers allow."""
+        return mr, nr
+
     def init(self, ch: Expr, lanes: int) -> Expr:
         return self.bias.vec(ch, lanes) if self.bias is not None else const(0, "i32", lanes)
 
@@ -500,7 +505,10 @@ class LaneArith(IntArith):
     multiply-accumulates an instruction, the activations loaded and widened once per 8 channels, not each."""
 
     group = 8
-    tile_nr = 2         # vectors of output channels per tile by default: 2 x MR accumulators, 8 weight registers
+
+    def tile(self, mr: int, nr: int) -> tuple[int, int]:
+        """2 vectors of channels: 2 x MR accumulators, 8 widened weight registers."""
+        return mr, min(nr, 2)
 
     def operand(self, x: Buffer, index: Expr, lanes: int) -> Expr:
         return Cast(x.vec(index, self.group), "i16") - const(self.q.x_zp, "i16", self.group)
@@ -539,13 +547,19 @@ class DotArith(IntArith):
     sum (x' - z') w = sum x' w - z' sum w. With padding, a window clipped at the border skips the taps
     over it, so its z' sum w is over the taps it keeps: init_window reads it from `window`, a table of
     z' sum w over the window's leading [0, a) x [0, b) taps, by inclusion-exclusion of four corners.
+
+    Without a dot-product instruction (style.widening: AArch64 NEON) a step takes 8 input channels, each
+    output channel owns two i32 lanes that k.WideningDot fills (the int bias and window sums in the first),
+    and the result adds them.
     """
 
     window: Buffer | None = None    # padded: (kh + 1) x (kw + 1) x channels of prefix sums (see above)
+    spread = 1                      # i32 lanes per output channel
 
     def __init__(self, ctx: LowerContext, style: DotStyle, quant: Quant, bias: np.ndarray | None,
                  weight: np.ndarray, x_dtype: str, residual: Buffer | None = None, padded: bool = False):
         self.style, self.group, self.scalar = style, style.group, style.scalar
+        self.spread = 2 if style.widening else 1
         x_int8 = x_dtype == "i8"
         self.flip = style.raw_bytes and (x_int8 == style.a_unsigned)      # flip x's top bit
         if style.raw_bytes:
@@ -555,16 +569,27 @@ class DotArith(IntArith):
             if padded:
                 prefix = np.zeros((taps.shape[1] + 1, taps.shape[2] + 1, taps.shape[0]), np.int64)
                 prefix[1:, 1:] = (z * taps).transpose(1, 2, 0).cumsum(axis=0).cumsum(axis=1)
-                self.window = ctx.const(prefix.astype(np.int32), "zw")   # dot_style checked that it fits
+                self.window = ctx.const(self._spread(prefix).astype(np.int32), "zw")  # dot_style: it fits
                 self.taps = taps.shape[1:]
                 int_bias = int_bias + np.zeros(taps.shape[0], np.int64)
             else:
                 int_bias = int_bias - z * taps.reshape(taps.shape[0], -1).sum(axis=1)
-            super().__init__(ctx, quant, np.clip(int_bias, -(2**31), 2**31 - 1).astype(np.int32), residual)
+            int_bias = self._spread(np.clip(int_bias, -(2**31), 2**31 - 1))
+            super().__init__(ctx, quant, int_bias.astype(np.int32), residual)
             if bias is not None and bias.dtype == np.float32:
                 self.float_bias = ctx.const((bias / np.float32(quant.y_scale)).astype(np.float32), "fb")
         else:
             super().__init__(ctx, quant, bias, residual)
+
+    def _spread(self, per_channel: np.ndarray) -> np.ndarray:
+        """Values per output channel (last axis) laid out as the accumulators hold them: with two lanes
+        per channel, each followed by a zero."""
+        if self.spread == 1:
+            return per_channel
+        return np.stack([per_channel, np.zeros_like(per_channel)], axis=-1).reshape(*per_channel.shape[:-1], -1)
+
+    def init(self, ch: Expr, lanes: int) -> Expr:
+        return super().init(ch * self.spread, lanes * self.spread)
 
     def init_window(self, ch: Expr, lanes: int, kh_lo: Expr, kh_hi: Expr, kw_lo: Expr, kw_hi: Expr) -> Expr:
         """The accumulator's start for a window clipped to taps [kh_lo, kh_hi) x [kw_lo, kw_hi); a window
@@ -575,17 +600,30 @@ class DotArith(IntArith):
         kh_hi, kw_hi = maximum(kh_hi, kh_lo), maximum(kw_hi, kw_lo)
 
         def corner(a: Expr, b: Expr) -> Expr:
-            return self.window.vec((a * (kw + 1) + b) * channels + ch, lanes)
+            return self.window.vec((a * (kw + 1) + b) * channels + ch * self.spread, lanes * self.spread)
 
         kept = corner(kh_hi, kw_hi) - corner(kh_lo, kw_hi) - corner(kh_hi, kw_lo) + corner(kh_lo, kw_lo)
         return self.init(ch, lanes) - kept
 
     def weights(self, packed: np.ndarray) -> np.ndarray:
-        """int8 in flash whenever the values fit (16-bit pairs are widened as they are loaded)."""
+        """int8 in flash whenever the values fit (16-bit pairs are widened as they are loaded). Widening:
+        each vector's 4 channels x 8 input channels as k.WideningDot pairs them, channels (0, 1) then (2, 3),
+        each pair's first 4 input channels then its last 4."""
         fits = self.style.raw_bytes or (packed.min() >= -128 and packed.max() <= 127)
+        if self.style.widening:     # (pair, channel, half, 4) -> (pair, half, channel, 4)
+            packed = packed.reshape(-1, 2, 2, 2, 4).transpose(0, 1, 3, 2, 4).reshape(-1)
         return packed.astype(np.int8 if fits else np.int16)
 
+    def tile(self, mr: int, nr: int) -> tuple[int, int]:
+        """Widening: 2 accumulators per vector of channels and per pixel, 2 weight registers per vector."""
+        return (min(mr, 4), min(nr, 2)) if self.style.widening else (mr, nr)
+
     def operand(self, x: Buffer, index: Expr, lanes: int) -> Expr:
+        if self.style.widening:     # 8 channels as words (0, 0, 1, 1): each channel pair's two halves
+            words = Reinterpret(x.vec(index, self.group), "i32", 2)
+            if self.flip:
+                words = binop("xor", words, const(-0x7F7F7F80, "i32", 2))
+            return Reinterpret(Shuffle(words, (0, 0, 1, 1) * (lanes // 2)), "i8", lanes * 8)
         if self.style.raw_bytes:
             word = Reinterpret(x.vec(index, self.group), "i32", 1)
             if self.flip:
@@ -602,7 +640,14 @@ class DotArith(IntArith):
         return Cast(value, "i16") if not self.style.raw_bytes and value.dtype == "i8" else value
 
     def mac(self, acc: Expr, a: Expr, w: Expr) -> Expr:
+        if self.style.widening:
+            return WideningDot(acc, a, w)
         return Dot(acc, a, w, self.style.a_unsigned)
+
+    def result(self, acc: Expr, ch: Expr, idx: Expr, lanes: int) -> Expr:
+        if self.spread == 2:        # each channel's two lanes: ADDP
+            acc = Shuffle(acc, tuple(range(0, 2 * lanes, 2))) + Shuffle(acc, tuple(range(1, 2 * lanes, 2)))
+        return super().result(acc, ch, idx, lanes)
 
 
 class BytePairArith(IntArith):
@@ -662,6 +707,8 @@ def arith_form(arith: Arith) -> str:
     if isinstance(arith, BytePairArith):
         return "pairs"
     if isinstance(arith, DotArith):
+        if arith.style.widening:
+            return f"widening{arith.group}"
         return f"dot{arith.group}" + ("raw" if arith.style.raw_bytes else "")
     if isinstance(arith, LaneArith):
         return f"lane{arith.group}"
@@ -692,8 +739,8 @@ def lower_dense(ctx: LowerContext, node: Node, name: str, g: Geometry, groups: i
         return s if s.border else dataclasses.replace(s, border="tiles" if knobs.border_tiles else "clip")
 
     default_tile = (knobs.core_mr, knobs.core_nr) if core else (knobs.mr, knobs.nr)
-    if isinstance(arith, LaneArith):    # its widened weights take 4 registers per vector of channels
-        default_tile = (knobs.mr, min(knobs.nr, LaneArith.tile_nr))
+    if isinstance(arith, IntArith):
+        default_tile = arith.tile(*default_tile)
     chosen = ctx.schedule(node, workload(template, g, groups, x, arith_form(arith)), Schedule(template, *default_tile),
                           rules)
     mr, nr, border = chosen.schedule.mr, chosen.schedule.nr, chosen.schedule.border
@@ -859,8 +906,14 @@ def dot_style(ctx: LowerContext, node: Node, groups: int, cg: int) -> DotStyle |
     if quant is None or groups != 1:
         return None
     weight = ctx.graph.constants[node.inputs[1]]
+    out_channels = weight.shape[0 if weight.ndim == 4 else 1]
     for style in ctx.target.int_simd.dots:
         if cg % style.group:
+            continue
+        # Widening: vectors of 4 whole channels, int16 pair sums; AArch64 only (32-bit NEON's 16 vector
+        # registers take the row kernels, conv_rows.py).
+        if style.widening and (ctx.target.pointer_bits != 64 or out_channels % 4
+                               or weight.size and weight.min() < -127):
             continue
         if style.raw_bytes and (weight.dtype != np.int8 or np.any(quant.w_zp) or (
                 any(node.attrs.get("pads", (0,))) and not _window_sums_fit(weight))):
