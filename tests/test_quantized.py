@@ -280,7 +280,9 @@ def lane_net() -> onnx.ModelProto:
     ("aarch64", "widening8 widening8 lane8 lane8",
      (r"smull\s+v\d+\.8h, v\d+\.8b", r"smlal2\s+v\d+\.8h, v\d+\.16b", r"sadalp\s+v\d+\.4s, v\d+\.8h",
       r"smlal2?\s+v\d+\.4s, v\d+\.[48]h, v\d+\.h\[\d\]")),
-    ("aarch64-dotprod", "dot4raw " * 4, (r"sdot\s+v\d+\.4s",)),     # padded layers too, through init_window
+    # padded layers too, through init_window; 16 input channels at a time by element (a, g), 24 broadcast (b, c)
+    ("aarch64-dotprod", "dot4raw " * 4,
+     (r"sdot\s+v\d+\.4s, v\d+\.16b, v\d+\.4b\[\d\]", r"sdot\s+v\d+\.4s, v\d+\.16b, v\d+\.16b")),
     ("x86-64-avx512-vnni", "dot4raw " * 4, (r"vpdpbusd",))])
 def test_int8_forms_of_padded_and_strided_layers(target, forms, instructions, activations, tmp_path):
     from aot.codegen.llvm import ModuleBuilder
@@ -331,6 +333,46 @@ def test_widening_products_need_weights_above_minus_128(low, form, tmp_path):
         assert [s["workload"].split()[-1] for s in built.metadata["schedules"]] == [form]
         result = aot.check(model, target="aarch64", inputs=feeds)
         assert result.comparisons[0].max_abs == 0, result.comparisons[0]
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("target", ["aarch64", "aarch64-dotprod"])
+@pytest.mark.parametrize("attrs", [{"pads": [1, 1, 1, 1]}, {"pads": [0, 1, 2, 1], "strides": [2, 2]},
+                                   {"pads": [2, 2, 2, 2], "dilations": [2, 2]}, {}])
+def test_depthwise_int8_on_aarch64_widens_raw_bytes(target, attrs, tmp_path):
+    """AArch64's depthwise form (WideArith): raw activation bytes, 16 channels a load and the 4 left over,
+    the zero point through the bias and, where padding clips a window, the table of the taps it keeps;
+    int8 and uint8 activations, symmetric int8 weights and asymmetric uint8 ones."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(6)
+    c = 20
+    for x_type, x_np, x_zp, w_type, w_zp in ((TensorProto.INT8, np.int8, -7, TensorProto.INT8, 0),
+                                             (TensorProto.UINT8, np.uint8, 131, TensorProto.UINT8, 120)):
+        w_np = np.int8 if w_type == TensorProto.INT8 else np.uint8
+        info = np.iinfo(w_np)
+        nodes = [helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"]),
+                 helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"], axis=0),
+                 helper.make_node("Conv", ["xf", "wf", "b"], ["yf"], group=c, **attrs),
+                 helper.make_node("QuantizeLinear", ["yf", "ys", "yz"], ["y"])]
+        inits = [helper.make_tensor("xs", TensorProto.FLOAT, [], [0.05]),
+                 helper.make_tensor("xz", x_type, [], [x_zp]),
+                 onnx.numpy_helper.from_array(rng.integers(info.min, info.max + 1, (c, 1, 3, 3)).astype(w_np), "w"),
+                 onnx.numpy_helper.from_array(rng.uniform(0.002, 0.02, c).astype(np.float32), "ws"),
+                 onnx.numpy_helper.from_array(np.full(c, w_zp, w_np), "wz"),
+                 onnx.numpy_helper.from_array(rng.standard_normal(c).astype(np.float32), "b"),
+                 helper.make_tensor("ys", TensorProto.FLOAT, [], [0.1]),
+                 helper.make_tensor("yz", x_type, [], [x_zp // 2])]
+        graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", x_type, [1, c, 9, 11])],
+                                  [helper.make_tensor_value_info("y", x_type, None)], inits)
+        model = onnx.shape_inference.infer_shapes(
+            helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
+        built = aot.build(model, target=target, out_dir=tmp_path / x_np.__name__)
+        assert [s["workload"].split()[-1] for s in built.metadata["schedules"]] == ["wide16"]
+        info = np.iinfo(x_np)
+        result = aot.check(model, target=target, inputs={"x": rng.integers(info.min, info.max + 1, (1, c, 9, 11))
+                                                         .astype(x_np)})
+        assert result.comparisons[0].max_abs <= result.comparisons[0].step, result.comparisons[0]
 
 
 @pytest.mark.parametrize("target", ["host", pytest.param("aarch64-dotprod", marks=pytest.mark.qemu),

@@ -284,6 +284,8 @@ class _FunctionEmitter:
         if isinstance(e, k.WideningDot):
             return self.widening_dot(e)
         if isinstance(e, k.Lanes):
+            if e.values[0].lanes > 1:
+                return self.concat([self.expr(v) for v in e.values])
             vec = ir.Constant(self.mb.type_of(e.dtype, e.lanes), ir.Undefined)
             for i, value in enumerate(e.values):
                 vec = b.insert_element(vec, self.expr(value), ir.Constant(_I32, i))
@@ -304,13 +306,17 @@ class _FunctionEmitter:
         """32-bit Arm VFP converts a scalar with the FPSCR rounding mode, round to nearest even unless the
         program changes it (vcvtr: one instruction, saturating). AArch64 converts with ties to even in one
         instruction too (FCVTNS: saturating, NaN to 0, as onnxruntime's NEON kernels round) on vectors of 2 or
-        4 lanes; a scalar keeps the portable form, which LLVM's loop vectorizer can widen (an AArch64
-        intrinsic it cannot). Everywhere else the portable form."""
-        if self.mb.tm.triple.startswith("aarch64") and e.lanes in (2, 4):
-            f32, i32 = self.mb.type_of("f32", e.lanes), self.mb.type_of("i32", e.lanes)
-            suffix = f"v{e.lanes}i32.v{e.lanes}f32"
-            fcvtns = self.mb.declare(f"llvm.aarch64.neon.fcvtns.{suffix}", ir.FunctionType(i32, [f32]))
-            return self.b.call(fcvtns, [self.expr(e.value)])
+        4 lanes (wider ones 4 at a time); a scalar keeps the portable form, which LLVM's loop vectorizer can
+        widen (an AArch64 intrinsic it cannot). Everywhere else the portable form."""
+        if self.mb.tm.triple.startswith("aarch64") and (e.lanes == 2 or e.lanes % 4 == 0):
+            n = min(e.lanes, 4)     # wider vectors a register at a time
+            f32, i32 = self.mb.type_of("f32", n), self.mb.type_of("i32", n)
+            fcvtns = self.mb.declare(f"llvm.aarch64.neon.fcvtns.v{n}i32.v{n}f32", ir.FunctionType(i32, [f32]))
+            value = self.expr(e.value)
+            parts = [self.b.call(fcvtns, [self.b.shuffle_vector(value, value, ir.Constant(
+                ir.VectorType(_I32, n), list(range(at, at + n))))]) if e.lanes > n else self.b.call(fcvtns, [value])
+                for at in range(0, e.lanes, n)]
+            return self.concat(parts)
         if not (e.lanes == 1 and self.mb.target.fpu and self.mb.tm.triple.startswith(("arm", "thumb"))):
             return self.expr(e.portable)
         fn = self.mb.declare("llvm.arm.vcvtr.f32", ir.FunctionType(_F32, [_F32]))
@@ -370,6 +376,21 @@ class _FunctionEmitter:
             acc = self.b.add(acc, picked)
         return acc
 
+    def concat(self, vectors: list[ir.Value]) -> ir.Value:
+        """Vectors of one type side by side: joined pairwise, an odd count made even with an undefined
+        vector whose lanes are cut off at the end."""
+        width = vectors[0].type.count * len(vectors)
+        while len(vectors) > 1:
+            if len(vectors) % 2:
+                vectors.append(ir.Constant(vectors[0].type, ir.Undefined))
+            n = vectors[0].type.count
+            join = ir.Constant(ir.VectorType(_I32, 2 * n), list(range(2 * n)))
+            vectors = [self.b.shuffle_vector(x, y, join) for x, y in zip(vectors[::2], vectors[1::2])]
+        whole = vectors[0]
+        if whole.type.count == width:
+            return whole
+        return self.b.shuffle_vector(whole, whole, ir.Constant(ir.VectorType(_I32, width), list(range(width))))
+
     def widening_dot(self, e: k.WideningDot) -> ir.Value:
         """Per 16-byte block: products of bytes i and i + 8 summed in 16 bits, which LLVM selects as SMULL
         and SMLAL2, then added pairwise into the block's four i32 lanes (SADALP on AArch64; elsewhere the
@@ -394,11 +415,7 @@ class _FunctionEmitter:
                 return self.b.mul(self.b.sext(pick(a, span), i16x8), self.b.sext(pick(w, span), i16x8))
             sums = pairwise(self.b.add(product(q), product(q + 8)))
             blocks.append(self.b.add(pick(acc, list(range(q // 4, q // 4 + 4))), sums))
-        while len(blocks) > 1:      # back into acc's lanes (verify: a power of two of blocks)
-            blocks = [self.b.shuffle_vector(x, y, ir.Constant(ir.VectorType(_I32, 2 * x.type.count),
-                                                              list(range(2 * x.type.count))))
-                      for x, y in zip(blocks[::2], blocks[1::2])]
-        return blocks[0]
+        return self.concat(blocks)
 
     def masked_load(self, e: k.MaskedLoad) -> ir.Value:
         """llvm.masked.load; the address is computed without `inbounds`, as the window may start
@@ -501,7 +518,7 @@ class _FunctionEmitter:
             return None
         vt, bt = ir.VectorType(_I32, 4), ir.VectorType(ir.IntType(8), 16)
         fn = self.mb.declare("llvm.aarch64.neon.sdot.v4i32.v16i8", ir.FunctionType(vt, [vt, bt, bt]))
-        return self.b.call(fn, [acc, a, w])
+        return self.b.call(fn, [acc, w, a])     # the activations last: LLVM takes a lane of them by element
 
     def binary(self, op: str, dtype: str, a: ir.Value, b: ir.Value) -> ir.Value:
         bld = self.b

@@ -261,8 +261,9 @@ class MaskedLoad(Expr):
 
 @dataclass(frozen=True, eq=False)
 class Lanes(Expr):
-    """A vector of scalars, lane i being values[i] (e.g. accumulators of neighbouring channels, gathered
-    for a vector epilogue)."""
+    """Values of one type and width side by side: of scalars, a vector whose lane i is values[i] (e.g.
+    accumulators of neighbouring channels, gathered for a vector epilogue); of vectors, their concatenation
+    (e.g. a pixel's accumulators, requantized and narrowed together)."""
     values: tuple[Expr, ...]
 
     @property
@@ -271,7 +272,7 @@ class Lanes(Expr):
 
     @property
     def lanes(self) -> int:  # type: ignore[override]
-        return len(self.values)
+        return len(self.values) * self.values[0].lanes
 
 
 @dataclass(frozen=True, eq=False)

@@ -138,12 +138,11 @@ class _Verifier:
                 raise self.fail("row dot of operands that are not int8 vectors of a multiple of the lanes")
         elif isinstance(e, k.WideningDot):
             if e.acc.dtype != "i32" or (e.a.dtype, e.b.dtype) != ("i8", "i8") or e.a.lanes != e.b.lanes \
-                    or e.a.lanes != 4 * e.acc.lanes or e.acc.lanes < 4 or e.acc.lanes & (e.acc.lanes - 1):
-                raise self.fail("widening dot of operands that are not a power of two of int8 blocks of 16 bytes "
-                                "per 4 lanes")
+                    or e.a.lanes != 4 * e.acc.lanes or e.acc.lanes % 4:
+                raise self.fail("widening dot of operands that are not int8 blocks of 16 bytes per 4 lanes")
         elif isinstance(e, k.Lanes):
-            if any((v.dtype, v.lanes) != (e.dtype, 1) for v in e.values):
-                raise self.fail("lanes of a vector differ in type or are not scalars")
+            if any((v.dtype, v.lanes) != (e.dtype, e.values[0].lanes) for v in e.values):
+                raise self.fail("lanes of a vector differ in type or width")
         elif isinstance(e, k.RoundInt):
             if e.value.dtype != "f32" or (e.portable.dtype, e.portable.lanes) != ("i32", e.value.lanes):
                 raise self.fail("round_int of a non-float, or its portable form is not i32 of as many lanes")

@@ -33,6 +33,7 @@ from aot.kernel.ir import (
     Dot,
     Expr,
     Kernel,
+    Lanes,
     Reinterpret,
     Reuse,
     Shuffle,
@@ -48,7 +49,7 @@ from aot.kernel.ir import (
 from aot.ops import LowerContext
 from aot.ops.conv_volume import canonical_volume_conv
 from aot.ops.epilogue import apply
-from aot.ops.quantized import add_quantized, quantize, requantize_fixed, widen
+from aot.ops.quantized import add_quantized, narrows_by_halves, quantize, requantize_fixed, widen
 from aot.ops.registry import MATRIX_OPERANDS, Fusion, Layout, QuantForm, define, op_def, operand
 from aot.ops.rewrite import fused_acts, lift_1d, refuse, spatial_attrs, view
 from aot.schedule import Schedule, workload_key
@@ -367,6 +368,17 @@ def channel_blocks(channels: int, lanes: int, nr_max: int) -> list[ChannelBlock]
 
 # --- dense / grouped convolution --------------------------------------------------------------------
 
+def store_pixel(b: Builder, out: Buffer, arith: Arith, blk: ChannelBlock, accs: list[Expr], ch0: Expr,
+                base: Expr) -> None:
+    """One pixel's accumulators for a block of channels, finished and stored at `base`: integer vectors
+    side by side as one, so they narrow to bytes together (see quantize), others vector by vector."""
+    if isinstance(arith, IntArith) and blk.lanes > 1 and len(accs) > 1:
+        b.store(out, base, arith.result(Lanes(tuple(accs)), ch0, base, len(accs) * blk.lanes))
+        return
+    for j, acc in enumerate(accs):
+        b.store(out, base + j * blk.lanes, arith.result(acc, ch0 + j * blk.lanes, base + j * blk.lanes, blk.lanes))
+
+
 def _pack_dense(weight: np.ndarray, groups: int, blocks: list[ChannelBlock], group: int = 1,
                 channels_inner: bool = False) -> tuple[np.ndarray, list[int]]:
     """OIHW weights -> per group, per block: [kh][kw][c / group][block width][group] panels, concatenated;
@@ -397,7 +409,9 @@ class FloatArith:
 
     acc_dtype = "f32"
     group = 1           # input channels per multiply-accumulate step
+    span = 1            # input channels per activation load (a whole number of steps)
     scalar = False      # accumulators one channel wide whatever the vector width
+    window = None       # see DotArith
 
     def __init__(self, ctx: LowerContext, bias: np.ndarray | None, acts, residual: Buffer | None):
         self.bias = ctx.const(bias.astype(np.float32), "b") if bias is not None else None
@@ -412,6 +426,10 @@ class FloatArith:
     def operand(self, x: Buffer, index: Expr, lanes: int) -> Expr:
         """The input value(s) multiplied at one step (FMA splats a scalar across the lanes)."""
         return self.load_x(x[index])
+
+    def operands(self, x: Buffer, index: Expr, lanes: int, bind) -> list[Expr]:
+        """The operands of each step of a span, loaded at once and bound by `bind`."""
+        return [bind(self.operand(x, index, lanes))]
 
     def load_x(self, value: Expr) -> Expr:
         return value
@@ -437,11 +455,13 @@ class IntArith:
     acc_dtype = "i32"
     group = 1
     scalar = False
+    window = None
 
     def __init__(self, ctx: LowerContext, quant: Quant, bias: np.ndarray | None, residual: Buffer | None = None):
         self.q = quant
         self.residual = residual if quant.residual is not None else None
         self.fixed = not ctx.target.fpu
+        self.halving = narrows_by_halves(ctx.target)
         self.float_bias = None
         if bias is not None and bias.dtype == np.float32:
             if self.fixed:      # no FPU: fold the float bias into the integer accumulator
@@ -471,6 +491,14 @@ class IntArith:
     def operand(self, x: Buffer, index: Expr, lanes: int) -> Expr:
         return self.load_x(x[index])
 
+    @property
+    def span(self) -> int:
+        """Input channels per activation load: one step unless the form says otherwise (DotArith)."""
+        return self.group
+
+    def operands(self, x: Buffer, index: Expr, lanes: int, bind) -> list[Expr]:
+        return [bind(self.operand(x, index, lanes))]
+
     def load_x(self, value: Expr) -> Expr:
         return widen(value) - self.q.x_zp
 
@@ -489,7 +517,7 @@ class IntArith:
             value = Cast(acc, "f32") * self.scale.vec(ch, lanes)
             if self.float_bias is not None:
                 value = value + self.float_bias.vec(ch, lanes)
-            y = quantize(value, q.y_zp, q.qmin, q.qmax, q.y_dtype)
+            y = quantize(value, q.y_zp, q.qmin, q.qmax, q.y_dtype, self.halving)
         if self.residual is None:
             return y
         s = q.residual      # the fused Add, on this result as the Add kernel would have read it
@@ -555,11 +583,16 @@ class DotArith(IntArith):
 
     window: Buffer | None = None    # padded: (kh + 1) x (kw + 1) x channels of prefix sums (see above)
     spread = 1                      # i32 lanes per output channel
+    SPAN = 16                       # sdot: a pixel's 16 channels in one load, each step by element
 
     def __init__(self, ctx: LowerContext, style: DotStyle, quant: Quant, bias: np.ndarray | None,
                  weight: np.ndarray, x_dtype: str, residual: Buffer | None = None, padded: bool = False):
         self.style, self.group, self.scalar = style, style.group, style.scalar
         self.spread = 2 if style.widening else 1
+        # NEON's sdot takes its 4 activation bytes by element from a vector: 16 channels load as one (the
+        # broadcast form reloads each word, and AArch64's broadcasting load has no offset to fold)
+        by_element = style.raw_bytes and not style.a_unsigned and style.group == 4 and not style.widening
+        self.by_element = by_element and not style.scalar and weight.shape[1] % self.SPAN == 0
         x_int8 = x_dtype == "i8"
         self.flip = style.raw_bytes and (x_int8 == style.a_unsigned)      # flip x's top bit
         if style.raw_bytes:
@@ -614,9 +647,25 @@ class DotArith(IntArith):
             packed = packed.reshape(-1, 2, 2, 2, 4).transpose(0, 1, 3, 2, 4).reshape(-1)
         return packed.astype(np.int8 if fits else np.int16)
 
+    @property
+    def span(self) -> int:
+        return self.SPAN if self.by_element else self.group
+
     def tile(self, mr: int, nr: int) -> tuple[int, int]:
-        """Widening: 2 accumulators per vector of channels and per pixel, 2 weight registers per vector."""
-        return (min(mr, 4), min(nr, 2)) if self.style.widening else (mr, nr)
+        """Widening: 2 accumulators per vector of channels and per pixel, 2 weight registers per vector.
+        A span by element keeps each pixel's 16 bytes in a register besides its accumulators."""
+        if self.style.widening:
+            return min(mr, 4), min(nr, 2)
+        return (min(mr, 8), min(nr, 2)) if self.span > self.group else (mr, nr)
+
+    def operands(self, x: Buffer, index: Expr, lanes: int, bind) -> list[Expr]:
+        if self.span == self.group:
+            return [bind(self.operand(x, index, lanes))]
+        words = Reinterpret(x.vec(index, self.span), "i32", self.span // 4)
+        if self.flip:
+            words = binop("xor", words, const(-0x7F7F7F80, "i32", self.span // 4))
+        words = bind(words)
+        return [Reinterpret(Shuffle(words, (k,) * lanes), "i8", lanes * 4) for k in range(self.span // 4)]
 
     def operand(self, x: Buffer, index: Expr, lanes: int) -> Expr:
         if self.style.widening:     # 8 channels as words (0, 0, 1, 1): each channel pair's two halves
@@ -648,6 +697,19 @@ class DotArith(IntArith):
         if self.spread == 2:        # each channel's two lanes: ADDP
             acc = Shuffle(acc, tuple(range(0, 2 * lanes, 2))) + Shuffle(acc, tuple(range(1, 2 * lanes, 2)))
         return super().result(acc, ch, idx, lanes)
+
+
+class WideArith(DotArith):
+    """int8 depthwise convolution on AArch64 NEON (see lower_depthwise): raw activation bytes widened to
+    16 bits (sign- or zero-extended as their type is) times 16-bit weights w - w_zp, the activation zero
+    point through the bias and, where padding clips windows, DotArith's window table."""
+
+    dw_nr = 4       # vectors of channels per tile by default: 16 channels, one 16-byte load
+
+    def __init__(self, ctx: LowerContext, quant: Quant, bias: np.ndarray | None, weight: np.ndarray, x_dtype: str,
+                 residual: Buffer | None, padded: bool):
+        super().__init__(ctx, DotStyle(1, True, a_unsigned=x_dtype == "u8"), quant, bias, weight, x_dtype,
+                         residual, padded)
 
 
 class BytePairArith(IntArith):
@@ -706,6 +768,8 @@ def arith_form(arith: Arith) -> str:
     """What a workload key says of the arithmetic: integer, dot products or byte pairs (nothing: float)."""
     if isinstance(arith, BytePairArith):
         return "pairs"
+    if isinstance(arith, WideArith):
+        return "wide16"
     if isinstance(arith, DotArith):
         if arith.style.widening:
             return f"widening{arith.group}"
@@ -758,7 +822,7 @@ def lower_dense(ctx: LowerContext, node: Node, name: str, g: Geometry, groups: i
         accumulated over one pass through the window, then stored."""
         def start(i: int, ch: Expr, lanes: int) -> Expr:
             """Pixel i's accumulator at the start of its window (see DotArith.init_window)."""
-            if getattr(arith, "window", None) is None:
+            if arith.window is None:
                 return arith.init(ch, lanes)
             if kw_lo is not None:
                 return arith.init_window(ch, lanes, kh_lo, kh_hi, kw_lo, kw_hi)
@@ -777,17 +841,21 @@ def lower_dense(ctx: LowerContext, node: Node, name: str, g: Geometry, groups: i
             def bound(weights: Expr | list[Expr]) -> Expr | list[Expr]:
                 return [b.let("wv", w) for w in weights] if isinstance(weights, list) else b.let("wv", weights)
 
-            with b.loop("c", 0, cg, step) as c:
-                wv = [[bound(arith.load_w(wbuf.vec(wrow + c * blk.width + j * blk.lanes * step, blk.lanes * step)))
-                       for j in range(blk.nr)] for (blk, _, _), wrow in zip(items, wrows)]
-                for i in pixels:
-                    operands: dict[int, Expr] = {}      # one load per pixel and vector width
-                    for t, (blk, _, _) in enumerate(items):
-                        if blk.lanes not in operands:
-                            operands[blk.lanes] = b.let("a", arith.operand(
-                                x, pixel0 + (i - pixels.start) * g.stride[1] * g.c + c, blk.lanes))
-                        for j in range(blk.nr):
-                            b.assign(accs[t][i][j], arith.mac(accs[t][i][j], operands[blk.lanes], wv[t][j]))
+            with b.loop("c", 0, cg, arith.span) as c:
+                operands: dict[tuple[int, int], list[Expr]] = {}    # one load per pixel and vector width
+                for s in range(0, arith.span, step):
+                    wv = [[bound(arith.load_w(wbuf.vec(wrow + (c + s) * blk.width + j * blk.lanes * step,
+                                                       blk.lanes * step)))
+                           for j in range(blk.nr)] for (blk, _, _), wrow in zip(items, wrows)]
+                    for i in pixels:
+                        for t, (blk, _, _) in enumerate(items):
+                            if (i, blk.lanes) not in operands:
+                                operands[i, blk.lanes] = arith.operands(
+                                    x, pixel0 + (i - pixels.start) * g.stride[1] * g.c + c, blk.lanes,
+                                    lambda e: b.let("a", e))
+                            a = operands[i, blk.lanes][s // step]
+                            for j in range(blk.nr):
+                                b.assign(accs[t][i][j], arith.mac(accs[t][i][j], a, wv[t][j]))
 
         with b.loop("kh", kh_lo, kh_hi) as kh:
             ih = g.in_row(oh, 0) + kh * dy
@@ -799,10 +867,7 @@ def lower_dense(ctx: LowerContext, node: Node, name: str, g: Geometry, groups: i
                     tap(kh, ih, kw, range(rows))
         for t, (blk, ch0, _) in enumerate(items):
             for i in range(rows):
-                base = ((n * g.oh + oh) * g.ow + ow0 + i) * g.m + ch0
-                for j in range(blk.nr):
-                    idx = base + j * blk.lanes
-                    b.store(out, idx, arith.result(accs[t][i][j], ch0 + j * blk.lanes, idx, blk.lanes))
+                store_pixel(b, out, arith, blk, accs[t][i], ch0, ((n * g.oh + oh) * g.ow + ow0 + i) * g.m + ch0)
 
     group_stride = offsets[len(blocks)] if groups > 1 else 0    # panels repeat per group
     if chosen.schedule.loop == "weights":
@@ -930,22 +995,29 @@ def dot_style(ctx: LowerContext, node: Node, groups: int, cg: int) -> DotStyle |
 def lower_depthwise(ctx: LowerContext, node: Node, name: str, g: Geometry, weight: np.ndarray, arith: Arith,
                     x: Buffer, out: Buffer, params: tuple[Buffer, ...], backward: bool = False,
                     whole: bool = False) -> Kernel:
+    """With a WideArith (AArch64 int8), the activations of up to 16 channels load at once as raw bytes and
+    widen to 16 bits (SXTL, SXTL2), each half multiplied into its int32 accumulators by the 16-bit
+    weights (SMLAL, SMLAL2): 16 multiply-accumulates for 7 instructions."""
     lanes = ctx.target.lanes
-    chosen = ctx.schedule(node, workload("depthwise", g, g.c, x, arith_form(arith)),
-                          Schedule("depthwise", ctx.knobs.dw_mr, ctx.knobs.dw_nr))
+    wide = isinstance(arith, WideArith)
+    default = Schedule("depthwise", ctx.knobs.dw_mr, max(ctx.knobs.dw_nr, WideArith.dw_nr) if wide else ctx.knobs.dw_nr)
+    chosen = ctx.schedule(node, workload("depthwise", g, g.c, x, arith_form(arith)), default)
     blocks = channel_blocks(g.c, lanes, chosen.schedule.nr)
     mr = chosen.schedule.mr
-    wbuf = ctx.const(arith.weights(np.ascontiguousarray(weight[:, 0].transpose(1, 2, 0))), "w")  # [kh][kw][c]
+    taps = np.ascontiguousarray(weight[:, 0].transpose(1, 2, 0))       # [kh][kw][c]
+    wbuf = ctx.const(taps.astype(np.int16) if wide else arith.weights(taps), "w")
     b = Builder()
     dy, dx = g.dilation
-    # AArch64 int8: two vectors of channels load as one, widen to 16 bits once and multiply half by half
-    # into their int32 accumulators (SMLAL, SMLAL2): 8 multiply-accumulates for 5 instructions, not 10
-    halves = type(arith) is IntArith and lane_arith_applies(ctx, LaneArith.group, arith.q)
 
     def block_body(items, rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) -> None:
         """Tiles of `rows` pixels x each block of channels in `items` (block, first channel), accumulated
         over one pass through the window, then stored."""
-        accs = [[[b.local("acc", arith.init(ch0 + j * blk.lanes, blk.lanes)) for j in range(blk.nr)]
+        def start(ch: Expr, lanes: int) -> Expr:
+            if arith.window is None:
+                return arith.init(ch, lanes)
+            return arith.init_window(ch, lanes, kh_lo, kh_hi, kw_lo, kw_hi)
+
+        accs = [[[b.local("acc", start(ch0 + j * blk.lanes, blk.lanes)) for j in range(blk.nr)]
                  for _ in range(rows)] for blk, ch0 in items]
         with b.loop("kh", kh_lo, kh_hi) as kh:
             ih = g.in_row(oh, 0) + kh * dy
@@ -953,29 +1025,36 @@ def lower_depthwise(ctx: LowerContext, node: Node, name: str, g: Geometry, weigh
                 for t, (blk, ch0) in enumerate(items):
                     pixel0 = b.let("px", ((n * g.h + ih) * g.w + g.in_row(ow0, 1) + kw * dx) * g.c + ch0)
                     wrow = (kh * g.kw + kw) * g.c + ch0
-                    paired = 2 * (blk.nr // 2) if halves else 0     # vectors taken two at a time
-                    wide = [b.let("ww", Cast(wbuf.vec(wrow + j * blk.lanes, 2 * blk.lanes), "i16"))
-                            for j in range(0, paired, 2)]
-                    wv = [b.let("wv", arith.load_w(wbuf.vec(wrow + j * blk.lanes, blk.lanes)))
-                          for j in range(paired, blk.nr)]
+                    if not wide:
+                        wv = [b.let("wv", arith.load_w(wbuf.vec(wrow + j * blk.lanes, blk.lanes)))
+                              for j in range(blk.nr)]
+                        for i in range(rows):
+                            at = pixel0 + i * g.stride[1] * g.c
+                            for j in range(blk.nr):
+                                xv = arith.load_x(x.vec(at + j * blk.lanes, blk.lanes))
+                                b.assign(accs[t][i][j], arith.mac(accs[t][i][j], xv, wv[j]))
+                        continue
+                    # vectors of channels whose bytes load as one (16 bytes), then widen 8 at a time
+                    per_load, per_half = max(1, 16 // blk.lanes), max(1, 8 // blk.lanes)
+                    loads = [range(j, min(j + per_load, blk.nr)) for j in range(0, blk.nr, per_load)]
+                    wv = {j: b.let("wv", wbuf.vec(wrow + j * blk.lanes, min(per_half, blk.nr - j) * blk.lanes))
+                          for j in range(0, blk.nr, per_half)}
                     for i in range(rows):
                         at = pixel0 + i * g.stride[1] * g.c
-                        for j in range(0, paired, 2):
-                            xw = b.let("xw", Cast(x.vec(at + j * blk.lanes, 2 * blk.lanes), "i16")
-                                       - const(arith.q.x_zp, "i16", 2 * blk.lanes))
-                            for h in (0, 1):
-                                half = tuple(range(h * blk.lanes, (h + 1) * blk.lanes))
-                                b.assign(accs[t][i][j + h], accs[t][i][j + h] + Cast(Shuffle(xw, half), "i32")
-                                         * Cast(Shuffle(wide[j // 2], half), "i32"))
-                        for j in range(paired, blk.nr):
-                            xv = arith.load_x(x.vec(at + j * blk.lanes, blk.lanes))
-                            b.assign(accs[t][i][j], arith.mac(accs[t][i][j], xv, wv[j - paired]))
+                        for load in loads:
+                            xv = b.let("xv", x.vec(at + load.start * blk.lanes, len(load) * blk.lanes))
+                            for h in range(load.start, load.stop, per_half):
+                                n_half = min(per_half, load.stop - h) * blk.lanes
+                                first = (h - load.start) * blk.lanes
+                                xh = Shuffle(xv, tuple(range(first, first + n_half))) if n_half < xv.lanes else xv
+                                xw = b.let("xw", Cast(xh, "i16"))
+                                for j in range(h, h + n_half // blk.lanes):
+                                    part = tuple(range((j - h) * blk.lanes, (j - h + 1) * blk.lanes))
+                                    xj, wj = (Shuffle(v, part) if v.lanes > blk.lanes else v for v in (xw, wv[h]))
+                                    b.assign(accs[t][i][j], accs[t][i][j] + Cast(xj, "i32") * Cast(wj, "i32"))
         for t, (blk, ch0) in enumerate(items):
             for i in range(rows):
-                base = ((n * g.oh + oh) * g.ow + ow0 + i) * g.c + ch0
-                for j in range(blk.nr):
-                    idx = base + j * blk.lanes
-                    b.store(out, idx, arith.result(accs[t][i][j], ch0 + j * blk.lanes, idx, blk.lanes))
+                store_pixel(b, out, arith, blk, accs[t][i], ch0, ((n * g.oh + oh) * g.ow + ow0 + i) * g.c + ch0)
 
     def tile(rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) -> None:
         for blk in blocks:
@@ -1074,11 +1153,11 @@ def conv(ctx: LowerContext, node: Node, name: str) -> Kernel:
     weight = ctx.graph.constants[node.inputs[1]]
     groups = node.attrs["group"]
     style = dot_style(ctx, node, groups, g.c // groups)
-    arith = _arith(ctx, node, ins, style, weight)
+    depthwise = groups == g.c and weight.shape[1] == 1 and g.m == g.c
+    arith = _arith(ctx, node, ins, style, weight, depthwise)
     quant = node_quant(ctx.graph.values, node)
     if quant is not None and not (style and style.raw_bytes):
         weight = _minus_zero_point(weight, quant, axis=0)
-    depthwise = groups == g.c and weight.shape[1] == 1 and g.m == g.c
     if not depthwise and conv_rows.applies(ctx, quant, groups, weight, ins[0].dtype, g):
         bias = ctx.graph.constants[operand(node, "bias")] if operand(node, "bias") else None
         return conv_rows.lower_rows(ctx, node, name, g, weight, IntArith(ctx, quant, bias, _residual(node, ins)), quant,
@@ -1101,7 +1180,8 @@ def conv(ctx: LowerContext, node: Node, name: str) -> Kernel:
     return lower_dense(ctx, node, name, g, groups, weight, arith, ins[0], outs[0], params, backward, whole)
 
 
-def _arith(ctx: LowerContext, node: Node, ins, style: DotStyle | None, weight: np.ndarray) -> Arith:
+def _arith(ctx: LowerContext, node: Node, ins, style: DotStyle | None, weight: np.ndarray,
+           depthwise: bool = False) -> Arith:
     """weight: OIHW (output channel first)."""
     bias = ctx.graph.constants[operand(node, "bias")] if operand(node, "bias") else None
     quant = node_quant(ctx.graph.values, node)
@@ -1112,6 +1192,10 @@ def _arith(ctx: LowerContext, node: Node, ins, style: DotStyle | None, weight: n
     if style is not None:
         return DotArith(ctx, style, quant, bias, weight, ins[0].dtype, residual,
                         padded=style.raw_bytes and any(node.attrs.get("pads", (0,))))
+    if quant is not None and depthwise and lane_arith_applies(ctx, LaneArith.group, quant):
+        wide = _minus_zero_point(weight, quant, axis=0)
+        if _window_sums_fit(wide):
+            return WideArith(ctx, quant, bias, wide, ins[0].dtype, residual, any(node.attrs.get("pads", (0,))))
     if quant is not None and lane_arith_applies(ctx, weight.shape[1], quant):
         return LaneArith(ctx, quant, bias, residual)
     if quant is not None:
