@@ -92,6 +92,7 @@ TEMPLATES = {t.name: t for t in (
     Template("rows", ("mr", "nr"), {"mr": (1, 2, 3, 4), "nr": (1, 2, 3, 4)}, _core_tile),
     Template("depthwise_rows", ("mr", "nr"), {"mr": _TILES, "nr": (1, 2, 3)}, _vector_tile),
     Template("direct", ("mr", "nr"), {"mr": _TILES, "nr": (1, 2, 3, 4)}, _vector_tile),
+    Template("row_windows", ("mr", "nr"), {"mr": _TILES, "nr": (1, 2, 3, 4)}, _vector_tile),
 )}
 
 

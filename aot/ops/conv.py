@@ -30,6 +30,7 @@ from aot.kernel.ir import (
     Builder,
     BytePairs,
     Cast,
+    Const,
     Dot,
     Expr,
     Kernel,
@@ -1141,6 +1142,115 @@ def lower_depthwise_pairs(ctx: LowerContext, node: Node, name: str, g: Geometry,
 
 # --- graph ops ---------------------------------------------------------------------------------------
 
+# --- row windows: convolutions over too few channels for a step -----------------------------------
+
+ROW_WINDOW_BYTES = 64       # longest window row taken as one tap's channels
+
+
+def row_window_style(ctx: LowerContext, node: Node, g: Geometry, weight: np.ndarray) -> DotStyle | None:
+    """The raw-bytes dot-product form for a quantized convolution whose input channels do not fill its steps
+    (an image network's first layer, on 1 or 3 channels), if the target has one. Such a convolution runs
+    by window rows (lower_row_windows)."""
+    quant = node_quant(ctx.graph.values, node)
+    if (quant is None or node.attrs["group"] != 1 or g.dilation[1] != 1 or weight.dtype != np.int8
+            or np.any(quant.w_zp) or ctx.graph.values[node.inputs[0]].dtype not in _BYTES
+            or not _window_sums_fit(weight)):
+        return None
+    for style in ctx.target.int_simd.dots:
+        if not style.raw_bytes or style.scalar or g.c % style.group == 0:
+            continue        # no raw bytes, or the channels fill whole steps: the dense form takes them
+        width = -(-g.kw * g.c // style.group) * style.group
+        lo, hi = dataclasses.replace(g, kw=-(-width // g.c)).interior(1)
+        if width > ROW_WINDOW_BYTES or 4 * (hi - lo) < 3 * g.ow:
+            continue        # long rows; or narrow images, most of whose columns the padding clips
+        if style.widening and (ctx.target.pointer_bits != 64 or g.m % 4 or weight.min() < -127):
+            continue
+        return style
+    return None
+
+
+def lower_row_windows(ctx: LowerContext, node: Node, name: str, g: Geometry, weight: np.ndarray, style: DotStyle,
+                      ins: list[Buffer], out: Buffer, params: tuple[Buffer, ...], backward: bool) -> Kernel:
+    """A row of a window, kw pixels x C channels, lies side by side in the NHWC input: read as the channels
+    of one tap, it fills the steps of the dot-product form that few channels alone would leave mostly
+    empty. Its bytes are padded to whole steps with zero weights, so the bytes read past the row's end (the
+    next pixel's) add nothing; the zero point comes off through the bias and DotArith's window table over
+    the rows the padding keeps. The columns are walked as if the window were as wide as the bytes it reads
+    (`wide`): its interior, where those stay in their row, runs in tiles; the columns outside, whose
+    window the padding clips, one pixel at a time over the taps they keep, in plain integer arithmetic."""
+    x = ins[0]
+    quant = node_quant(ctx.graph.values, node)
+    bias = ctx.graph.constants[operand(node, "bias")] if operand(node, "bias") else None
+    residual = _residual(node, ins)
+    row = g.kw * g.c
+    width = -(-row // style.group) * style.group
+    rows_w = np.zeros((g.m, width, g.kh, 1), np.int8)      # (out channels, row bytes, kh, 1)
+    rows_w[:, :row, :, 0] = weight.transpose(0, 3, 1, 2).reshape(g.m, row, g.kh)
+    arith = DotArith(ctx, style, quant, bias, rows_w, x.dtype, residual, padded=True)
+    plain = IntArith(ctx, quant, bias, residual)
+    wide = dataclasses.replace(g, kw=-(-width // g.c))
+    lanes, step = ctx.target.lanes, arith.group
+    chosen = ctx.schedule(node, workload("row_windows", g, 1, x, arith_form(arith)),
+                          Schedule("row_windows", *arith.tile(ctx.knobs.mr, ctx.knobs.nr)))
+    mr, nr = chosen.schedule.mr, chosen.schedule.nr
+    blocks = channel_blocks(g.m, lanes, min(nr, -(-g.m // lanes)))
+    packed, offsets = _pack_dense(rows_w, 1, blocks, step)
+    wbuf = ctx.const(arith.weights(packed), "w")
+    taps = ctx.const(weight.transpose(2, 3, 1, 0).copy(), "wt")        # [kh][kw][c][m] for the clipped columns
+    b = Builder()
+    dy = g.dilation[0]
+
+    def windows(rows: int, n, oh, ow0, kh_lo, kh_hi, blk: ChannelBlock, ch0: Expr, panel: Expr) -> None:
+        accs = [[b.local("acc", arith.init_window(ch0 + j * blk.lanes, blk.lanes, kh_lo, kh_hi, const(0), const(1)))
+                 for j in range(blk.nr)] for _ in range(rows)]
+        with b.loop("kh", kh_lo, kh_hi) as kh:
+            first = b.let("px", ((n * g.h + g.in_row(oh, 0) + kh * dy) * g.w + g.in_row(ow0, 1)) * g.c)
+            wrow = b.let("wr", panel + kh * (width * blk.width))
+            with b.loop("c", 0, width, arith.span) as c:
+                operands: dict[int, list[Expr]] = {}
+                for s in range(0, arith.span, step):
+                    wv = [b.let("wv", arith.load_w(wbuf.vec(wrow + (c + s) * blk.width + j * blk.lanes * step,
+                                                            blk.lanes * step))) for j in range(blk.nr)]
+                    for i in range(rows):
+                        if i not in operands:
+                            operands[i] = arith.operands(x, first + i * g.stride[1] * g.c + c, blk.lanes,
+                                                         lambda e: b.let("a", e))
+                        for j in range(blk.nr):
+                            b.assign(accs[i][j], arith.mac(accs[i][j], operands[i][s // step], wv[j]))
+        for i in range(rows):
+            store_pixel(b, out, arith, blk, accs[i], ch0, ((n * g.oh + oh) * g.ow + ow0 + i) * g.m + ch0)
+
+    def clipped(n, oh, ow, kh_lo, kh_hi, blk: ChannelBlock, ch0: Expr) -> None:
+        kw_lo, kw_hi = (b.let("kw", v) for v in g.window(ow, 1))
+        accs = [b.local("acc", plain.init(ch0 + j * blk.lanes, blk.lanes)) for j in range(blk.nr)]
+        with b.loop("kh", kh_lo, kh_hi) as kh:
+            ih = g.in_row(oh, 0) + kh * dy
+            with b.loop("kw", kw_lo, kw_hi) as kw:
+                px = b.let("px", ((n * g.h + ih) * g.w + g.in_row(ow, 1) + kw) * g.c)
+                for c in range(g.c):
+                    a = b.let("a", plain.operand(x, px + c, blk.lanes))
+                    at = ((kh * g.kw + kw) * g.c + c) * g.m + ch0
+                    for j in range(blk.nr):
+                        w = plain.load_w(taps.vec(at + j * blk.lanes, blk.lanes))
+                        b.assign(accs[j], plain.mac(accs[j], a, w))
+        store_pixel(b, out, plain, blk, accs, ch0, ((n * g.oh + oh) * g.ow + ow) * g.m + ch0)
+
+    def tile(rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) -> None:
+        inside = isinstance(kw_lo, Const)       # the interior's tiles; a clipped pixel's window comes bound
+        for bi, blk in enumerate(blocks):
+            with b.loop("cb", 0, blk.count) as cb:
+                ch0 = b.let("ch0", blk.start + cb * blk.width)
+                if inside:
+                    panel = b.let("panel", offsets[bi] + cb * (g.kh * width * blk.width))
+                    windows(rows, n, oh, ow0, kh_lo, kh_hi, blk, ch0, panel)
+                else:
+                    clipped(n, oh, ow0, kh_lo, kh_hi, blk, ch0)
+
+    order = Order(mr, backward=backward)
+    spatial_loops(b, wide, order, tile)
+    return Kernel(name, params, b.block(), conv_reuse(wide, x, out, arith, order), chosen)
+
+
 def _conv_macs(graph: Graph, node: Node) -> int:
     w = graph.constants[node.inputs[1]]
     return int(np.prod(graph.shape(node.outputs[0]))) * int(np.prod(w.shape[1:]))
@@ -1168,6 +1278,10 @@ def conv(ctx: LowerContext, node: Node, name: str) -> Kernel:
                                          IntArith(ctx, quant, bias, _residual(node, ins)), quant, ins[0], outs[0],
                                          params)
     backward, whole = node.name in ctx.backward, node.name in ctx.whole
+    rows_style = None if depthwise else row_window_style(ctx, node, g, ctx.graph.constants[node.inputs[1]])
+    if rows_style is not None:
+        return lower_row_windows(ctx, node, name, g, ctx.graph.constants[node.inputs[1]], rows_style, ins, outs[0],
+                                 params, backward)
     if depthwise:
         pairs = depthwise_pairs_style(ctx, node, g)
         if pairs is not None:
