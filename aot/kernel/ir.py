@@ -158,14 +158,11 @@ class Reinterpret(Expr):
 
 
 @dataclass(frozen=True, eq=False)
-class Dot(Expr):
-    """acc + groupwise dot products: lane l of acc (i32) adds sum over g < G of a[l*G+g] * b[l*G+g],
-    a and b being 8- or 16-bit vectors with G times acc's lanes; b signed, a unsigned if `a_unsigned`.
-    Targets with dot-product instructions (AVX-512 VNNI vpdpbusd, NEON sdot, Arm DSP SMLAD) do it in one."""
+class Accumulate(Expr):
+    """acc (i32) plus products of the integer vectors a and b, summed into its lanes as the subclass says."""
     acc: Expr
     a: Expr
     b: Expr
-    a_unsigned: bool
 
     @property
     def dtype(self) -> str:  # type: ignore[override]
@@ -174,6 +171,14 @@ class Dot(Expr):
     @property
     def lanes(self) -> int:  # type: ignore[override]
         return self.acc.lanes
+
+
+@dataclass(frozen=True, eq=False)
+class Dot(Accumulate):
+    """acc + groupwise dot products: lane l of acc (i32) adds sum over g < G of a[l*G+g] * b[l*G+g],
+    a and b being 8- or 16-bit vectors with G times acc's lanes; b signed, a unsigned if `a_unsigned`.
+    Targets with dot-product instructions (AVX-512 VNNI vpdpbusd, NEON sdot, Arm DSP SMLAD) do it in one."""
+    a_unsigned: bool
 
 
 @dataclass(frozen=True, eq=False)
@@ -276,43 +281,21 @@ class Lanes(Expr):
 
 
 @dataclass(frozen=True, eq=False)
-class RowDot(Expr):
+class RowDot(Accumulate):
     """acc plus the dot product of int8 vectors a and b, spread over acc's i32 lanes in whatever grouping
     the target sums fastest: only the total of acc's lanes is defined (Reduce it at the end). With one
     lane it is Helium's VMLADAVA; with four, 32-bit NEON's VMULL.S8/VMLAL.S8 + VPADAL.S16. `pairs_fit`:
     no product is -128 * -128, so two products add in 16 bits."""
-    acc: Expr
-    a: Expr
-    b: Expr
     pairs_fit: bool = False
-
-    @property
-    def dtype(self) -> str:  # type: ignore[override]
-        return "i32"
-
-    @property
-    def lanes(self) -> int:  # type: ignore[override]
-        return self.acc.lanes
 
 
 @dataclass(frozen=True, eq=False)
-class WideningDot(Expr):
+class WideningDot(Accumulate):
     """acc plus products of int8 vectors a and b summed as AArch64 NEON without a dot product sums them
     fastest: in each 16-byte block q of a and b, the products of bytes i and i + 8 add in 16 bits (SMULL,
     SMLAL2), then neighbouring 16-bit sums into a 32-bit lane (SADALP), so lane 4q + j of acc adds the
     products of the block's bytes 2j, 2j + 1, 2j + 8 and 2j + 9. The caller ensures each pair fits in 16
     bits: no two products of a pair are both -128 * -128 (weights in [-127, 127] do it)."""
-    acc: Expr
-    a: Expr
-    b: Expr
-
-    @property
-    def dtype(self) -> str:  # type: ignore[override]
-        return "i32"
-
-    @property
-    def lanes(self) -> int:  # type: ignore[override]
-        return self.acc.lanes
 
 
 _COMPARE = {"lt", "le", "gt", "ge", "eq", "ne"}
