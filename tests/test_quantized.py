@@ -342,22 +342,26 @@ def test_widening_products_need_weights_above_minus_128(low, form, tmp_path):
 def test_depthwise_int8_on_aarch64_widens_raw_bytes(target, attrs, tmp_path):
     """AArch64's depthwise form (WideArith): raw activation bytes, 16 channels a load and the 4 left over,
     the zero point through the bias and, where padding clips a window, the table of the taps it keeps;
-    int8 and uint8 activations, symmetric int8 weights and asymmetric uint8 ones."""
+    int8 activations with weights in [-127, 127] (taps two at a time in 16 bits) and with a -128 weight
+    (one at a time), uint8 ones with asymmetric uint8 weights."""
     from onnx import TensorProto, helper
 
     rng = np.random.default_rng(6)
     c = 20
-    for x_type, x_np, x_zp, w_type, w_zp in ((TensorProto.INT8, np.int8, -7, TensorProto.INT8, 0),
-                                             (TensorProto.UINT8, np.uint8, 131, TensorProto.UINT8, 120)):
+    for x_type, x_np, x_zp, w_type, w_zp, w_low in ((TensorProto.INT8, np.int8, -7, TensorProto.INT8, 0, -127),
+                                                    (TensorProto.INT8, np.int8, 9, TensorProto.INT8, 0, -128),
+                                                    (TensorProto.UINT8, np.uint8, 131, TensorProto.UINT8, 120, 0)):
         w_np = np.int8 if w_type == TensorProto.INT8 else np.uint8
         info = np.iinfo(w_np)
+        weights = rng.integers(w_low, info.max + 1, (c, 1, 3, 3)).astype(w_np)
+        weights[0, 0, 0, 0] = w_low
         nodes = [helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"]),
                  helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"], axis=0),
                  helper.make_node("Conv", ["xf", "wf", "b"], ["yf"], group=c, **attrs),
                  helper.make_node("QuantizeLinear", ["yf", "ys", "yz"], ["y"])]
         inits = [helper.make_tensor("xs", TensorProto.FLOAT, [], [0.05]),
                  helper.make_tensor("xz", x_type, [], [x_zp]),
-                 onnx.numpy_helper.from_array(rng.integers(info.min, info.max + 1, (c, 1, 3, 3)).astype(w_np), "w"),
+                 onnx.numpy_helper.from_array(weights, "w"),
                  onnx.numpy_helper.from_array(rng.uniform(0.002, 0.02, c).astype(np.float32), "ws"),
                  onnx.numpy_helper.from_array(np.full(c, w_zp, w_np), "wz"),
                  onnx.numpy_helper.from_array(rng.standard_normal(c).astype(np.float32), "b"),
@@ -367,7 +371,7 @@ def test_depthwise_int8_on_aarch64_widens_raw_bytes(target, attrs, tmp_path):
                                   [helper.make_tensor_value_info("y", x_type, None)], inits)
         model = onnx.shape_inference.infer_shapes(
             helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
-        built = aot.build(model, target=target, out_dir=tmp_path / x_np.__name__)
+        built = aot.build(model, target=target, out_dir=tmp_path / f"{x_np.__name__}{w_low}")
         assert [s["workload"].split()[-1] for s in built.metadata["schedules"]] == ["wide16"]
         info = np.iinfo(x_np)
         result = aot.check(model, target=target, inputs={"x": rng.integers(info.min, info.max + 1, (1, c, 9, 11))

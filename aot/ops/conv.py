@@ -727,6 +727,8 @@ class WideArith(DotArith):
                  residual: Buffer | None, padded: bool):
         super().__init__(ctx, DotStyle(1, True, a_unsigned=x_dtype == "u8"), quant, bias, weight, x_dtype,
                          residual, padded)
+        # int8 activations and weights in [-127, 127]: two taps' products add in 16 bits
+        self.pairs = x_dtype == "i8" and (weight.size == 0 or (weight.min() >= -127 and weight.max() <= 127))
 
 
 class BytePairArith(IntArith):
@@ -1013,7 +1015,10 @@ def lower_depthwise(ctx: LowerContext, node: Node, name: str, g: Geometry, weigh
                     whole: bool = False) -> Kernel:
     """With a WideArith (AArch64 int8), the activations of up to 16 channels load at once as raw bytes and
     widen to 16 bits (SXTL, SXTL2), each half multiplied into its int32 accumulators by the 16-bit
-    weights (SMLAL, SMLAL2): 16 multiply-accumulates for 7 instructions."""
+    weights (SMLAL, SMLAL2): 16 multiply-accumulates for 7 instructions. Where its `pairs` allow, the
+    taps of a window row whose columns are known at compile time go two at a time: their int8 products
+    add in 16 bits (SMULL, SMLAL and their high halves), then into the int32 accumulators (SADDW, SADDW2):
+    32 for 10."""
     lanes = ctx.target.lanes
     wide = isinstance(arith, WideArith)
     default = Schedule("depthwise", ctx.knobs.dw_mr, max(ctx.knobs.dw_nr, WideArith.dw_nr) if wide else ctx.knobs.dw_nr)
@@ -1021,7 +1026,8 @@ def lower_depthwise(ctx: LowerContext, node: Node, name: str, g: Geometry, weigh
     blocks = channel_blocks(g.c, lanes, chosen.schedule.nr)
     mr = chosen.schedule.mr
     taps = np.ascontiguousarray(weight[:, 0].transpose(1, 2, 0))       # [kh][kw][c]
-    wbuf = ctx.const(taps.astype(np.int16) if wide else arith.weights(taps), "w")
+    pairs = wide and arith.pairs
+    wbuf = ctx.const(taps.astype(np.int8 if pairs else np.int16) if wide else arith.weights(taps), "w")
     b = Builder()
     dy, dx = g.dilation
 
@@ -1035,39 +1041,74 @@ def lower_depthwise(ctx: LowerContext, node: Node, name: str, g: Geometry, weigh
 
         accs = [[[b.local("acc", start(ch0 + j * blk.lanes, blk.lanes)) for j in range(blk.nr)]
                  for _ in range(rows)] for blk, ch0 in items]
+
+        def plain_tap(kh, ih, kw) -> None:
+            for t, (blk, ch0) in enumerate(items):
+                pixel0 = b.let("px", ((n * g.h + ih) * g.w + g.in_row(ow0, 1) + kw * dx) * g.c + ch0)
+                wv = [b.let("wv", arith.load_w(wbuf.vec((kh * g.kw + kw) * g.c + ch0 + j * blk.lanes, blk.lanes)))
+                      for j in range(blk.nr)]
+                for i in range(rows):
+                    at = pixel0 + i * g.stride[1] * g.c
+                    for j in range(blk.nr):
+                        xv = arith.load_x(x.vec(at + j * blk.lanes, blk.lanes))
+                        b.assign(accs[t][i][j], arith.mac(accs[t][i][j], xv, wv[j]))
+
+        def wide_taps(kh, ih, kws: tuple) -> None:
+            """One tap, or two summed in 16 bits, of a window row, for every pixel and channel of the tile:
+            vectors of channels whose bytes load as one (16 bytes), multiplied 8 at a time."""
+            for t, (blk, ch0) in enumerate(items):
+                per_load, per_half = max(1, 16 // blk.lanes), max(1, 8 // blk.lanes)
+                loads = [range(j, min(j + per_load, blk.nr)) for j in range(0, blk.nr, per_load)]
+                pixel0 = [b.let("px", ((n * g.h + ih) * g.w + g.in_row(ow0, 1) + kw * dx) * g.c + ch0) for kw in kws]
+                wv: dict[tuple[int, int], Expr] = {}    # (tap, first vector of a half): its weights
+                for k, kw in enumerate(kws):
+                    wrow = (kh * g.kw + kw) * g.c + ch0
+                    if not pairs:       # int16 in memory, a half per load
+                        wv.update({(k, j): b.let("wv", wbuf.vec(wrow + j * blk.lanes,
+                                                                min(per_half, blk.nr - j) * blk.lanes))
+                                   for j in range(0, blk.nr, per_half)})
+                        continue
+                    for load in loads:  # int8 in memory, loaded as the activations are (SMULL2 takes high halves)
+                        w8 = b.let("wv", wbuf.vec(wrow + load.start * blk.lanes, len(load) * blk.lanes))
+                        for h in range(load.start, load.stop, per_half):
+                            first, n_half = (h - load.start) * blk.lanes, min(per_half, load.stop - h) * blk.lanes
+                            half = Shuffle(w8, tuple(range(first, first + n_half))) if n_half < w8.lanes else w8
+                            wv[k, h] = b.let("ww", Cast(half, "i16")) if len(kws) == 1 else half
+                for i in range(rows):
+                    for load in loads:
+                        xv = [b.let("xv", x.vec(p + i * g.stride[1] * g.c + load.start * blk.lanes,
+                                                len(load) * blk.lanes)) for p in pixel0]
+                        for h in range(load.start, load.stop, per_half):
+                            n_half = min(per_half, load.stop - h) * blk.lanes
+                            first = (h - load.start) * blk.lanes
+                            xh = [Shuffle(v, tuple(range(first, first + n_half))) if n_half < v.lanes else v
+                                  for v in xv]
+                            if len(kws) == 2:
+                                product = b.let("p", Cast(xh[0], "i16") * Cast(wv[0, h], "i16")
+                                                + Cast(xh[1], "i16") * Cast(wv[1, h], "i16"))
+                            else:
+                                xw = b.let("xw", Cast(xh[0], "i16"))
+                            for j in range(h, h + n_half // blk.lanes):
+                                part = tuple(range((j - h) * blk.lanes, (j - h + 1) * blk.lanes))
+
+                                def pick(v: Expr) -> Expr:
+                                    return Shuffle(v, part) if v.lanes > blk.lanes else v
+                                gain = (Cast(pick(product), "i32") if len(kws) == 2
+                                        else Cast(pick(xw), "i32") * Cast(pick(wv[0, h]), "i32"))
+                                b.assign(accs[t][i][j], accs[t][i][j] + gain)
+
         with b.loop("kh", kh_lo, kh_hi) as kh:
             ih = g.in_row(oh, 0) + kh * dy
-            with b.loop("kw", kw_lo, kw_hi) as kw:
-                for t, (blk, ch0) in enumerate(items):
-                    pixel0 = b.let("px", ((n * g.h + ih) * g.w + g.in_row(ow0, 1) + kw * dx) * g.c + ch0)
-                    wrow = (kh * g.kw + kw) * g.c + ch0
-                    if not wide:
-                        wv = [b.let("wv", arith.load_w(wbuf.vec(wrow + j * blk.lanes, blk.lanes)))
-                              for j in range(blk.nr)]
-                        for i in range(rows):
-                            at = pixel0 + i * g.stride[1] * g.c
-                            for j in range(blk.nr):
-                                xv = arith.load_x(x.vec(at + j * blk.lanes, blk.lanes))
-                                b.assign(accs[t][i][j], arith.mac(accs[t][i][j], xv, wv[j]))
-                        continue
-                    # vectors of channels whose bytes load as one (16 bytes), then widen 8 at a time
-                    per_load, per_half = max(1, 16 // blk.lanes), max(1, 8 // blk.lanes)
-                    loads = [range(j, min(j + per_load, blk.nr)) for j in range(0, blk.nr, per_load)]
-                    wv = {j: b.let("wv", wbuf.vec(wrow + j * blk.lanes, min(per_half, blk.nr - j) * blk.lanes))
-                          for j in range(0, blk.nr, per_half)}
-                    for i in range(rows):
-                        at = pixel0 + i * g.stride[1] * g.c
-                        for load in loads:
-                            xv = b.let("xv", x.vec(at + load.start * blk.lanes, len(load) * blk.lanes))
-                            for h in range(load.start, load.stop, per_half):
-                                n_half = min(per_half, load.stop - h) * blk.lanes
-                                first = (h - load.start) * blk.lanes
-                                xh = Shuffle(xv, tuple(range(first, first + n_half))) if n_half < xv.lanes else xv
-                                xw = b.let("xw", Cast(xh, "i16"))
-                                for j in range(h, h + n_half // blk.lanes):
-                                    part = tuple(range((j - h) * blk.lanes, (j - h + 1) * blk.lanes))
-                                    xj, wj = (Shuffle(v, part) if v.lanes > blk.lanes else v for v in (xw, wv[h]))
-                                    b.assign(accs[t][i][j], accs[t][i][j] + Cast(xj, "i32") * Cast(wj, "i32"))
+            if pairs and isinstance(kw_lo, Const) and isinstance(kw_hi, Const):
+                columns = list(range(kw_lo.value, kw_hi.value))
+                for at in range(0, len(columns), 2):
+                    wide_taps(kh, ih, tuple(const(kw) for kw in columns[at: at + 2]))
+            else:
+                with b.loop("kw", kw_lo, kw_hi) as kw:
+                    if wide:
+                        wide_taps(kh, ih, (kw,))
+                    else:
+                        plain_tap(kh, ih, kw)
         for t, (blk, ch0) in enumerate(items):
             for i in range(rows):
                 store_pixel(b, out, arith, blk, accs[t][i], ch0, ((n * g.oh + oh) * g.ow + ow0 + i) * g.c + ch0)
