@@ -162,6 +162,11 @@ class Target:
         """float32 lanes per vector register."""
         return max(1, self.vector_bits // 32)
 
+    @property
+    def aarch64_neon(self) -> bool:
+        """AArch64 with its NEON (with or without the dot product): the kernels' AArch64-only forms."""
+        return self.pointer_bits == 64 and self.int_simd.name in ("neon", "neon-dotprod")
+
     def runs_natively(self) -> bool:
         """True if this machine can run the target's programs without an emulator."""
         import platform

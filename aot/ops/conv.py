@@ -424,8 +424,7 @@ class FloatArith:
     def __init__(self, ctx: LowerContext, bias: np.ndarray | None, acts, residual: Buffer | None, channels: int = 1):
         self.bias = ctx.const(bias.astype(np.float32), "b") if bias is not None else None
         self.acts, self.residual = acts, residual
-        by_element = ctx.target.pointer_bits == 64 and ctx.target.int_simd.name in ("neon", "neon-dotprod")
-        self.span = self.SPAN if by_element and ctx.knobs.simd and channels % self.SPAN == 0 else 1
+        self.span = self.SPAN if ctx.target.aarch64_neon and ctx.knobs.simd and channels % self.SPAN == 0 else 1
 
     def tile(self, mr: int, nr: int) -> tuple[int, int]:
         """A span keeps each pixel's 4 channels in a register besides its accumulators: 7 x 3 in 32."""
@@ -578,8 +577,7 @@ class LaneArith(IntArith):
 def lane_arith_applies(ctx: LowerContext, cg: int, quant: Quant | None) -> bool:
     """LaneArith's conditions: AArch64 NEON, a quantized Conv/Gemm with whole groups of 8 input channels,
     an activation zero point that keeps x - x_zp in 16 bits (any int8 or uint8 one does)."""
-    return (quant is not None and ctx.target.int_simd.name in ("neon", "neon-dotprod")
-            and ctx.target.pointer_bits == 64 and cg % LaneArith.group == 0 and ctx.knobs.simd)
+    return quant is not None and ctx.target.aarch64_neon and cg % LaneArith.group == 0 and ctx.knobs.simd
 
 
 class DotArith(IntArith):
@@ -675,25 +673,23 @@ class DotArith(IntArith):
             return min(mr, 4), min(nr, 2)
         return (min(mr, 8), min(nr, 2)) if self.span > self.group else (mr, nr)
 
+    def raw_words(self, x: Buffer, index: Expr, count: int) -> Expr:
+        """`count` bytes of a pixel's channels as 32-bit words, each byte's top bit flipped if it must be."""
+        words = Reinterpret(x.vec(index, count), "i32", count // 4)
+        return binop("xor", words, const(-0x7F7F7F80, "i32", count // 4)) if self.flip else words   # +-128 a byte
+
     def operands(self, x: Buffer, index: Expr, lanes: int, bind) -> list[Expr]:
         if self.span == self.group:
             return [bind(self.operand(x, index, lanes))]
-        words = Reinterpret(x.vec(index, self.span), "i32", self.span // 4)
-        if self.flip:
-            words = binop("xor", words, const(-0x7F7F7F80, "i32", self.span // 4))
-        words = bind(words)
+        words = bind(self.raw_words(x, index, self.span))
         return [Reinterpret(Shuffle(words, (k,) * lanes), "i8", lanes * 4) for k in range(self.span // 4)]
 
     def operand(self, x: Buffer, index: Expr, lanes: int) -> Expr:
         if self.style.widening:     # 8 channels as words (0, 0, 1, 1): each channel pair's two halves
-            words = Reinterpret(x.vec(index, self.group), "i32", 2)
-            if self.flip:
-                words = binop("xor", words, const(-0x7F7F7F80, "i32", 2))
+            words = self.raw_words(x, index, self.group)
             return Reinterpret(Shuffle(words, (0, 0, 1, 1) * (lanes // 2)), "i8", lanes * 8)
         if self.style.raw_bytes:
-            word = Reinterpret(x.vec(index, self.group), "i32", 1)
-            if self.flip:
-                word = binop("xor", word, const(-0x7F7F7F80, "i32"))    # 0x80808080: +-128 on each byte
+            word = self.raw_words(x, index, self.group)
         else:
             pair = Cast(widen(x.vec(index, self.group)) - self.q.x_zp, "i16")
             if lanes == 1:
@@ -995,7 +991,7 @@ def dot_style(ctx: LowerContext, node: Node, groups: int, cg: int) -> DotStyle |
             continue
         # Widening: vectors of 4 whole channels, int16 pair sums; AArch64 only (32-bit NEON's 16 vector
         # registers take the row kernels, conv_rows.py).
-        if style.widening and (ctx.target.pointer_bits != 64 or out_channels % 4
+        if style.widening and (not ctx.target.aarch64_neon or out_channels % 4
                                or weight.size and weight.min() < -127):
             continue
         if style.raw_bytes and (weight.dtype != np.int8 or np.any(quant.w_zp) or (
@@ -1209,9 +1205,8 @@ def row_window_style(ctx: LowerContext, node: Node, g: Geometry, weight: np.ndar
     by window rows (lower_row_windows). AArch64 only: on AVX-512 VNNI it measured no faster than 16 lanes of
     plain integer arithmetic."""
     quant = node_quant(ctx.graph.values, node)
-    if (quant is None or ctx.target.pointer_bits != 64 or ctx.target.int_simd.name not in ("neon", "neon-dotprod")
-            or node.attrs["group"] != 1 or g.dilation[1] != 1 or weight.dtype != np.int8
-            or np.any(quant.w_zp) or ctx.graph.values[node.inputs[0]].dtype not in _BYTES
+    if (quant is None or not ctx.target.aarch64_neon or node.attrs["group"] != 1 or g.dilation[1] != 1
+            or weight.dtype != np.int8 or np.any(quant.w_zp) or ctx.graph.values[node.inputs[0]].dtype not in _BYTES
             or not _window_sums_fit(weight)):
         return None
     for style in ctx.target.int_simd.dots:
@@ -1221,7 +1216,7 @@ def row_window_style(ctx: LowerContext, node: Node, g: Geometry, weight: np.ndar
         lo, hi = dataclasses.replace(g, kw=-(-width // g.c)).interior(1)
         if width > ROW_WINDOW_BYTES or 4 * (hi - lo) < 3 * g.ow:
             continue        # long rows; or narrow images, most of whose columns the padding clips
-        if style.widening and (ctx.target.pointer_bits != 64 or g.m % 4 or weight.min() < -127):
+        if style.widening and (g.m % 4 or weight.min() < -127):       # AArch64 checked above
             continue
         return style
     return None

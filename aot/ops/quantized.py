@@ -40,7 +40,7 @@ def narrows_by_halves(target) -> bool:
     """Whether quantize's vectors should narrow in halving steps on `target`: on AArch64 LLVM makes each
     step one saturating narrowing instruction (SQXTN, SQXTUN; a bound equal to the type's costs nothing),
     four vectors of int32 to 16 bytes in six; on 32-bit NEON and Helium it measured worse than one clamp."""
-    return target.pointer_bits == 64 and target.int_simd.name in ("neon", "neon-dotprod")
+    return target.aarch64_neon
 
 
 def dequantize(q: Expr, zero_point: int, scale: float) -> Expr:
