@@ -22,7 +22,9 @@ class DotStyle:
     32-bit lane (x86 vpmaddwd, the Cortex-M DSP's SMLAD: two multiplies and two adds at once); any padding.
     widening: raw bytes without a dot-product instruction (AArch64 NEON): 8 input channels of a pixel, two
     output channels to a 16-byte block, products summed in 16 bits and then pairwise (k.WideningDot), two
-    i32 lanes per output channel added at the end."""
+    i32 lanes per output channel added at the end. matrix: raw signed bytes by Armv8.6's int8 matrix multiply
+    (SMMLA, k.MatrixDot): two pixels' 8 input channels against two output channels' 8 weights, a 2 x 2 block
+    of sums per instruction."""
 
     group: int
     raw_bytes: bool
@@ -31,6 +33,7 @@ class DotStyle:
     byte_pairs: bool = False    # 4 bytes per 32-bit load, widened in pairs (bytes 0,2 and 1,3) in core
                                 # registers with the zero point added (sxtab16), multiplied by SMLAD
     widening: bool = False      # SMULL, SMLAL2, SADALP (see above); weights in [-127, 127]
+    matrix: bool = False        # SMMLA on 2 pixels x 2 output channels (see above)
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,11 @@ class IntSimd:
     row_lanes: int = 0          # int32 lanes per output's sum in the int8 row kernels (aot/ops/conv_rows.py):
                                 # 1 = VMLADAVA into a core register, 4 = VPADAL into a vector; 0 = none
     predicated: bool = False    # lane masks are one VCTP and masked loads are real (no splitting into lanes)
+
+    @property
+    def matrix(self) -> bool:
+        """True if the form multiplies int8 matrices (k.MatrixDot in one instruction: SMMLA)."""
+        return any(d.matrix for d in self.dots)
 
     @property
     def byte_pairs(self) -> bool:
@@ -65,6 +73,8 @@ _FORMS = (
             (DotStyle(8, True, widening=True),), row_lanes=4),
     IntSimd("neon-dotprod", "Arm NEON with the Armv8.2 dot product: sdot on 4 signed bytes per lane",
             (DotStyle(4, True),)),
+    IntSimd("neon-i8mm", "Arm NEON with the Armv8.6 int8 matrix multiply: smmla on 2 pixels x 2 channels of 8 "
+            "signed bytes, sdot where a layer does not fit its blocks", (DotStyle(8, True, matrix=True), DotStyle(4, True))),
     IntSimd("dsp", "Arm DSP extension (Cortex-M4/M7): bytes widened in pairs (SXTB16, SXTAB16), SMLAD on "
             "16-bit pairs in a core register", (DotStyle(4, False, scalar=True, byte_pairs=True), _PAIRS)),
     IntSimd("mve", "Arm Helium (MVE): VMLAV sums 8 products into a scalar", (DotStyle(8, False, scalar=True),),

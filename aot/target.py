@@ -126,7 +126,7 @@ class Target:
     float_abi: str = "hard"          # "hard" (floats in FPU registers) or "soft" (library calls)
     fpu: bool = True                 # floating-point instructions in hardware; soft float has none
     int_simd: IntSimd = field(default_factory=lambda: int_simd("none"))   # a registered form (aot/isa.py);
-                                     # a target file names it: avx2, avx512-vnni, neon, neon-dotprod, dsp, mve
+                                     # a target file names it: avx2, avx512-vnni, neon, neon-dotprod, neon-i8mm, dsp, mve
     cpu_flags: tuple[str, ...] = ()  # /proc/cpuinfo flags needed to run natively (x86)
     cc: str = "gcc"
     cflags: tuple[str, ...] = ()
@@ -165,7 +165,7 @@ class Target:
     @property
     def aarch64_neon(self) -> bool:
         """AArch64 with its NEON (with or without the dot product): the kernels' AArch64-only forms."""
-        return self.pointer_bits == 64 and self.int_simd.name in ("neon", "neon-dotprod")
+        return self.pointer_bits == 64 and self.int_simd.name in ("neon", "neon-dotprod", "neon-i8mm")
 
     def runs_natively(self) -> bool:
         """True if this machine can run the target's programs without an emulator."""

@@ -6,7 +6,8 @@
 #
 #   bash benchmarks/arm64_python.sh DIR [ONNXRUNTIME_VERSION] [NUMPY_VERSION]
 #
-# DIR/cpuinfo.cortex-a72 and DIR/cpuinfo.cortex-a76 (which declares the dot product, asimddp) are what
+# DIR/cpuinfo.cortex-a72, DIR/cpuinfo.cortex-a76 (which declares the dot product, asimddp) and
+# DIR/cpuinfo.neoverse-n2 (the dot product and the int8 matrix multiply, i8mm; SVE2 at 128 bits) are what
 # onnxruntime's cpuinfo reads in place of the host's x86 /proc/cpuinfo (a bind mount in a private mount
 # namespace), or it crashes on import.
 set -euo pipefail
@@ -37,5 +38,8 @@ cpuinfo() {  # features, variant, part, revision: two cores of an Arm Cortex-A
 cpuinfo "fp asimd evtstrm crc32 cpuid" 0x0 0xd08 3 > "$dir/cpuinfo.cortex-a72"
 cpuinfo "fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp" 0x4 0xd0b 1 \
   > "$dir/cpuinfo.cortex-a76"
+cpuinfo "fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm jscvt fcma lrcpc dcpop sha3 \
+sm3 sm4 asimddp sha512 sve asimdfhm dit uscat ilrcpc flagm ssbs sb dcpodp sve2 sveaes svepmull svebitperm svesha3 svesm4 \
+flagm2 frint svei8mm svebf16 i8mm bf16 dgh bti" 0x0 0xd49 0 > "$dir/cpuinfo.neoverse-n2"
 unshare -m sh -c "mount --bind '$dir/cpuinfo.cortex-a72' /proc/cpuinfo && exec qemu-aarch64 -cpu cortex-a72 -L '$dir/root' \
   -E PYTHONPATH='$dir/site' '$dir/root/usr/bin/python3.11' -c 'import numpy, onnxruntime; print(\"arm64 python ok: numpy\", numpy.__version__, \"onnxruntime\", onnxruntime.__version__)'"

@@ -1,7 +1,7 @@
 """aot against onnxruntime as a Raspberry Pi user runs it, in instructions executed under qemu-aarch64.
 
     python benchmarks/arm_peer.py --arm64 DIR [MODEL ...] [--precision fp32|int8 ...]
-                                  [--cpu cortex-a72|cortex-a76 ...] [--extra 10]
+                                  [--cpu cortex-a72|cortex-a76|neoverse-n2 ...] [--extra 10]
 
 DIR is an arm64 CPython with numpy and onnxruntime's official aarch64 wheels, made by
 `bash benchmarks/arm64_python.sh DIR` (root: it adds dpkg's arm64 architecture to download Debian's
@@ -16,7 +16,9 @@ onnxruntime's process is not exactly repeatable (up to some 10 M of its 2 G star
 now and then a run does 100 M more): each of its two counts is the least of 3 processes, and its K is
 raised until the extra inferences execute some 500 M instructions (by aot's count). aot's is exact.
 `-cpu cortex-a72` (Pi 4) runs aot's `aarch64` build, `-cpu cortex-a76` (Pi 5, dot product) its
-`aarch64-dotprod` build; onnxruntime picks its kernels from the cpuinfo it reads (asimddp on the A76).
+`aarch64-dotprod` build, and a Neoverse N2 (dot product and int8 matrix multiply, i8mm) its `aarch64-i8mm`
+build: this qemu has no N2 model, so `-cpu max` stands in with SME off and SVE at the N2's 128 bits.
+onnxruntime picks its kernels from the cpuinfo it reads (asimddp on the A76, i8mm on the N2).
 aot's outputs are checked against onnxruntime's on the host.
 
 The table: millions of instructions per inference, aot / onnxruntime (below 1: aot executes fewer),
@@ -48,7 +50,9 @@ from aot.codegen import wrapper  # noqa: E402
 from aot.run import local  # noqa: E402
 from aot.run.count import build_plugin  # noqa: E402
 
-CPUS = {"cortex-a72": "aarch64", "cortex-a76": "aarch64-dotprod"}
+# core -> (aot's target, qemu's -cpu)
+CPUS = {"cortex-a72": ("aarch64", "cortex-a72"), "cortex-a76": ("aarch64-dotprod", "cortex-a76"),
+        "neoverse-n2": ("aarch64-i8mm", "max,sme=off,sve-default-vector-length=16")}
 MODELS = ("ds_cnn", "mobilenet_v1", "resnet8", "mobilenet_v2")
 MIN_EXTRA_INSNS = 5e8   # onnxruntime runs at least this many instructions of extra inferences (by aot's count)
 ORT_TRIES = 3           # onnxruntime's processes vary (start-up work, now and then a large outlier): the least of 3
@@ -90,7 +94,7 @@ def per_inference(command, extra: int, what: str, cwd: Path | None = None, tries
 def aot_count(model: onnx.ModelProto, cpu: str, feeds: dict, plugin: Path, work: Path,
               extra: int) -> tuple[float, bool]:
     """aot's instructions per inference on `cpu`, and whether its outputs match onnxruntime's."""
-    artifact = aot.build(model, target=CPUS[cpu], out_dir=work / "build")
+    artifact = aot.build(model, target=CPUS[cpu][0], out_dir=work / "build")
     _render_timing(artifact, work / "timing.c", profile=False)
     exe = work / "bench"
     local.link(artifact.target, [work / "timing.c", artifact.source], [artifact.object], artifact.dir, exe,
@@ -100,7 +104,7 @@ def aot_count(model: onnx.ModelProto, cpu: str, feeds: dict, plugin: Path, work:
         np.ascontiguousarray(feeds[t.onnx_name], dtype=t.dtype).reshape(t.shape).tofile(work / f"input_{t.index}.bin")
 
     def command(n: int) -> list[str]:
-        return ["qemu-aarch64", "-cpu", cpu, "-plugin", str(plugin), "-d", "plugin", str(exe), "0", "1", str(n), "0"]
+        return ["qemu-aarch64", "-cpu", CPUS[cpu][1], "-plugin", str(plugin), "-d", "plugin", str(exe), "0", "1", str(n), "0"]
 
     insns = per_inference(command, extra, f"aot on {cpu}", work)
     got = {t.onnx_name: np.fromfile(work / f"output_{t.index}.bin", dtype=t.dtype).reshape(t.shape) for t in outs}
@@ -110,7 +114,7 @@ def aot_count(model: onnx.ModelProto, cpu: str, feeds: dict, plugin: Path, work:
 
 def ort_count(path: Path, inputs: Path, cpu: str, arm64: Path, plugin: Path, script: Path, extra: int) -> float:
     def command(n: int) -> list[str]:
-        inner = (f"mount --bind {arm64}/cpuinfo.{cpu} /proc/cpuinfo && exec qemu-aarch64 -cpu {cpu} "
+        inner = (f"mount --bind {arm64}/cpuinfo.{cpu} /proc/cpuinfo && exec qemu-aarch64 -cpu {CPUS[cpu][1]} "
                  f"-L {arm64}/root -E PYTHONPATH={arm64}/site -E PYTHONHASHSEED=0 -plugin {plugin} -d plugin "
                  f"{arm64}/root/usr/bin/python3.11 {script} {path} {inputs} {n}")
         return ["unshare", "-m", "sh", "-c", inner]

@@ -283,6 +283,9 @@ def lane_net() -> onnx.ModelProto:
     # padded layers too, through init_window; 16 input channels at a time by element (a, g), 24 broadcast (b, c)
     ("aarch64-dotprod", "dot4raw " * 4,
      (r"sdot\s+v\d+\.4s, v\d+\.16b, v\d+\.4b\[\d\]", r"sdot\s+v\d+\.4s, v\d+\.16b, v\d+\.16b")),
+    # two pixels x two channels of 8 bytes by SMMLA where the output channels fill vectors, sdot elsewhere
+    ("aarch64-i8mm", "matrix8 matrix8 dot4raw dot4raw", (r"smmla\s+v\d+\.4s, v\d+\.16b, v\d+\.16b",
+                                                         r"sdot\s+v\d+\.4s, v\d+\.16b, v\d+\.4b\[\d\]")),
     ("x86-64-avx512-vnni", "dot4raw " * 4, (r"vpdpbusd",))])
 def test_int8_forms_of_padded_and_strided_layers(target, forms, instructions, activations, tmp_path):
     from aot.codegen.llvm import ModuleBuilder
@@ -410,7 +413,8 @@ def test_first_layers_run_by_window_rows(target, form, channels, attrs, tmp_path
 
 
 @pytest.mark.parametrize("target", ["host", pytest.param("aarch64-dotprod", marks=pytest.mark.qemu),
-                                    pytest.param("aarch64", marks=pytest.mark.qemu)])
+                                    pytest.param("aarch64", marks=pytest.mark.qemu),
+                                    pytest.param("aarch64-i8mm", marks=pytest.mark.qemu)])
 @pytest.mark.parametrize("attrs", [
     {"pads": [2, 0, 1, 3], "kernel_shape": [3, 2]},
     {"pads": [1, 2, 1, 2], "dilations": [2, 2], "strides": [1, 2]},
@@ -433,6 +437,37 @@ def test_dot_products_on_raw_bytes_keep_the_zero_point_of_clipped_windows(target
         path = quantized(model, tmp_path, "QDQ", True, activations)
         built = aot.build(path, target=target, out_dir=tmp_path / activations.name)
         forms = {s["workload"].split()[-1] for s in built.metadata["schedules"]}
-        assert forms == {"aarch64": {"widening8"}, "aarch64-dotprod": {"dot4raw"}}[target] if target != "host" \
+        assert forms == {"aarch64": {"widening8"}, "aarch64-dotprod": {"dot4raw"},
+                         "aarch64-i8mm": {"matrix8"}}[target] if target != "host" \
             else forms <= {"dot4raw", "dot2"}, forms
         assert_within_one_step(path, target=target)
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("knobs", [{"mr": 3, "border_tiles": True}, {"mr": 8, "border_tiles": True},
+                                   {"mr": 5, "border_tiles": False}])
+def test_matrix_multiply_pairs_pixels_and_leaves_none_behind(knobs, tmp_path):
+    """SMMLA (MatrixArith) takes two pixels at a time: an odd tile's last pixel pairs with zeros, and so
+    does a pixel whose neighbour a border tap does not reach (border tiles) or which runs alone (clipped
+    columns); a Gemm's odd row count likewise. int8 and uint8 activations, against onnxruntime."""
+    from onnx import helper
+    from oracle import make_model
+
+    rng = np.random.default_rng(13)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 2, 1, 0], kernel_shape=[3, 3]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Reshape", ["r", "rows"], ["f"], name="rows"),     # 5 rows for the Gemm
+             helper.make_node("Gemm", ["f", "wg", "bg"], ["y"], name="gemm", transB=1)]
+    model = make_model(nodes, {"x": (1, 16, 5, 11)}, {"y": None},
+                       {"w": (rng.standard_normal((8, 16, 3, 3)) * 0.2).astype(np.float32),
+                        "b": rng.standard_normal(8).astype(np.float32),
+                        "rows": np.array([5, 88], np.int64),
+                        "wg": (rng.standard_normal((12, 88)) * 0.1).astype(np.float32),
+                        "bg": rng.standard_normal(12).astype(np.float32)})
+    for activations in (QuantType.QInt8, QuantType.QUInt8):
+        path = quantized(model, tmp_path, "QDQ", True, activations)
+        built = aot.build(path, target="aarch64-i8mm", knobs=knobs, out_dir=tmp_path / activations.name)
+        assert [s["workload"].split()[-1] for s in built.metadata["schedules"]] == ["matrix8", "matrix8"]
+        result = aot.check(path, target="aarch64-i8mm", knobs=knobs)
+        for c in result.comparisons:
+            assert c.max_abs <= c.step * 1.001, c

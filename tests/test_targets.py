@@ -26,7 +26,7 @@ CROSS = [t for t in TARGETS if not t.startswith("x86-64")]
 VECTOR_CODE = {
     "x86-64-avx512": "vfmadd231ps\t%zmm", "x86-64-avx512-vnni": "vfmadd231ps\t%zmm",
     "x86-64-avx2": "vfmadd231ps\t%ymm", "x86-64": "mulps\t%xmm",
-    "aarch64": "fmla\tv", "aarch64-dotprod": "fmla\tv", "armv7-neon": ".f32\tq",
+    "aarch64": "fmla\tv", "aarch64-dotprod": "fmla\tv", "aarch64-i8mm": "fmla\tv", "armv7-neon": ".f32\tq",
     "cortex-m4": "vfma.f32\ts", "cortex-m7": "vfma.f32\ts", "cortex-m7-sp": "vfma.f32\ts",   # scalar FPU, fused
     "cortex-m55": "vfma.f32\tq", "cortex-m0plus": "bl\t__aeabi_fmul",       # Helium; soft float
 }
@@ -155,3 +155,32 @@ def test_an_fpu_flag_that_contradicts_the_float_abi_is_refused(tmp_path):
         get_target(path)
     with pytest.raises(aot.TargetError, match="float_abi 'softfp' is not one of hard, soft"):
         get_target(_edited_target(tmp_path, "cortex-m4", 'float_abi = "hard"', 'float_abi = "softfp"'))
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc links the kernel")
+def test_matrix_dot_sums_as_smmla_does(tmp_path):
+    """k.MatrixDot without the matrix multiply (here on the host) sums what SMMLA sums: lane 4q + 2i + j
+    adds row i of a (8 bytes) times row j of b's block q; the extremes -128 and 127 included."""
+    import ctypes
+
+    from aot.kernel import ir as k
+
+    acc, a, w, y = (k.Buffer("acc", "i32", 8), k.Buffer("a", "i8", 16), k.Buffer("w", "i8", 32),
+                    k.Buffer("y", "i32", 8))
+    b = k.Builder()
+    b.store(y, k.const(0), k.MatrixDot(acc.vec(k.const(0), 8), a.vec(k.const(0), 16), w.vec(k.const(0), 32)))
+    mb = ModuleBuilder("m", get_target("host"))
+    mb.add_kernel(k.Kernel("matrix_dot", (acc, a, w, y), b.block()))
+    (tmp_path / "m.o").write_bytes(mb.emit_object()[0])
+    subprocess.run(["gcc", "-shared", "-o", str(tmp_path / "m.so"), str(tmp_path / "m.o")], check=True)
+    kernel = ctypes.CDLL(str(tmp_path / "m.so")).matrix_dot
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        start = rng.integers(-2**20, 2**20, 8).astype(np.int32)
+        rows = rng.choice(np.array([-128, 127, -1, 0, 5], np.int8), 16)
+        blocks = rng.integers(-128, 128, 32).astype(np.int8)
+        got = np.zeros(8, np.int32)
+        kernel(*(v.ctypes.data_as(ctypes.c_void_p) for v in (start, rows, blocks, got)))
+        want = start.astype(np.int64).reshape(2, 2, 2) + np.einsum(
+            "ik,qjk->qij", rows.reshape(2, 8).astype(np.int64), blocks.reshape(2, 2, 8).astype(np.int64))
+        assert np.array_equal(got, want.reshape(8)), (got, want.reshape(8))

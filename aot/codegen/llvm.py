@@ -283,6 +283,8 @@ class _FunctionEmitter:
             return self.row_dot(e)
         if isinstance(e, k.WideningDot):
             return self.widening_dot(e)
+        if isinstance(e, k.MatrixDot):
+            return self.matrix_dot(e)
         if isinstance(e, k.Lanes):
             if e.values[0].lanes > 1:
                 return self.concat([self.expr(v) for v in e.values])
@@ -415,6 +417,35 @@ class _FunctionEmitter:
                 return self.b.mul(self.b.sext(pick(a, span), i16x8), self.b.sext(pick(w, span), i16x8))
             sums = pairwise(self.b.add(product(q), product(q + 8)))
             blocks.append(self.b.add(pick(acc, list(range(q // 4, q // 4 + 4))), sums))
+        return self.concat(blocks)
+
+    def matrix_dot(self, e: k.MatrixDot) -> ir.Value:
+        """Per 16-byte block of b: SMMLA where the target has the int8 matrix multiply, else the same sums
+        of widened products (see k.MatrixDot)."""
+        acc, a, w = self.expr(e.acc), self.expr(e.a), self.expr(e.b)
+        i32x4, i8x16 = ir.VectorType(_I32, 4), ir.VectorType(ir.IntType(8), 16)
+
+        def pick(v: ir.Value, lanes: list[int]) -> ir.Value:
+            return self.b.shuffle_vector(v, v, ir.Constant(ir.VectorType(_I32, len(lanes)), lanes))
+
+        smmla = self.mb.target.int_simd.matrix
+        blocks = []
+        for q in range(0, e.acc.lanes * 4, 16):
+            block, start = pick(w, list(range(q, q + 16))), pick(acc, list(range(q // 4, q // 4 + 4)))
+            if smmla:
+                fn = self.mb.declare("llvm.aarch64.neon.smmla.v4i32.v16i8", ir.FunctionType(i32x4, [i32x4, i8x16, i8x16]))
+                blocks.append(self.b.call(fn, [start, a, block]))
+                continue
+            i32x8 = ir.VectorType(_I32, 8)
+            for i in range(2):          # a's row i against b's rows 0 and 1: lanes 2i and 2i + 1
+                row = self.b.sext(pick(a, list(range(8 * i, 8 * i + 8))), i32x8)
+                for j in range(2):
+                    products = self.b.mul(row, self.b.sext(pick(block, list(range(8 * j, 8 * j + 8))), i32x8))
+                    fn = self.mb.declare("llvm.vector.reduce.add.v8i32", ir.FunctionType(_I32, [i32x8]))
+                    lane = ir.Constant(_I32, 2 * i + j)
+                    total = self.b.add(self.b.extract_element(start, lane), self.b.call(fn, [products]))
+                    start = self.b.insert_element(start, total, lane)
+            blocks.append(start)
         return self.concat(blocks)
 
     def masked_load(self, e: k.MaskedLoad) -> ir.Value:
@@ -611,4 +642,5 @@ _DOT_EMITTERS = {
     INT_SIMD["avx2"]: (functools.partial(_FunctionEmitter._pmaddwd, widths=(8,)),),
     INT_SIMD["dsp"]: (_FunctionEmitter._smlad,),
     INT_SIMD["neon-dotprod"]: (_FunctionEmitter._sdot,),
+    INT_SIMD["neon-i8mm"]: (_FunctionEmitter._sdot,),
 }

@@ -290,6 +290,14 @@ class RowDot(Accumulate):
 
 
 @dataclass(frozen=True, eq=False)
+class MatrixDot(Accumulate):
+    """acc plus the products of a 2 x 8 int8 matrix a (16 bytes, row-major) with each 8 x 2 block of b, as
+    Armv8.6's SMMLA takes them: b's 16-byte block q holds two rows of 8 bytes, and lane 4q + 2i + j of acc
+    adds sum over k < 8 of a[8i + k] * b[16q + 8j + k]. In a convolution the rows of a are two pixels' 8
+    input channels and those of b two output channels' weights."""
+
+
+@dataclass(frozen=True, eq=False)
 class WideningDot(Accumulate):
     """acc plus products of int8 vectors a and b summed as AArch64 NEON without a dot product sums them
     fastest: in each 16-byte block q of a and b, the products of bytes i and i + 8 add in 16 bits (SMULL,
@@ -590,6 +598,8 @@ def dump(kernel: Kernel) -> str:
         if isinstance(e, MaskedLoad):
             lo = ex(e.lo) if e.lo is not None else "0"
             return f"{e.buf.name}[{ex(e.index)}]<{e.lanes}, lanes {lo}..{ex(e.hi)} else {e.fill!r}>"
+        if isinstance(e, MatrixDot):
+            return f"matrix_dot({ex(e.acc)}, {ex(e.a)}, {ex(e.b)})"
         if isinstance(e, WideningDot):
             return f"widening_dot({ex(e.acc)}, {ex(e.a)}, {ex(e.b)})"
         if isinstance(e, RowDot):

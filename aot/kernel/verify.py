@@ -136,6 +136,10 @@ class _Verifier:
             if e.acc.dtype != "i32" or (e.a.dtype, e.b.dtype) != ("i8", "i8") or e.a.lanes != e.b.lanes \
                     or e.a.lanes % e.acc.lanes:
                 raise self.fail("row dot of operands that are not int8 vectors of a multiple of the lanes")
+        elif isinstance(e, k.MatrixDot):
+            if e.acc.dtype != "i32" or (e.a.dtype, e.b.dtype) != ("i8", "i8") or e.a.lanes != 16 \
+                    or e.b.lanes != 4 * e.acc.lanes or e.acc.lanes % 4:
+                raise self.fail("matrix dot of operands that are not a 2 x 8 int8 block and 16 bytes per 4 lanes")
         elif isinstance(e, k.WideningDot):
             if e.acc.dtype != "i32" or (e.a.dtype, e.b.dtype) != ("i8", "i8") or e.a.lanes != e.b.lanes \
                     or e.a.lanes != 4 * e.acc.lanes or e.acc.lanes % 4:

@@ -35,6 +35,7 @@ from aot.kernel.ir import (
     Expr,
     Kernel,
     Lanes,
+    MatrixDot,
     Reinterpret,
     Reuse,
     Shuffle,
@@ -712,6 +713,51 @@ class DotArith(IntArith):
         return super().result(acc, ch, idx, lanes)
 
 
+class MatrixArith(DotArith):
+    """int8 on Armv8.6's matrix multiply (SMMLA; DotStyle.matrix): an accumulator holds two pixels x a vector
+    of 4 output channels as two 2 x 2 blocks, lanes (p0 c0, p0 c1, p1 c0, p1 c1, p0 c2, p0 c3, p1 c2, p1 c3);
+    a step multiplies the two pixels' 8 input channels, one 16-byte vector, by the vector's 32 weight
+    bytes, each channel's 8 in a row (the dot-product packing with groups of 8). A pixel on its own (an odd
+    tile, a tap that reaches only one of the two) pairs with zeros."""
+
+    def __init__(self, ctx: LowerContext, style: DotStyle, quant: Quant, bias: np.ndarray | None,
+                 weight: np.ndarray, x_dtype: str, residual: Buffer | None = None, padded: bool = False):
+        super().__init__(ctx, style, quant, bias, weight, x_dtype, residual, padded)
+        # 16 channels of a pixel in one load, its halves paired with the neighbour's (ZIP1, ZIP2): 4
+        # instructions per two steps of two pixels, where 8 bytes at a time take 6
+        self.wide = weight.shape[1] % 16 == 0
+
+    @property
+    def span(self) -> int:
+        return 16 if self.wide else 8
+
+    def tile(self, mr: int, nr: int) -> tuple[int, int]:
+        """4 pixels x 4 vectors of channels by default: 16 accumulator registers, 4 for the row pairs and 8
+        for the weights; of 8 x 2, 6 x 3 and 4 x 4 it executed the fewest instructions over the int8 zoo."""
+        return min(mr, 4), 4
+
+    def join(self, starts: list[Expr]) -> Expr:
+        """Two pixels' accumulator starts (4 channels each) as one accumulator; a lone pixel's twice."""
+        first, second = starts[0], starts[-1]
+        return Shuffle(Lanes((first, second)), (0, 1, 4, 5, 2, 3, 6, 7))
+
+    def part(self, acc: Expr, k: int) -> Expr:
+        """Pixel k's 4 channels of an accumulator."""
+        return Shuffle(acc, (0, 1, 4, 5) if k == 0 else (2, 3, 6, 7))
+
+    def pair_operands(self, x: Buffer, indexes: list[Expr | None], bind) -> list[Expr]:
+        """Each step's row pair: two pixels' 8 channels, the pixels' span of channels at `indexes`; a pixel
+        given as None (or missing: a lone pixel) is zeros."""
+        words = self.span // 4
+        rows = [bind(self.raw_words(x, i, self.span)) if i is not None else const(0, "i32", words) for i in indexes]
+        rows += [const(0, "i32", words)] * (2 - len(rows))
+        return [Reinterpret(Shuffle(Lanes(tuple(rows)), (k, k + 1, words + k, words + k + 1)), "i8", 16)
+                for k in range(0, words, 2)]
+
+    def mac(self, acc: Expr, a: Expr, w: Expr) -> Expr:
+        return MatrixDot(acc, a, w)
+
+
 class WideArith(DotArith):
     """int8 depthwise convolution on AArch64 NEON (see lower_depthwise): raw activation bytes widened to
     16 bits (sign- or zero-extended as their type is) times 16-bit weights w - w_zp, the activation zero
@@ -785,6 +831,8 @@ def arith_form(arith: Arith) -> str:
         return "pairs"
     if isinstance(arith, WideArith):
         return "wide16"
+    if isinstance(arith, MatrixArith):
+        return f"matrix{arith.group}"
     if isinstance(arith, DotArith):
         if arith.style.widening:
             return f"widening{arith.group}"
@@ -830,6 +878,13 @@ def lower_dense(ctx: LowerContext, node: Node, name: str, g: Geometry, groups: i
     dy, dx = g.dilation
 
     panel_size = g.kh * g.kw * cg
+    matrix = isinstance(arith, MatrixArith)
+
+    def joined(starts: list[Expr]) -> Expr:
+        return arith.join(starts) if matrix else starts[0]
+
+    def part(acc: Expr, k: int) -> Expr:
+        return arith.part(acc, k) if matrix else acc
 
     def block_body(items, group, rows, n, oh, ow0, kh_lo, kh_hi, kw_lo, kw_hi) -> None:
         """Tiles of `rows` pixels x each block of channels in `items` (block, first channel, panel offset),
@@ -844,8 +899,11 @@ def lower_dense(ctx: LowerContext, node: Node, name: str, g: Geometry, groups: i
             lo, hi = (min(kept), max(kept) + 1) if kept else (0, 0)
             return arith.init_window(ch, lanes, kh_lo, kh_hi, const(lo), const(hi))
 
-        accs = [[[b.local("acc", start(i, ch0 + j * blk.lanes, blk.lanes)) for j in range(blk.nr)]
-                 for i in range(rows)] for blk, ch0, _ in items]
+        # Each accumulator holds one pixel, or with a MatrixArith two neighbours (a unit).
+        units = [tuple(range(i, min(i + 2, rows))) for i in range(0, rows, 2)] if matrix else \
+            [(i,) for i in range(rows)]
+        accs = [[[b.local("acc", joined([start(i, ch0 + j * blk.lanes, blk.lanes) for i in unit]))
+                  for j in range(blk.nr)] for unit in units] for blk, ch0, _ in items]
 
         def tap(kh, ih, kw, pixels: range) -> None:
             """One tap of the window for the tile's `pixels`, over the input channels."""
@@ -856,20 +914,28 @@ def lower_dense(ctx: LowerContext, node: Node, name: str, g: Geometry, groups: i
                 return [b.let("wv", w) for w in weights] if isinstance(weights, list) else b.let("wv", weights)
 
             with b.loop("c", 0, cg, arith.span) as c:
-                operands: dict[tuple[int, int], list[Expr]] = {}    # one load per pixel and vector width
+                def at(i: int) -> Expr:
+                    return pixel0 + (i - pixels.start) * g.stride[1] * g.c + c
+
+                def bind(operand: Expr) -> Expr:
+                    return b.let("a", operand)
+
+                operands: dict[tuple[int, int], list[Expr]] = {}    # one load per unit and vector width
                 for s in range(0, arith.span, step):
                     wv = [[bound(arith.load_w(wbuf.vec(wrow + (c + s) * blk.width + j * blk.lanes * step,
                                                        blk.lanes * step)))
                            for j in range(blk.nr)] for (blk, _, _), wrow in zip(items, wrows)]
-                    for i in pixels:
+                    for u, unit in enumerate(units):
+                        if not any(i in pixels for i in unit):
+                            continue
                         for t, (blk, _, _) in enumerate(items):
-                            if (i, blk.lanes) not in operands:
-                                operands[i, blk.lanes] = arith.operands(
-                                    x, pixel0 + (i - pixels.start) * g.stride[1] * g.c + c, blk.lanes,
-                                    lambda e: b.let("a", e))
-                            a = operands[i, blk.lanes][s // step]
+                            if (u, blk.lanes) not in operands:
+                                operands[u, blk.lanes] = arith.pair_operands(
+                                    x, [at(i) if i in pixels else None for i in unit], bind) if matrix else \
+                                    arith.operands(x, at(unit[0]), blk.lanes, bind)
+                            a = operands[u, blk.lanes][s // step]
                             for j in range(blk.nr):
-                                b.assign(accs[t][i][j], arith.mac(accs[t][i][j], a, wv[t][j]))
+                                b.assign(accs[t][u][j], arith.mac(accs[t][u][j], a, wv[t][j]))
 
         with b.loop("kh", kh_lo, kh_hi) as kh:
             ih = g.in_row(oh, 0) + kh * dy
@@ -880,8 +946,10 @@ def lower_dense(ctx: LowerContext, node: Node, name: str, g: Geometry, groups: i
                 with b.loop("kw", kw_lo, kw_hi) as kw:
                     tap(kh, ih, kw, range(rows))
         for t, (blk, ch0, _) in enumerate(items):
-            for i in range(rows):
-                store_pixel(b, out, arith, blk, accs[t][i], ch0, ((n * g.oh + oh) * g.ow + ow0 + i) * g.m + ch0)
+            for u, unit in enumerate(units):
+                for k, i in enumerate(unit):
+                    store_pixel(b, out, arith, blk, [part(acc, k) for acc in accs[t][u]], ch0,
+                                ((n * g.oh + oh) * g.ow + ow0 + i) * g.m + ch0)
 
     group_stride = offsets[len(blocks)] if groups > 1 else 0    # panels repeat per group
     if chosen.schedule.loop == "weights":
@@ -993,6 +1061,8 @@ def dot_style(ctx: LowerContext, node: Node, groups: int, cg: int) -> DotStyle |
         # registers take the row kernels, conv_rows.py).
         if style.widening and (not ctx.target.aarch64_neon or out_channels % 4
                                or weight.size and weight.min() < -127):
+            continue
+        if style.matrix and out_channels % 4:
             continue
         if style.raw_bytes and (weight.dtype != np.int8 or np.any(quant.w_zp) or (
                 any(node.attrs.get("pads", (0,))) and not _window_sums_fit(weight))):
@@ -1210,7 +1280,7 @@ def row_window_style(ctx: LowerContext, node: Node, g: Geometry, weight: np.ndar
             or not _window_sums_fit(weight)):
         return None
     for style in ctx.target.int_simd.dots:
-        if not style.raw_bytes or style.scalar or g.c % style.group == 0:
+        if not style.raw_bytes or style.scalar or style.matrix or g.c % style.group == 0:
             continue        # no raw bytes, or the channels fill whole steps: the dense form takes them
         width = -(-g.kw * g.c // style.group) * style.group
         lo, hi = dataclasses.replace(g, kw=-(-width // g.c)).interior(1)
@@ -1357,8 +1427,8 @@ def _arith(ctx: LowerContext, node: Node, ins, style: DotStyle | None, weight: n
         return BytePairArith(ctx, style, quant, bias, weight, ins[0].dtype, any(node.attrs.get("pads", (0,))),
                              residual)
     if style is not None:
-        return DotArith(ctx, style, quant, bias, weight, ins[0].dtype, residual,
-                        padded=style.raw_bytes and any(node.attrs.get("pads", (0,))))
+        return (MatrixArith if style.matrix else DotArith)(ctx, style, quant, bias, weight, ins[0].dtype, residual,
+                                                           padded=style.raw_bytes and any(node.attrs.get("pads", (0,))))
     if quant is not None and depthwise and lane_arith_applies(ctx, LaneArith.group, quant):
         wide = _minus_zero_point(weight, quant, axis=0)
         if _window_sums_fit(wide):
