@@ -46,6 +46,7 @@ class IntSimd:
     row_lanes: int = 0          # int32 lanes per output's sum in the int8 row kernels (aot/ops/conv_rows.py):
                                 # 1 = VMLADAVA into a core register, 4 = VPADAL into a vector; 0 = none
     predicated: bool = False    # lane masks are one VCTP and masked loads are real (no splitting into lanes)
+    tiles: bool = False         # x86 AMX tile registers (k.Tile; aot/ops/conv_amx.py) besides the dots
 
     @property
     def matrix(self) -> bool:
@@ -69,6 +70,8 @@ _FORMS = (
     IntSimd("avx512bw", "x86 AVX-512BW: vpmaddwd on 16-bit pairs, 16 lanes", (_PAIRS,)),
     IntSimd("avx512-vnni", "x86 AVX-512 VNNI: vpdpbusd on 4 bytes per lane (unsigned x signed)",
             (DotStyle(4, True, a_unsigned=True), _PAIRS)),
+    IntSimd("amx", "x86 AMX: tdpbusd on 16 x 64-byte tiles of unsigned x signed bytes; AVX-512 VNNI vpdpbusd "
+            "where a layer does not take tiles", (DotStyle(4, True, a_unsigned=True), _PAIRS), tiles=True),
     IntSimd("neon", "Arm NEON without dot product: widening multiply-accumulate (SMULL, SMLAL2, SADALP on AArch64)",
             (DotStyle(8, True, widening=True),), row_lanes=4),
     IntSimd("neon-dotprod", "Arm NEON with the Armv8.2 dot product: sdot on 4 signed bytes per lane",

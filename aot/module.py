@@ -70,7 +70,8 @@ if TYPE_CHECKING:
     from aot.remote.board import Board
 
 RETURN_CODES = {-1: "ERR_NULL: an argument or a tensor pointer is NULL",
-                -2: "ERR_ALIGN: the workspace or a tensor pointer is misaligned"}
+                -2: "ERR_ALIGN: the workspace or a tensor pointer is misaligned",
+                -3: "ERR_CPU: this CPU or its OS does not offer the AMX tiles the build runs on"}
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 TARGET_PATH = "AOT_TARGET_PATH"      # os.pathsep-separated directories of user targets, searched after --target-dir
 # "host" picks the best x86-64 config this machine's CPU can run, most capable first.
-_HOST_CANDIDATES = ("x86-64-avx512-vnni", "x86-64-avx512", "x86-64-avx2", "x86-64")
+_HOST_CANDIDATES = ("x86-64-amx", "x86-64-avx512-vnni", "x86-64-avx512", "x86-64-avx2", "x86-64")
 _FLOAT_ABIS = ("hard", "soft")
 C_KEYWORDS = frozenset("""auto break case char const continue default do double else enum extern float for goto if
 inline int long register restrict return short signed sizeof static struct switch typedef union unsigned
@@ -126,7 +126,7 @@ class Target:
     float_abi: str = "hard"          # "hard" (floats in FPU registers) or "soft" (library calls)
     fpu: bool = True                 # floating-point instructions in hardware; soft float has none
     int_simd: IntSimd = field(default_factory=lambda: int_simd("none"))   # a registered form (aot/isa.py);
-                                     # a target file names it: avx2, avx512-vnni, neon, neon-dotprod, neon-i8mm, dsp, mve
+                                     # a target file names it: avx2, avx512-vnni, amx, neon, neon-dotprod, neon-i8mm, dsp, mve
     cpu_flags: tuple[str, ...] = ()  # /proc/cpuinfo flags needed to run natively (x86)
     cc: str = "gcc"
     cflags: tuple[str, ...] = ()

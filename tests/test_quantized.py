@@ -471,3 +471,91 @@ def test_matrix_multiply_pairs_pixels_and_leaves_none_behind(knobs, tmp_path):
         result = aot.check(path, target="aarch64-i8mm", knobs=knobs)
         for c in result.comparisons:
             assert c.max_abs <= c.step * 1.001, c
+
+
+def _amx_net():
+    """A padded, strided 3x3 convolution to 48 channels (a last block of 16: half a tile pair) over 63
+    output pixels (a last tile of 31), a pointwise one to 32, and a Gemm over 5 rows (too few: VNNI)."""
+    from onnx import helper
+    from oracle import make_model
+
+    rng = np.random.default_rng(17)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 2, 1, 0], kernel_shape=[3, 3],
+                              strides=[1, 2]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Conv", ["r", "w2"], ["p"], name="pw"),
+             helper.make_node("Reshape", ["p", "rows"], ["f"], name="rows"),
+             helper.make_node("Gemm", ["f", "wg", "bg"], ["y"], name="gemm", transB=1)]
+    return make_model(nodes, {"x": (1, 20, 9, 13)}, {"y": None},
+                      {"w": (rng.standard_normal((48, 20, 3, 3)) * 0.2).astype(np.float32),
+                       "b": rng.standard_normal(48).astype(np.float32),
+                       "w2": (rng.standard_normal((32, 48, 1, 1)) * 0.2).astype(np.float32),
+                       "rows": np.array([7, 288], np.int64),
+                       "wg": (rng.standard_normal((16, 288)) * 0.05).astype(np.float32),
+                       "bg": rng.standard_normal(16).astype(np.float32)})
+
+
+def _emulated_amx_target(tmp_path) -> str:
+    """The x86-64-amx target without the AMX instructions (an Ice Lake CPU): its kernels take the same
+    tile form with the tile instructions emulated, so any AVX-512 VNNI host runs them."""
+    from aot.target import target_text
+
+    text = (target_text("x86-64-amx").replace('"x86-64-amx"', '"x86-64-amx-emulated"')
+            .replace('"sapphirerapids"', '"icelake-server"').replace("+amx-tile,+amx-int8,", "")
+            .replace('"amx_tile", "amx_int8", ', ""))
+    path = tmp_path / "x86-64-amx-emulated.toml"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("activations", [QuantType.QInt8, QuantType.QUInt8])
+def test_amx_tiles_compute_what_onnxruntime_does(activations, tmp_path):
+    """The AMX form (aot/ops/conv_amx.py) with its tile instructions emulated: im2row with the zero point
+    in the padding, the last partial tile of pixels and half-used tile pair of channels, against
+    onnxruntime; the Gemm over 5 rows stays on VNNI."""
+    from aot.target import get_target
+
+    target = _emulated_amx_target(tmp_path)
+    if not get_target(target).runs_natively():
+        pytest.skip("this CPU lacks AVX-512 VNNI, which the emulated tiles run on")
+    path = quantized(_amx_net(), tmp_path, "QDQ", True, activations)
+    built = aot.build(path, target=target, out_dir=tmp_path / "b")
+    assert [s["workload"].split()[0] for s in built.metadata["schedules"]] == ["amx", "amx", "dense"]
+    result = aot.check(path, target=target)
+    for c in result.comparisons:
+        assert c.max_abs <= c.step * 1.001, c
+
+
+def test_amx_build_runs_on_tiles_or_refuses_without_them(tmp_path):
+    """The x86-64-amx build: its convolutions' code is the tile instructions (a configuration, loads,
+    TDPBUSD, stores, a release), and its wrapper either runs on this CPU (with AMX: checked against
+    onnxruntime) or returns MODEL_ERR_CPU before any kernel runs (without: no illegal instruction)."""
+    import subprocess
+
+    from aot.codegen.llvm import ModuleBuilder
+    from aot.run import local
+    from aot.target import get_target, host_cpu_flags
+
+    tgt = get_target("x86-64-amx")
+    path = quantized(_amx_net(), tmp_path, "QDQ", True, QuantType.QInt8)
+    built = aot.build(path, target="x86-64-amx", out_dir=tmp_path / "b")
+    mb = ModuleBuilder("m", tgt)
+    for call in built.program.calls:
+        mb.add_kernel(call.kernel)
+    assembly = mb.emit_assembly()
+    for instruction in (r"ldtilecfg", r"tilezero\s+%tmm3", r"tileloadd\s+.*%tmm7",
+                        r"tdpbusd\s+%tmm7, %tmm5, %tmm3", r"tilestored\s+%tmm0", r"tilerelease"):
+        assert re.search(instruction, assembly), instruction
+    header = (built.dir / f"{built.name}.h").read_text()
+    assert f"{built.name.upper()}_ERR_CPU (-3)" in header
+    if {"amx_tile", "amx_int8"} <= host_cpu_flags():
+        assert_within_one_step(path, target="x86-64-amx")
+        return
+    work = tmp_path / "run"
+    work.mkdir()
+    (work / "main.c").write_text(local.render_harness(built))
+    local.link(tgt, [work / "main.c", built.source], [built.object], built.dir, work / "prog", "the harness")
+    for t in aot.codegen.wrapper.io_tensors(built.program)[0]:
+        np.zeros(t.size, t.dtype).tofile(work / f"input_{t.index}.bin")
+    proc = subprocess.run([str(work / "prog")], cwd=work, capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stderr.strip()) == (4, f"harness: {built.name}_run returned -3"), proc

@@ -105,6 +105,11 @@ def test_kernel_verifier_accepts_vector_loops_in_bounds():
     (lambda b, x, y: b.store(y, k.Var("nowhere"), x[0]), "reads nowhere outside"),
     (lambda b, x, y: b.assign(b.let("v", x[0]), x[1]), "assigns v0, which is not a mutable local"),
     (lambda b, x, y: b.store(y, 0, k.Bin("add", x[0], k.Cast(x[1], "i32"))), "add of f32x1 and i32x1"),
+    (lambda b, x, y: b.emit(k.Tile("dot", (0, 4, 8))), r"tile_dot of tiles \[0, 4, 8\]"),
+    (lambda b, x, y: b.emit(k.Tile("zero", (0, 1))), r"tile_zero of tiles \[0, 1\]"),
+    (lambda b, x, y: b.emit(k.Tile("config", buf=k.Buffer("cfg", "u8", 16, np.zeros(16, np.uint8)))),
+     "tile configuration cfg of 16 bytes, not 64"),
+    (lambda b, x, y: b.emit(k.Tile("load", (4,), x, k.const(16), k.const(64))), r"loads from x\[16..16\]"),
 ])
 def test_kernel_verifier_names_the_kernel_and_fault(body, message):
     with pytest.raises(InternalError, match="kernel kern: .*" + message):

@@ -24,7 +24,7 @@ TARGETS = [t.name for t in all_targets()]
 CROSS = [t for t in TARGETS if not t.startswith("x86-64")]
 # A vector FMA (or the scalar FPU's) that must appear in a convolution's code, per target.
 VECTOR_CODE = {
-    "x86-64-avx512": "vfmadd231ps\t%zmm", "x86-64-avx512-vnni": "vfmadd231ps\t%zmm",
+    "x86-64-avx512": "vfmadd231ps\t%zmm", "x86-64-avx512-vnni": "vfmadd231ps\t%zmm", "x86-64-amx": "vfmadd231ps\t%zmm",
     "x86-64-avx2": "vfmadd231ps\t%ymm", "x86-64": "mulps\t%xmm",
     "aarch64": "fmla\tv", "aarch64-dotprod": "fmla\tv", "aarch64-i8mm": "fmla\tv", "armv7-neon": ".f32\tq",
     "cortex-m4": "vfma.f32\ts", "cortex-m7": "vfma.f32\ts", "cortex-m7-sp": "vfma.f32\ts",   # scalar FPU, fused

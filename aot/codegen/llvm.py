@@ -122,7 +122,13 @@ class ModuleBuilder:
             # (the AArch64 scheduler did, in a backward depthwise convolution).
             if not kernel.reuse:
                 arg.add_attribute("noalias")
-        _FunctionEmitter(self, fn, dict(zip(kernel.params, fn.args))).emit(kernel.body)
+        emitter = _FunctionEmitter(self, fn, dict(zip(kernel.params, fn.args)))
+        for buf in kernel.stack:
+            slot = emitter.alloca_builder.alloca(ir.ArrayType(self.scalar(buf.dtype), buf.size), name=buf.name)
+            slot.align = 64
+            slot.type = ir.PointerType()        # opaque, as a parameter's: indexed by element type
+            emitter.params[buf] = slot
+        emitter.emit(kernel.body)
 
     def optimized(self) -> llvm.ModuleRef:
         """The module parsed, verified and optimized at O3 for the target."""
@@ -195,8 +201,24 @@ class _FunctionEmitter:
             self.b.store(self.expr(s.init), slot)
         elif isinstance(s, k.Assign):
             self.b.store(self.expr(s.value), self.slots[s.var.name])
+        elif isinstance(s, k.Tile):
+            self.tile(s)
         else:
             raise TypeError(s)
+
+    def tile(self, s: k.Tile) -> None:
+        """An AMX instruction through LLVM's intrinsics that name tile registers by number (x86-64 only:
+        indices and strides are 64-bit)."""
+        i8, i64, ptr = ir.IntType(8), ir.IntType(64), ir.PointerType()
+        name, types = {"config": ("ldtilecfg", [ptr]), "zero": ("tilezero", [i8]),
+                       "load": ("tileloadd64", [i8, ptr, i64]), "dot": ("tdpbusd", [i8, i8, i8]),
+                       "store": ("tilestored64", [i8, ptr, i64]), "release": ("tilerelease", [])}[s.op]
+        args = [ir.Constant(i8, t) for t in s.tiles]
+        if s.buf is not None:
+            args.append(self.address(s.buf, s.index if s.index is not None else k.const(0)))
+        if s.stride is not None:
+            args.append(self.expr(s.stride))
+        self.b.call(self.mb.declare(f"llvm.x86.{name}", ir.FunctionType(ir.VoidType(), types)), args)
 
     def loop(self, s: k.For) -> None:
         start, stop = self.expr(s.start), self.expr(s.stop)
@@ -638,6 +660,7 @@ class _FunctionEmitter:
 # How each registered integer-SIMD form (aot/isa.py) emits its dot products, tried in order.
 _DOT_EMITTERS = {
     INT_SIMD["avx512-vnni"]: (_FunctionEmitter._vpdpbusd, _FunctionEmitter._pmaddwd),
+    INT_SIMD["amx"]: (_FunctionEmitter._vpdpbusd, _FunctionEmitter._pmaddwd),
     INT_SIMD["avx512bw"]: (_FunctionEmitter._pmaddwd,),
     INT_SIMD["avx2"]: (functools.partial(_FunctionEmitter._pmaddwd, widths=(8,)),),
     INT_SIMD["dsp"]: (_FunctionEmitter._smlad,),

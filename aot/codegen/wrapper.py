@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import jinja2
 
 from aot.program import Location, Program
+from aot.kernel.ir import uses_tiles
 from aot.target import C_KEYWORDS
 
 _TEMPLATES = jinja2.Environment(
@@ -134,7 +135,8 @@ def render(program: Program, banner: str, requires: list[str]) -> tuple[str, str
     context = dict(banner=banner.replace("*/", "* /"), name=name, NAME=name.upper(), inputs=inputs,
                    outputs=outputs, calls=calls, workspace_size=program.plan.size,
                    workspace_align=program.plan.alignment, lower_bound=program.plan.lower_bound,
-                   requires=requires, steps=len(calls), regions=workspace_blocks(program))
+                   requires=requires, steps=len(calls), regions=workspace_blocks(program),
+                   tiles=any(uses_tiles(call.kernel) for call in program.calls))
     header = _TEMPLATES.get_template("model.h.j2").render(**context)
     source = _TEMPLATES.get_template("model.c.j2").render(**context)
     return header, source

@@ -408,9 +408,27 @@ class Block(Stmt):
     stmts: tuple[Stmt, ...]
 
 
+TILE_OPS = ("config", "zero", "load", "dot", "store", "release")
+
+
+@dataclass(frozen=True, eq=False)
+class Tile(Stmt):
+    """An x86 AMX tile instruction on tile registers `tiles` (numbers 0-7): "config" loads the tile
+    shapes from the 64 bytes of `buf` (LDTILECFG; `tiles` empty), "zero" clears one (TILEZERO), "load" and
+    "store" move one between its rows and `buf`'s bytes from `index` on, one row every `stride` bytes
+    (TILELOADD, TILESTORED), "dot" adds to tiles[0] the products of unsigned tiles[1] and signed tiles[2]
+    (TDPBUSD: C[m][n] += sum over k, i < 4 of A[m][4k + i] * B[k][4n + i]), "release" ends their use."""
+    op: str
+    tiles: tuple[int, ...] = ()
+    buf: Buffer | None = None
+    index: Expr | None = None
+    stride: Expr | None = None
+
+
 @dataclass(frozen=True, eq=False)
 class Buffer:
-    """A kernel's array: a pointer parameter, or a constant (weights) emitted as read-only data."""
+    """A kernel's array: a pointer parameter, a constant (weights) emitted as read-only data, or scratch
+    on the kernel's stack (listed in Kernel.stack, 64-byte aligned, undefined at the start of each call)."""
     name: str
     dtype: str
     size: int                              # elements
@@ -476,6 +494,21 @@ class Kernel:
     body: Block
     reuse: tuple[Reuse, ...] = ()           # outputs that may overlap a dying input (see Reuse)
     schedule: Chosen | None = None          # the schedule it was emitted for (templates that have one)
+    stack: tuple[Buffer, ...] = ()          # scratch buffers on the stack
+
+
+def uses_tiles(kernel: Kernel) -> bool:
+    """Whether the kernel runs AMX tile instructions (the wrapper must ask the OS for the tile state)."""
+    stack: list[Stmt] = [kernel.body]
+    while stack:
+        s = stack.pop()
+        if isinstance(s, Tile):
+            return True
+        if isinstance(s, Block):
+            stack.extend(s.stmts)
+        elif isinstance(s, For):
+            stack.append(s.body)
+    return False
 
 
 def constants(kernel: Kernel) -> list[Buffer]:
@@ -564,6 +597,7 @@ class _LoopScope:
 def dump(kernel: Kernel) -> str:
     """Readable text of a kernel, for tests and --dump-kernels."""
     lines = [f"kernel {kernel.name}({', '.join(f'{p.name}: {p.dtype}[{p.size}]' for p in kernel.params)})"]
+    lines += [f"  stack {buf.name}: {buf.dtype}[{buf.size}]" for buf in kernel.stack]
 
     def ex(e: Expr) -> str:
         if isinstance(e, Const):
@@ -627,6 +661,11 @@ def dump(kernel: Kernel) -> str:
             kw = {Let: "let ", Local: "var ", Assign: ""}[type(s)]
             value = s.init if isinstance(s, Local) else s.value
             lines.append(f"{pad}{kw}{s.var.name} = {ex(value)}")
+        elif isinstance(s, Tile):
+            args = [f"tmm{t}" for t in s.tiles] + ([s.buf.name] if s.buf is not None else [])
+            args += [f"at {ex(s.index)}"] if s.index is not None else []
+            args += [f"stride {ex(s.stride)}"] if s.stride is not None else []
+            lines.append(f"{pad}tile_{s.op}({', '.join(args)})")
 
     st(kernel.body, 1)
     return "\n".join(lines)

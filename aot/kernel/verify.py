@@ -27,7 +27,7 @@ def verify_kernel(kernel: k.Kernel, index_bits: int = 64) -> None:
 class _Verifier:
     def __init__(self, kernel: k.Kernel, index_bits: int):
         self.kernel = kernel
-        self.params = set(kernel.params)
+        self.params = set(kernel.params) | set(kernel.stack)
         self.bits = dict(_BITS, idx=index_bits)
         self.scope: dict[str, k.Var] = {}
         self.mutable: set[str] = set()
@@ -79,8 +79,26 @@ class _Verifier:
             if (s.value.dtype, s.value.lanes) != (s.var.dtype, s.var.lanes):
                 raise self.fail(f"assigns a {s.value.dtype}x{s.value.lanes} value to {s.var.name} "
                                 f"({s.var.dtype}x{s.var.lanes})")
+        elif isinstance(s, k.Tile):
+            self.tile(s)
         else:
             raise self.fail(f"unknown statement {type(s).__name__}")
+
+    def tile(self, s: k.Tile) -> None:
+        """An AMX statement names as many tile registers as its op takes, each 0-7; a configuration reads
+        64 bytes, a load or store one row from its index on (the rest follow at its stride)."""
+        count = {"config": 0, "zero": 1, "load": 1, "dot": 3, "store": 1, "release": 0}.get(s.op)
+        if count is None or len(s.tiles) != count or any(not 0 <= t < 8 for t in s.tiles):
+            raise self.fail(f"tile_{s.op} of tiles {list(s.tiles)}")
+        if (s.buf is not None) != (s.op in ("config", "load", "store")):
+            raise self.fail(f"tile_{s.op} {'without' if s.buf is None else 'with'} a buffer")
+        if s.op == "config" and s.buf.nbytes != 64:
+            raise self.fail(f"tile configuration {s.buf.name} of {s.buf.nbytes} bytes, not 64")
+        if s.op in ("load", "store"):
+            if s.index is None or s.stride is None:
+                raise self.fail(f"tile_{s.op} without an index and a stride")
+            self.access(s.buf, s.index, 1, store=s.op == "store")
+            self.scalar_index(s.stride, "a tile row stride")
 
     def bind(self, var: k.Var, interval: Interval) -> None:
         self.scope[var.name] = var

@@ -613,6 +613,7 @@ class DotArith(IntArith):
         self.flip = style.raw_bytes and (x_int8 == style.a_unsigned)      # flip x's top bit
         if style.raw_bytes:
             z = quant.x_zp + ((128 if x_int8 else -128) if self.flip else 0)
+            self.raw_zero_point = z         # the zero point as the dot product sees the bytes
             taps = weight.astype(np.int64).sum(axis=1)                     # (out channels, kh, kw)
             int_bias = bias.astype(np.int64) if bias is not None and bias.dtype == np.int32 else 0
             if padded:
@@ -1380,13 +1381,18 @@ def _conv_macs(graph: Graph, node: Node) -> int:
 
 
 def conv(ctx: LowerContext, node: Node, name: str) -> Kernel:
-    from aot.ops import conv_rows  # that module builds on this one
+    from aot.ops import conv_amx, conv_rows  # those modules build on this one
     ins, outs, params = ctx.io(node)
     g = geometry(ctx.graph, node)
     weight = ctx.graph.constants[node.inputs[1]]
     groups = node.attrs["group"]
     style = dot_style(ctx, node, groups, g.c // groups)
     depthwise = groups == g.c and weight.shape[1] == 1 and g.m == g.c
+    if not depthwise and conv_amx.applies(ctx, style, g, groups):
+        bias = ctx.graph.constants[operand(node, "bias")] if operand(node, "bias") else None
+        arith = DotArith(ctx, style, node_quant(ctx.graph.values, node), bias, weight, ins[0].dtype,
+                         _residual(node, ins))      # unpadded: im2row fills the padding with the zero point
+        return conv_amx.lower_amx(ctx, node, name, g, weight, arith, ins[0], outs[0], params)
     arith = _arith(ctx, node, ins, style, weight, depthwise)
     quant = node_quant(ctx.graph.values, node)
     if quant is not None and not (style and style.raw_bytes):
