@@ -553,6 +553,14 @@ class _FunctionEmitter:
         fn = self.mb.declare(f"llvm.x86.avx512.vpdpbusd.{lanes * 32}", ir.FunctionType(vt, [vt] * 3))
         return self.b.call(fn, [acc, self.b.bitcast(a, vt), self.b.bitcast(w, vt)])
 
+    def _vpdpwssd(self, e: k.Dot, acc, a, w, lanes: int, group: int) -> ir.Value | None:
+        """16-bit pairs multiplied and added into acc in one instruction (AVX-512 VNNI; wrapping, as Dot)."""
+        if not (group == 2 and lanes in (8, 16) and e.a.dtype == "i16"):
+            return None
+        vt, ht = ir.VectorType(_I32, lanes), ir.VectorType(ir.IntType(16), lanes * 2)
+        fn = self.mb.declare(f"llvm.x86.avx512.vpdpwssd.{lanes * 32}", ir.FunctionType(vt, [vt, ht, ht]))
+        return self.b.call(fn, [acc, a, w])
+
     def _pmaddwd(self, e: k.Dot, acc, a, w, lanes: int, group: int, widths=(8, 16)) -> ir.Value | None:
         if not (group == 2 and lanes in widths and e.a.dtype == "i16"):
             return None
@@ -659,8 +667,8 @@ class _FunctionEmitter:
 
 # How each registered integer-SIMD form (aot/isa.py) emits its dot products, tried in order.
 _DOT_EMITTERS = {
-    INT_SIMD["avx512-vnni"]: (_FunctionEmitter._vpdpbusd, _FunctionEmitter._pmaddwd),
-    INT_SIMD["amx"]: (_FunctionEmitter._vpdpbusd, _FunctionEmitter._pmaddwd),
+    INT_SIMD["avx512-vnni"]: (_FunctionEmitter._vpdpbusd, _FunctionEmitter._vpdpwssd),
+    INT_SIMD["amx"]: (_FunctionEmitter._vpdpbusd, _FunctionEmitter._vpdpwssd),
     INT_SIMD["avx512bw"]: (_FunctionEmitter._pmaddwd,),
     INT_SIMD["avx2"]: (functools.partial(_FunctionEmitter._pmaddwd, widths=(8,)),),
     INT_SIMD["dsp"]: (_FunctionEmitter._smlad,),
