@@ -77,7 +77,8 @@ _FORMS = (
     IntSimd("neon-dotprod", "Arm NEON with the Armv8.2 dot product: sdot on 4 signed bytes per lane",
             (DotStyle(4, True),)),
     IntSimd("neon-i8mm", "Arm NEON with the Armv8.6 int8 matrix multiply: smmla on 2 pixels x 2 channels of 8 "
-            "signed bytes, sdot where a layer does not fit its blocks", (DotStyle(8, True, matrix=True), DotStyle(4, True))),
+            "signed bytes, sdot where a layer does not fit its blocks",
+            (DotStyle(8, True, matrix=True), DotStyle(4, True))),
     IntSimd("dsp", "Arm DSP extension (Cortex-M4/M7): bytes widened in pairs (SXTB16, SXTAB16), SMLAD on "
             "16-bit pairs in a core register", (DotStyle(4, False, scalar=True, byte_pairs=True), _PAIRS)),
     IntSimd("mve", "Arm Helium (MVE): VMLAV sums 8 products into a scalar", (DotStyle(8, False, scalar=True),),

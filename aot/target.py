@@ -126,7 +126,8 @@ class Target:
     float_abi: str = "hard"          # "hard" (floats in FPU registers) or "soft" (library calls)
     fpu: bool = True                 # floating-point instructions in hardware; soft float has none
     int_simd: IntSimd = field(default_factory=lambda: int_simd("none"))   # a registered form (aot/isa.py);
-                                     # a target file names it: avx2, avx512-vnni, amx, neon, neon-dotprod, neon-i8mm, dsp, mve
+                                     # a target file names it: avx2, avx512-vnni, amx, neon, neon-dotprod,
+                                     # neon-i8mm, dsp, mve
     cpu_flags: tuple[str, ...] = ()  # /proc/cpuinfo flags needed to run natively (x86)
     cc: str = "gcc"
     cflags: tuple[str, ...] = ()

@@ -104,7 +104,8 @@ def aot_count(model: onnx.ModelProto, cpu: str, feeds: dict, plugin: Path, work:
         np.ascontiguousarray(feeds[t.onnx_name], dtype=t.dtype).reshape(t.shape).tofile(work / f"input_{t.index}.bin")
 
     def command(n: int) -> list[str]:
-        return ["qemu-aarch64", "-cpu", CPUS[cpu][1], "-plugin", str(plugin), "-d", "plugin", str(exe), "0", "1", str(n), "0"]
+        return ["qemu-aarch64", "-cpu", CPUS[cpu][1], "-plugin", str(plugin), "-d", "plugin", str(exe),
+                "0", "1", str(n), "0"]
 
     insns = per_inference(command, extra, f"aot on {cpu}", work)
     got = {t.onnx_name: np.fromfile(work / f"output_{t.index}.bin", dtype=t.dtype).reshape(t.shape) for t in outs}

@@ -455,7 +455,8 @@ class _FunctionEmitter:
         for q in range(0, e.acc.lanes * 4, 16):
             block, start = pick(w, list(range(q, q + 16))), pick(acc, list(range(q // 4, q // 4 + 4)))
             if smmla:
-                fn = self.mb.declare("llvm.aarch64.neon.smmla.v4i32.v16i8", ir.FunctionType(i32x4, [i32x4, i8x16, i8x16]))
+                fn = self.mb.declare("llvm.aarch64.neon.smmla.v4i32.v16i8",
+                                     ir.FunctionType(i32x4, [i32x4, i8x16, i8x16]))
                 blocks.append(self.b.call(fn, [start, a, block]))
                 continue
             i32x8 = ir.VectorType(_I32, 8)

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import jinja2
 
-from aot.program import Location, Program
 from aot.kernel.ir import uses_tiles
+from aot.program import Location, Program
 from aot.target import C_KEYWORDS
 
 _TEMPLATES = jinja2.Environment(

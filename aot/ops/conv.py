@@ -55,6 +55,7 @@ from aot.ops.quantized import add_quantized, narrows_by_halves, quantize, requan
 from aot.ops.registry import MATRIX_OPERANDS, Fusion, Layout, QuantForm, define, op_def, operand
 from aot.ops.rewrite import fused_acts, lift_1d, refuse, spatial_attrs, view
 from aot.schedule import Schedule, workload_key
+from aot.target import Target
 
 
 @dataclass(frozen=True)
@@ -463,6 +464,11 @@ class FloatArith:
         return apply(self.acts, acc)
 
 
+def pairs_multiply(target: Target) -> bool:
+    """Whether the target multiplies vectors of 16-bit pairs into 8 or 16 int32 lanes (x86's VPMADDWD)."""
+    return target.lanes >= 8 and any(d.group == 2 and not d.scalar and not d.raw_bytes for d in target.int_simd.dots)
+
+
 class IntArith:
     """int8: (x - x_zp) * (w - w_zp) summed in int32 (weight zero points subtracted at compile time),
     int32 bias. The epilogue requantizes each channel: with an FPU as onnxruntime does (float32 scale,
@@ -494,9 +500,7 @@ class IntArith:
             scale = np.float32(quant.x_scale) * quant.w_scale.astype(np.float32) / np.float32(quant.y_scale)
             self.scale = ctx.const(scale.astype(np.float32), "s")
         self.bias = ctx.const(bias.astype(np.int32), "b") if bias is not None else None
-        # x86's 16-bit pairs multiply (VPMADDWD) takes vectors of 8 or 16 int32 lanes (see mac)
-        self.pair_lanes = {8, 16} if any(d.group == 2 and not d.scalar and not d.raw_bytes
-                                         for d in ctx.target.int_simd.dots) and ctx.target.lanes >= 8 else set()
+        self.pair_lanes = {8, 16} if pairs_multiply(ctx.target) else set()     # see mac
 
     def weights(self, packed: np.ndarray) -> np.ndarray:
         return packed.astype(np.int8 if packed.min() >= -128 and packed.max() <= 127 else np.int16)
@@ -770,9 +774,10 @@ class MatrixArith(DotArith):
 
 
 class WideArith(DotArith):
-    """int8 depthwise convolution on AArch64 NEON (see lower_depthwise): raw activation bytes widened to
-    16 bits (sign- or zero-extended as their type is) times 16-bit weights w - w_zp, the activation zero
-    point through the bias and, where padding clips windows, DotArith's window table."""
+    """int8 depthwise convolution on AArch64 NEON and x86 (see lower_depthwise): raw activation bytes widened
+    to 16 bits (sign- or zero-extended as their type is) times 16-bit weights w - w_zp, the activation zero
+    point through the bias and, where padding clips windows, DotArith's window table. On x86 the products
+    are VPMADDWD's or VPDPWSSD's (IntArith.mac): with the zero point gone, a tap is a load and one of them."""
 
     dw_nr = 4       # vectors of channels per tile by default: 16 channels, one 16-byte load
 
@@ -782,6 +787,8 @@ class WideArith(DotArith):
                          residual, padded)
         # int8 activations and weights in [-127, 127]: two taps' products add in 16 bits
         self.pairs = x_dtype == "i8" and (weight.size == 0 or (weight.min() >= -127 and weight.max() <= 127))
+
+    mac = IntArith.mac      # products of the widened values, not DotArith's dot products
 
 
 class BytePairArith(IntArith):
@@ -1170,9 +1177,9 @@ def lower_depthwise(ctx: LowerContext, node: Node, name: str, g: Geometry, weigh
 
                                 def pick(v: Expr) -> Expr:
                                     return Shuffle(v, part) if v.lanes > blk.lanes else v
-                                gain = (Cast(pick(product), "i32") if len(kws) == 2
-                                        else Cast(pick(xw), "i32") * Cast(pick(wv[0, h]), "i32"))
-                                b.assign(accs[t][i][j], accs[t][i][j] + gain)
+                                acc = accs[t][i][j]
+                                b.assign(acc, acc + Cast(pick(product), "i32") if len(kws) == 2
+                                         else arith.mac(acc, Cast(pick(xw), "i32"), Cast(pick(wv[0, h]), "i32")))
 
         with b.loop("kh", kh_lo, kh_hi) as kh:
             ih = g.in_row(oh, 0) + kh * dy
@@ -1297,7 +1304,7 @@ def row_window_style(ctx: LowerContext, node: Node, g: Geometry, weight: np.ndar
         lo, hi = dataclasses.replace(g, kw=-(-width // g.c)).interior(1)
         if width > ROW_WINDOW_BYTES or 4 * (hi - lo) < 3 * g.ow:
             continue        # long rows; or narrow images, most of whose columns the padding clips
-        if style.widening and (g.m % 4 or weight.min() < -127):       # AArch64's form (DotArith)
+        if style.widening and (not ctx.target.aarch64_neon or g.m % 4 or weight.min() < -127):   # see dot_style
             continue
         return style
     return None
@@ -1445,7 +1452,7 @@ def _arith(ctx: LowerContext, node: Node, ins, style: DotStyle | None, weight: n
     if style is not None:
         return (MatrixArith if style.matrix else DotArith)(ctx, style, quant, bias, weight, ins[0].dtype, residual,
                                                            padded=style.raw_bytes and any(node.attrs.get("pads", (0,))))
-    if quant is not None and depthwise and lane_arith_applies(ctx, LaneArith.group, quant):
+    if quant is not None and depthwise and ctx.knobs.simd and (ctx.target.aarch64_neon or pairs_multiply(ctx.target)):
         wide = _minus_zero_point(weight, quant, axis=0)
         if _window_sums_fit(wide):
             return WideArith(ctx, quant, bias, wide, ins[0].dtype, residual, any(node.attrs.get("pads", (0,))))

@@ -118,9 +118,8 @@ class Tiles:
         with b.loop("m", 0, 16) as m:
             acc = b.local("acc", regs.vec(c * 256 + m * 16, 16))
             with b.loop("k", 0, 16) as k:
-                word = Broadcast(regs[a * 256 + m * 16 + k], 16)
-                b.assign(acc, Dot(acc, Reinterpret(word, "i8", 64), Reinterpret(regs.vec(w * 256 + k * 16, 16), "i8", 64),
-                                  True))
+                word = Reinterpret(Broadcast(regs[a * 256 + m * 16 + k], 16), "i8", 64)
+                b.assign(acc, Dot(acc, word, Reinterpret(regs.vec(w * 256 + k * 16, 16), "i8", 64), True))
             b.store(regs, c * 256 + m * 16, acc)
 
 
