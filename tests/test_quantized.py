@@ -338,19 +338,16 @@ def test_widening_products_need_weights_above_minus_128(low, form, tmp_path):
         assert result.comparisons[0].max_abs == 0, result.comparisons[0]
 
 
-@pytest.mark.parametrize("target", [pytest.param("aarch64", marks=pytest.mark.qemu),
-                                    pytest.param("aarch64-dotprod", marks=pytest.mark.qemu),
-                                    "x86-64-avx2", "x86-64-avx512-vnni"])
+@pytest.mark.qemu
+@pytest.mark.parametrize("target", ["aarch64", "aarch64-dotprod"])
 @pytest.mark.parametrize("attrs", [{"pads": [1, 1, 1, 1]}, {"pads": [0, 1, 2, 1], "strides": [2, 2]},
                                    {"pads": [2, 2, 2, 2], "dilations": [2, 2]}, {}])
-def test_depthwise_int8_widens_raw_bytes(target, attrs, tmp_path):
-    """The depthwise form of AArch64 and x86 (WideArith): raw activation bytes, 16 channels a load and the 4 left over,
+def test_depthwise_int8_on_aarch64_widens_raw_bytes(target, attrs, tmp_path):
+    """AArch64's depthwise form (WideArith): raw activation bytes, 16 channels a load and the 4 left over,
     the zero point through the bias and, where padding clips a window, the table of the taps it keeps;
     int8 activations with weights in [-127, 127] (taps two at a time in 16 bits) and with a -128 weight
     (one at a time), uint8 ones with asymmetric uint8 weights."""
     from onnx import TensorProto, helper
-
-    from aot.target import get_target
 
     rng = np.random.default_rng(6)
     c = 20
@@ -379,8 +376,6 @@ def test_depthwise_int8_widens_raw_bytes(target, attrs, tmp_path):
             helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
         built = aot.build(model, target=target, out_dir=tmp_path / f"{x_np.__name__}{w_low}")
         assert [s["workload"].split()[-1] for s in built.metadata["schedules"]] == ["wide16"]
-        if not get_target(target).run_command and not get_target(target).runs_natively():
-            continue        # built and read: this CPU lacks the target's instructions
         info = np.iinfo(x_np)
         result = aot.check(model, target=target, inputs={"x": rng.integers(info.min, info.max + 1, (1, c, 9, 11))
                                                          .astype(x_np)})
