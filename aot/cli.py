@@ -205,6 +205,21 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--knobs", metavar="FILE", help="TOML file overriding the target's knobs for the untuned "
                    "parts")
 
+    p = sub.add_parser("quantize", help="quantize a float model to int8 QDQ with onnxruntime's quantizer on your "
+                       "calibration data, and report the error at its outputs")
+    p.add_argument("model")
+    p.add_argument("-o", "--output", required=True, help="the int8 model to write (the report goes beside it: "
+                   "OUT.quantize_report.txt and .json)")
+    p.add_argument("--calibration", metavar="DATA", help=".npz with one array per model input, samples on the "
+                   "first axis, or a directory of .npz/.npy files, one sample each")
+    p.add_argument("--allow-random", action="store_true", help="without --calibration, calibrate on random data "
+                   "(the report warns: the scales then fit noise)")
+    p.add_argument("--method", default="minmax", choices=["minmax", "entropy", "percentile"],
+                   help="onnxruntime's calibration method (default minmax)")
+    p.add_argument("--per-tensor", action="store_true", help="one weight scale per tensor (default: per channel)")
+    p.add_argument("--exclude", action="append", default=[], metavar="NODE|OP",
+                   help="keep this node, or every node of this op type, in float (repeatable)")
+
     p = sub.add_parser("boards", help="list the board configs, or show or check one")
     p.add_argument("name", nargs="?")
     p.add_argument("--check", action="store_true", help="connect and compare the board's `uname -m` with its target")
@@ -218,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         commands = {"build": _build, "run": _run, "targets": _targets, "bench": _bench, "boards": _boards,
-                    "tune": _tune}
+                    "tune": _tune, "quantize": _quantize}
         return commands[args.command](args)
     except AotError as err:
         print(f"aot: error: {_printable(str(err), keep_lines=isinstance(err, RunError))}", file=sys.stderr)
@@ -250,6 +265,16 @@ def _freeze(args) -> dict[str, str]:
             raise OptionError(f"--freeze {name} is given twice, as {frozen[name]} and {value}")
         frozen[name] = value
     return frozen
+
+
+def _quantize(args) -> int:
+    from aot.quantize import quantize
+
+    report = quantize(args.model, args.output, args.calibration, args.method, not args.per_tensor,
+                      tuple(args.exclude), args.allow_random)
+    print(report.text(), end="")
+    print(f"wrote {args.output} and its report {Path(args.output).with_suffix('')}.quantize_report.txt")
+    return 0
 
 
 def _build(args) -> int:

@@ -1,0 +1,103 @@
+"""`aot quantize`: a float model to int8 QDQ through onnxruntime's quantizer on the user's calibration data,
+with a report of the error at the outputs; bad options are one line and leave nothing behind."""
+
+import json
+import re
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+from oracle import make_model
+
+import aot
+from aot.errors import OptionError
+from aot.quantize import quantize
+
+
+def small_cnn():
+    rng = np.random.default_rng(3)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("GlobalAveragePool", ["r"], ["p"], name="pool"),
+             helper.make_node("Flatten", ["p"], ["f"], name="flat"),
+             helper.make_node("Gemm", ["f", "wg", "bg"], ["y"], name="fc", transB=1)]
+    return make_model(nodes, {"x": (1, 3, 8, 8)}, {"y": None},
+                      {"w": (rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32),
+                       "b": rng.standard_normal(8).astype(np.float32),
+                       "wg": (rng.standard_normal((4, 8)) * 0.5).astype(np.float32),
+                       "bg": rng.standard_normal(4).astype(np.float32)})
+
+
+@pytest.fixture
+def model_file(tmp_path):
+    path = tmp_path / "net.onnx"
+    onnx.save(small_cnn(), path)
+    return path
+
+
+def aot_cli(*args):
+    return subprocess.run([sys.executable, "-m", "aot", *map(str, args)], capture_output=True, text=True)
+
+
+def test_npz_calibration_gives_a_qdq_model_aot_compiles_and_a_report(model_file, tmp_path):
+    """Samples on the first axis of an .npz; the result is int8 QDQ that aot compiles to integer kernels and
+    runs within one step of onnxruntime; the report's figures are those of the two models on the samples."""
+    rng = np.random.default_rng(4)
+    np.savez(tmp_path / "calib.npz", x=rng.random((12, 3, 8, 8)).astype(np.float32))
+    out = tmp_path / "q" / "net_int8.onnx"
+    proc = aot_cli("quantize", model_file, "--calibration", tmp_path / "calib.npz", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    quantized = onnx.load(out)
+    ops = {n.op_type for n in quantized.graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops
+    weights = [t for t in quantized.graph.initializer if t.data_type == onnx.TensorProto.INT8 and len(t.dims) == 4]
+    assert weights, "the convolution's weights are not int8"
+    report = json.loads((tmp_path / "q" / "net_int8.quantize_report.json").read_text())
+    assert report["samples"] == 12 and not report["random_calibration"]
+    (y,) = report["outputs"]
+    assert y["output"] == "y" and y["sqnr_db"] > 20 and y["cosine"] > 0.99, y
+    assert "SQNR dB" in (tmp_path / "q" / "net_int8.quantize_report.txt").read_text()
+    built = aot.build(out, out_dir=tmp_path / "b")
+    assert any(" i8 " in s["workload"] for s in built.metadata["schedules"]), "no integer kernel"
+    result = aot.check(out)
+    for c in result.comparisons:
+        assert c.max_abs <= c.step * 1.001, c
+
+
+def test_a_directory_of_samples_and_excluded_ops(model_file, tmp_path):
+    """One .npy per sample; --exclude Gemm keeps the classifier in float (no int8 weights for it)."""
+    rng = np.random.default_rng(5)
+    (tmp_path / "calib").mkdir()
+    for i in range(5):
+        np.save(tmp_path / "calib" / f"s{i}.npy", rng.random((1, 3, 8, 8)).astype(np.float32))
+    report = quantize(model_file, tmp_path / "out.onnx", tmp_path / "calib", exclude=("Gemm",), method="entropy")
+    assert report.samples == 5 and report.excluded == ("Gemm",) and report.method == "entropy"
+    quantized = onnx.load(tmp_path / "out.onnx")
+    fc = next(n for n in quantized.graph.node if n.op_type == "Gemm")
+    assert fc.input[1] == "wg", "the excluded Gemm's weights went through a DequantizeLinear"
+
+
+def test_random_calibration_only_when_asked_and_then_said(model_file, tmp_path):
+    with pytest.raises(OptionError, match="--calibration DATA"):
+        quantize(model_file, tmp_path / "a" / "out.onnx")
+    assert not (tmp_path / "a").exists()
+    report = quantize(model_file, tmp_path / "out.onnx", allow_random=True)
+    assert report.random_calibration
+    assert "WARNING: calibrated on random data" in (tmp_path / "out.quantize_report.txt").read_text()
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda d: np.savez(d / "c.npz", image=np.zeros((2, 3, 8, 8), np.float32)), "no array for input\\(s\\) x"),
+    (lambda d: np.savez(d / "c.npz", x=np.zeros((2, 3, 4, 4), np.float32)), "input 'x' is 1x3x8x8 per batch"),
+    (lambda d: (d / "c.npz").write_text("not numpy"), "cannot read it"),
+])
+def test_bad_calibration_data_is_one_line_naming_it(model_file, tmp_path, make, message):
+    make(tmp_path)
+    proc = aot_cli("quantize", model_file, "--calibration", tmp_path / "c.npz", "-o", tmp_path / "o" / "q.onnx")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert re.search(message, proc.stderr), proc.stderr
+    assert not (tmp_path / "o").exists()
