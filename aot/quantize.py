@@ -80,7 +80,7 @@ def quantize(model_path: str | Path, out: str | Path, calibration: str | Path | 
         model = onnx.load(str(model_path))
     except Exception as err:        # onnx raises DecodeError and others: a file that is not a model
         raise ModelError(f"{model_path}: not an ONNX model ({err})") from None
-    feeds = _feeds(model)
+    feeds = _feeds(model, model_path)
     if calibration is None and not allow_random:
         raise OptionError(f"{model_path}: give --calibration DATA (an .npz of the inputs, samples on the first "
                           "axis, or a directory of .npz/.npy files), or --allow-random to calibrate on noise")
@@ -118,7 +118,7 @@ def quantize(model_path: str | Path, out: str | Path, calibration: str | Path | 
     return report
 
 
-def _feeds(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
+def _feeds(model: onnx.ModelProto, path: Path) -> dict[str, tuple[int, ...]]:
     """The model's run-time inputs and their static shapes; a float model with a symbolic dimension is
     refused (onnxruntime's quantizer needs them fixed)."""
     initializers = {t.name for t in model.graph.initializer}
@@ -128,8 +128,9 @@ def _feeds(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
             continue
         dims = vi.type.tensor_type.shape.dim
         if any(not d.HasField("dim_value") for d in dims):
-            raise ModelError(f"input '{vi.name}' has a symbolic dimension "
-                             f"({' x '.join(d.dim_param or str(d.dim_value) for d in dims)}): fix its shape first")
+            raise ModelError(f"{path}: input '{vi.name}' has a symbolic dimension "
+                             f"({' x '.join(d.dim_param or str(d.dim_value) for d in dims)}); onnxruntime's "
+                             "quantizer needs static shapes: export the model with fixed ones")
         feeds[vi.name] = tuple(d.dim_value for d in dims)
     return feeds
 

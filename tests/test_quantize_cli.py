@@ -101,3 +101,12 @@ def test_bad_calibration_data_is_one_line_naming_it(model_file, tmp_path, make, 
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert re.search(message, proc.stderr), proc.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_a_symbolic_input_dimension_is_refused_naming_the_input(tmp_path):
+    model = small_cnn()
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    onnx.save(model, tmp_path / "dyn.onnx")
+    proc = aot_cli("quantize", tmp_path / "dyn.onnx", "--allow-random", "-o", tmp_path / "o" / "q.onnx")
+    assert proc.returncode == 1 and "input 'x' has a symbolic dimension (N x 3 x 8 x 8)" in proc.stderr, proc.stderr
+    assert not (tmp_path / "o").exists()
