@@ -11,7 +11,8 @@ result. Calibration data: an .npz of arrays named as the model's inputs with the
 files, one sample each (an .npy for a model with one input). Random data only with --allow-random, and the
 report says so. The report (OUT.quantize_report.txt and .json beside the model) gives, per model output, the
 SQNR in dB, cosine similarity, relative L2 and max abs error of the quantized model against the float one on
-the calibration samples, both run by onnxruntime.
+the calibration samples, both run by onnxruntime; and per tensor inside the model its SQNR, worst first
+(onnxruntime's qdq_loss_debug).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from aot.errors import ModelError, OptionError
 
 METHODS = ("minmax", "entropy", "percentile")
 REPORT_SAMPLES = 32     # calibration samples the report runs through both models, at most
+LAYERS_SHOWN = 10       # tensors the text report lists, worst first
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,15 @@ class OutputError:
 
 
 @dataclass(frozen=True)
+class TensorError:
+    """A tensor inside the model: its SQNR in the int8 model against the float one (error accumulated up to it)."""
+    tensor: str
+    node: str               # the node that computes it, and its op
+    op: str
+    sqnr_db: float
+
+
+@dataclass(frozen=True)
 class Report:
     model: str
     method: str
@@ -49,6 +60,7 @@ class Report:
     samples: int            # calibration samples
     random_calibration: bool
     outputs: tuple[OutputError, ...]
+    tensors: tuple[TensorError, ...] = ()      # worst first
 
     def text(self) -> str:
         lines = [f"quantized {self.model}: int8 QDQ (onnxruntime quantize_static), {self.method} calibration on "
@@ -61,6 +73,12 @@ class Report:
         lines.append(f"{'output':<24} {'SQNR dB':>8} {'cosine':>8} {'rel L2':>8} {'max abs':>10}")
         for o in self.outputs:
             lines.append(f"{o.output:<24} {o.sqnr_db:>8.2f} {o.cosine:>8.5f} {o.relative_l2:>8.4f} {o.max_abs:>10.4g}")
+        if self.tensors:
+            shown = self.tensors[:LAYERS_SHOWN]
+            lines += ["", f"the {len(shown)} tensors with the lowest SQNR of {len(self.tensors)} (all in the .json): "
+                      "where one drops well below the tensors before it, try --exclude on its node",
+                      f"{'tensor':<24} {'node':<24} {'op':<16} {'SQNR dB':>8}"]
+            lines += [f"{t.tensor:<24} {t.node:<24} {t.op:<16} {t.sqnr_db:>8.2f}" for t in shown]
         return "\n".join(lines) + "\n"
 
 
@@ -109,7 +127,8 @@ def quantize(model_path: str | Path, out: str | Path, calibration: str | Path | 
                         nodes_to_exclude=sorted(nodes), op_types_to_quantize=quantized_ops,
                         extra_options={"WeightSymmetric": True, "ActivationSymmetric": False})
         report = Report(model_path.name, method, per_channel, tuple(sorted(nodes | ops)), len(samples),
-                        calibration is None, _compare(str(model_path), str(staged), samples[:REPORT_SAMPLES]))
+                        calibration is None, _compare(str(model_path), str(staged), samples[:REPORT_SAMPLES]),
+                        _tensor_errors(model, model_path, staged, samples[:REPORT_SAMPLES], Path(tmp)))
         out.parent.mkdir(parents=True, exist_ok=True)      # only once there is something to write
         staged.replace(out)
     stem = out.with_suffix("")
@@ -206,6 +225,24 @@ def _exclusions(model: onnx.ModelProto, exclude: tuple[str, ...]) -> tuple[set[s
         else:
             raise OptionError(f"--exclude {item}: no node or op of that name in the model")
     return nodes, ops
+
+
+def _tensor_errors(model: onnx.ModelProto, float_path: Path, int8_path: Path, samples: list[dict],
+                   tmp: Path) -> tuple[TensorError, ...]:
+    """Every intermediate tensor's SQNR in the int8 model against the float model (onnxruntime's
+    qdq_loss_debug), worst first."""
+    from onnxruntime.quantization import qdq_loss_debug as debug
+
+    activations = []
+    for path, name in ((float_path, "float"), (int8_path, "int8")):
+        augmented = tmp / f"{name}_tensors.onnx"
+        debug.modify_model_output_intermediate_tensors(str(path), str(augmented))
+        activations.append(debug.collect_activations(str(augmented), iter(samples)))
+    errors = debug.compute_activation_error(debug.create_activation_matching(activations[1], activations[0]))
+    producers = {out: node for node in model.graph.node for out in node.output}
+    found = [TensorError(name, producers[name].name, producers[name].op_type, float(e["xmodel_err"]))
+             for name, e in errors.items() if name in producers and "xmodel_err" in e]
+    return tuple(sorted(found, key=lambda t: (t.sqnr_db, t.tensor)))
 
 
 def _compare(float_path: str, int8_path: str, samples: list[dict]) -> tuple[OutputError, ...]:

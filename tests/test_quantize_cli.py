@@ -59,7 +59,13 @@ def test_npz_calibration_gives_a_qdq_model_aot_compiles_and_a_report(model_file,
     assert report["samples"] == 12 and not report["random_calibration"]
     (y,) = report["outputs"]
     assert y["output"] == "y" and y["sqnr_db"] > 20 and y["cosine"] > 0.99, y
-    assert "SQNR dB" in (tmp_path / "q" / "net_int8.quantize_report.txt").read_text()
+    tensors = report["tensors"]     # inside the model, worst first, each named with the node computing it
+    assert [t["sqnr_db"] for t in tensors] == sorted(t["sqnr_db"] for t in tensors)
+    named = {(t["tensor"], t["node"], t["op"]) for t in tensors}
+    assert named >= {("r", "relu", "Relu"), ("p", "pool", "GlobalAveragePool")}, named
+    assert all(t["sqnr_db"] > 15 for t in tensors), tensors
+    text = (tmp_path / "q" / "net_int8.quantize_report.txt").read_text()
+    assert "SQNR dB" in text and f"{tensors[0]['tensor']:<24} {tensors[0]['node']:<24}" in text
     built = aot.build(out, out_dir=tmp_path / "b")
     assert any(" i8 " in s["workload"] for s in built.metadata["schedules"]), "no integer kernel"
     result = aot.check(out)
