@@ -126,9 +126,9 @@ def quantize(model_path: str | Path, out: str | Path, calibration: str | Path | 
                                           "percentile": CalibrationMethod.Percentile}[method],
                         nodes_to_exclude=sorted(nodes), op_types_to_quantize=quantized_ops,
                         extra_options={"WeightSymmetric": True, "ActivationSymmetric": False})
+        outputs, tensors = _errors(model, model_path, staged, samples[:REPORT_SAMPLES], Path(tmp))
         report = Report(model_path.name, method, per_channel, tuple(sorted(nodes | ops)), len(samples),
-                        calibration is None, _compare(str(model_path), str(staged), samples[:REPORT_SAMPLES]),
-                        _tensor_errors(model, model_path, staged, samples[:REPORT_SAMPLES], Path(tmp)))
+                        calibration is None, outputs, tensors)
         out.parent.mkdir(parents=True, exist_ok=True)      # only once there is something to write
         staged.replace(out)
     stem = out.with_suffix("")
@@ -227,10 +227,10 @@ def _exclusions(model: onnx.ModelProto, exclude: tuple[str, ...]) -> tuple[set[s
     return nodes, ops
 
 
-def _tensor_errors(model: onnx.ModelProto, float_path: Path, int8_path: Path, samples: list[dict],
-                   tmp: Path) -> tuple[TensorError, ...]:
-    """Every intermediate tensor's SQNR in the int8 model against the float model (onnxruntime's
-    qdq_loss_debug), worst first."""
+def _errors(model: onnx.ModelProto, float_path: Path, int8_path: Path, samples: list[dict],
+            tmp: Path) -> tuple[tuple[OutputError, ...], tuple[TensorError, ...]]:
+    """The int8 model's error against the float model on the samples: per output, and per tensor inside
+    the model, worst first. Both run once, every tensor an output (onnxruntime's qdq_loss_debug)."""
     from onnxruntime.quantization import qdq_loss_debug as debug
 
     activations = []
@@ -238,33 +238,20 @@ def _tensor_errors(model: onnx.ModelProto, float_path: Path, int8_path: Path, sa
         augmented = tmp / f"{name}_tensors.onnx"
         debug.modify_model_output_intermediate_tensors(str(path), str(augmented))
         activations.append(debug.collect_activations(str(augmented), iter(samples)))
-    errors = debug.compute_activation_error(debug.create_activation_matching(activations[1], activations[0]))
+    floats, ints = activations
+    outputs = tuple(_output_error(o.name, floats[o.name], ints[o.name]) for o in model.graph.output)
+    errors = debug.compute_activation_error(debug.create_activation_matching(ints, floats))
     producers = {out: node for node in model.graph.node for out in node.output}
     found = [TensorError(name, producers[name].name, producers[name].op_type, float(e["xmodel_err"]))
              for name, e in errors.items() if name in producers and "xmodel_err" in e]
-    return tuple(sorted(found, key=lambda t: (t.sqnr_db, t.tensor)))
+    return outputs, tuple(sorted(found, key=lambda t: (t.sqnr_db, t.tensor)))
 
 
-def _compare(float_path: str, int8_path: str, samples: list[dict]) -> tuple[OutputError, ...]:
-    """Per output, the quantized model's error against the float model's on the samples (onnxruntime)."""
-    import onnxruntime as ort
-
-    def session(path: str):
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = 1
-        return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-
-    f, q = session(float_path), session(int8_path)
-    names = [o.name for o in f.get_outputs()]
-    ref = [np.concatenate([np.ravel(r) for r in rs]) for rs in zip(*(f.run(names, s) for s in samples))]
-    got = [np.concatenate([np.ravel(r) for r in rs]) for rs in zip(*(q.run(names, s) for s in samples))]
-    errors = []
-    for name, a, b in zip(names, ref, got):
-        a, b = a.astype(np.float64), b.astype(np.float64)
-        noise, signal = float(np.sum((a - b) ** 2)), float(np.sum(a ** 2))
-        norms = float(np.linalg.norm(a) * np.linalg.norm(b))
-        errors.append(OutputError(
-            name, float("inf") if noise == 0 else 10 * np.log10(signal / noise) if signal else float("-inf"),
-            float(a @ b / norms) if norms else float(np.array_equal(a, b)),
-            float(np.sqrt(noise / signal)) if signal else float(noise > 0), float(np.max(np.abs(a - b)))))
-    return tuple(errors)
+def _output_error(name: str, reference: list[np.ndarray], got: list[np.ndarray]) -> OutputError:
+    a = np.concatenate([np.ravel(r) for r in reference]).astype(np.float64)
+    b = np.concatenate([np.ravel(r) for r in got]).astype(np.float64)
+    noise, signal = float(np.sum((a - b) ** 2)), float(np.sum(a ** 2))
+    norms = float(np.linalg.norm(a) * np.linalg.norm(b))
+    return OutputError(name, float("inf") if noise == 0 else 10 * np.log10(signal / noise) if signal else float("-inf"),
+                       float(a @ b / norms) if norms else float(np.array_equal(a, b)),
+                       float(np.sqrt(noise / signal)) if signal else float(noise > 0), float(np.max(np.abs(a - b))))

@@ -408,7 +408,7 @@ class Block(Stmt):
     stmts: tuple[Stmt, ...]
 
 
-TILE_OPS = ("config", "zero", "load", "dot", "store", "release")
+TILE_OPS = {"config": 0, "zero": 1, "load": 1, "dot": 3, "store": 1, "release": 0}     # op: tile registers it names
 
 
 @dataclass(frozen=True, eq=False)

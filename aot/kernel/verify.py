@@ -87,7 +87,7 @@ class _Verifier:
     def tile(self, s: k.Tile) -> None:
         """An AMX statement names as many tile registers as its op takes, each 0-7; a configuration reads
         64 bytes, a load or store one row from its index on (the rest follow at its stride)."""
-        count = {"config": 0, "zero": 1, "load": 1, "dot": 3, "store": 1, "release": 0}.get(s.op)
+        count = k.TILE_OPS.get(s.op)
         if count is None or len(s.tiles) != count or any(not 0 <= t < 8 for t in s.tiles):
             raise self.fail(f"tile_{s.op} of tiles {list(s.tiles)}")
         if (s.buf is not None) != (s.op in ("config", "load", "store")):

@@ -55,7 +55,6 @@ from aot.ops.quantized import add_quantized, narrows_by_halves, quantize, requan
 from aot.ops.registry import MATRIX_OPERANDS, Fusion, Layout, QuantForm, define, op_def, operand
 from aot.ops.rewrite import fused_acts, lift_1d, refuse, spatial_attrs, view
 from aot.schedule import Schedule, workload_key
-from aot.target import Target
 
 
 @dataclass(frozen=True)
@@ -464,11 +463,6 @@ class FloatArith:
         return apply(self.acts, acc)
 
 
-def pairs_multiply(target: Target) -> bool:
-    """Whether the target multiplies vectors of 16-bit pairs into 8 or 16 int32 lanes (x86's VPMADDWD)."""
-    return target.lanes >= 8 and any(d.group == 2 and not d.scalar and not d.raw_bytes for d in target.int_simd.dots)
-
-
 class IntArith:
     """int8: (x - x_zp) * (w - w_zp) summed in int32 (weight zero points subtracted at compile time),
     int32 bias. The epilogue requantizes each channel: with an FPU as onnxruntime does (float32 scale,
@@ -500,7 +494,9 @@ class IntArith:
             scale = np.float32(quant.x_scale) * quant.w_scale.astype(np.float32) / np.float32(quant.y_scale)
             self.scale = ctx.const(scale.astype(np.float32), "s")
         self.bias = ctx.const(bias.astype(np.int32), "b") if bias is not None else None
-        self.pair_lanes = {8, 16} if pairs_multiply(ctx.target) else set()     # see mac
+        # vectors of 8 or 16 int32 lanes the target multiplies as 16-bit pairs (x86's VPMADDWD; see mac)
+        pairs = any(d.group == 2 and not d.scalar and not d.raw_bytes for d in ctx.target.int_simd.dots)
+        self.pair_lanes = {8, 16} if pairs and ctx.target.lanes >= 8 else set()
 
     def weights(self, packed: np.ndarray) -> np.ndarray:
         return packed.astype(np.int8 if packed.min() >= -128 and packed.max() <= 127 else np.int16)
@@ -786,8 +782,6 @@ class WideArith(DotArith):
                          residual, padded)
         # int8 activations and weights in [-127, 127]: two taps' products add in 16 bits
         self.pairs = x_dtype == "i8" and (weight.size == 0 or (weight.min() >= -127 and weight.max() <= 127))
-
-    mac = IntArith.mac      # products of the widened values, not DotArith's dot products
 
 
 class BytePairArith(IntArith):
@@ -1176,9 +1170,9 @@ def lower_depthwise(ctx: LowerContext, node: Node, name: str, g: Geometry, weigh
 
                                 def pick(v: Expr) -> Expr:
                                     return Shuffle(v, part) if v.lanes > blk.lanes else v
-                                acc = accs[t][i][j]
-                                b.assign(acc, acc + Cast(pick(product), "i32") if len(kws) == 2
-                                         else arith.mac(acc, Cast(pick(xw), "i32"), Cast(pick(wv[0, h]), "i32")))
+                                gain = (Cast(pick(product), "i32") if len(kws) == 2
+                                        else Cast(pick(xw), "i32") * Cast(pick(wv[0, h]), "i32"))
+                                b.assign(accs[t][i][j], accs[t][i][j] + gain)
 
         with b.loop("kh", kh_lo, kh_hi) as kh:
             ih = g.in_row(oh, 0) + kh * dy

@@ -95,9 +95,9 @@ class Tiles:
         with self.b.loop("row", 0, 16) as row:
             self.b.store(self.regs, t * 256 + row * 16, const(0, "i32", 16))
 
-    def load(self, t: int, buf: Buffer, index: Expr, stride: int | Expr) -> None:
+    def load(self, t: int, buf: Buffer, index: Expr, stride: int) -> None:
         if self.native:
-            self.b.emit(Tile("load", (t,), buf, index, const(stride) if isinstance(stride, int) else stride))
+            self.b.emit(Tile("load", (t,), buf, index, const(stride)))
             return
         with self.b.loop("row", 0, 16) as row:
             self.b.store(self.regs, t * 256 + row * 16, Reinterpret(buf.vec(index + row * stride, 64), "i32", 16))
