@@ -99,6 +99,7 @@ def quantize(model_path: str | Path, out: str | Path, calibration: str | Path | 
     except Exception as err:        # onnx raises DecodeError and others: a file that is not a model
         raise ModelError(f"{model_path}: not an ONNX model ({err})") from None
     feeds = _feeds(model, model_path)
+    _check_loads(model_path)
     if calibration is None and not allow_random:
         raise OptionError(f"{model_path}: give --calibration DATA (an .npz of the inputs, samples on the first "
                           "axis, or a directory of .npz/.npy files), or --allow-random to calibrate on noise")
@@ -117,15 +118,18 @@ def quantize(model_path: str | Path, out: str | Path, calibration: str | Path | 
         try:
             quant_pre_process(str(model_path), str(pre), skip_symbolic_shape=True)
         except Exception as err:
-            raise ModelError(f"{model_path}: onnxruntime's quant_pre_process failed: {err}") from None
+            raise ModelError(f"{model_path}: onnxruntime's quant_pre_process failed: {_first_line(err)}") from None
         quantized_ops = sorted({n.op_type for n in onnx.load(str(pre)).graph.node} - ops)
         staged = Path(tmp) / "int8.onnx"
-        quantize_static(str(pre), str(staged), Reader(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
-                        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-                        calibrate_method={"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
-                                          "percentile": CalibrationMethod.Percentile}[method],
-                        nodes_to_exclude=sorted(nodes), op_types_to_quantize=quantized_ops,
-                        extra_options={"WeightSymmetric": True, "ActivationSymmetric": False})
+        try:
+            quantize_static(str(pre), str(staged), Reader(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
+                            activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                            calibrate_method={"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
+                                              "percentile": CalibrationMethod.Percentile}[method],
+                            nodes_to_exclude=sorted(nodes), op_types_to_quantize=quantized_ops,
+                            extra_options={"WeightSymmetric": True, "ActivationSymmetric": False})
+        except Exception as err:    # onnxruntime's own failures: one line naming the model
+            raise ModelError(f"{model_path}: onnxruntime's quantize_static failed: {_first_line(err)}") from None
         outputs, tensors = _errors(model, model_path, staged, samples[:REPORT_SAMPLES], Path(tmp))
         report = Report(model_path.name, method, per_channel, tuple(sorted(nodes | ops)), len(samples),
                         calibration is None, outputs, tensors)
@@ -135,6 +139,20 @@ def quantize(model_path: str | Path, out: str | Path, calibration: str | Path | 
     Path(f"{stem}.quantize_report.txt").write_text(report.text())
     Path(f"{stem}.quantize_report.json").write_text(json.dumps(asdict(report), indent=1) + "\n")
     return report
+
+
+def _check_loads(path: Path) -> None:
+    """onnxruntime must run the float model (it calibrates on it): refused here, in one line, if it cannot."""
+    import onnxruntime as ort
+
+    try:
+        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    except Exception as err:
+        raise ModelError(f"{path}: onnxruntime cannot load it, so cannot calibrate it: {_first_line(err)}") from None
+
+
+def _first_line(err: Exception) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
 def _feeds(model: onnx.ModelProto, path: Path) -> dict[str, tuple[int, ...]]:

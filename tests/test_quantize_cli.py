@@ -116,3 +116,17 @@ def test_a_symbolic_input_dimension_is_refused_naming_the_input(tmp_path):
     proc = aot_cli("quantize", tmp_path / "dyn.onnx", "--allow-random", "-o", tmp_path / "o" / "q.onnx")
     assert proc.returncode == 1 and "input 'x' has a symbolic dimension (N x 3 x 8 x 8)" in proc.stderr, proc.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_a_model_onnxruntime_cannot_load_is_one_line(tmp_path):
+    """onnxruntime calibrates on the float model: one it cannot load is refused before any work, not with
+    onnxruntime's traceback."""
+    graph = helper.make_graph([helper.make_node("NoSuchOp", ["x"], ["y"], name="weird")], "g",
+                              [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "bad.onnx")
+    proc = aot_cli("quantize", tmp_path / "bad.onnx", "--allow-random", "-o", tmp_path / "o" / "q.onnx")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("aot: error: ") and "onnxruntime cannot load it" in proc.stderr
+    assert "NoSuchOp" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()
