@@ -205,8 +205,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--knobs", metavar="FILE", help="TOML file overriding the target's knobs for the untuned "
                    "parts")
 
-    p = sub.add_parser("quantize", help="quantize a float model to int8 QDQ with onnxruntime's quantizer on your "
-                       "calibration data, and report the error at its outputs")
+    p = sub.add_parser("quantize", help="quantize a float model to int8 (or int16 activations) QDQ with "
+                       "onnxruntime's quantizer on your calibration data, and report the error it costs")
     p.add_argument("model")
     p.add_argument("-o", "--output", required=True, help="the int8 model to write (the report goes beside it: "
                    "OUT.quantize_report.txt and .json)")
@@ -214,6 +214,9 @@ def _parser() -> argparse.ArgumentParser:
                    "first axis, or a directory of .npz/.npy files, one sample each")
     p.add_argument("--allow-random", action="store_true", help="without --calibration, calibrate on random data "
                    "(the report warns: the scales then fit noise)")
+    p.add_argument("--scheme", default="int8", choices=["int8", "a16w8"], help="int8: int8 activations and "
+                   "weights (default); a16w8: symmetric int16 activations and int8 weights, for models int8 "
+                   "activations lose too much on (audio, regression)")
     p.add_argument("--method", default="minmax", choices=["minmax", "entropy", "percentile"],
                    help="onnxruntime's calibration method (default minmax)")
     p.add_argument("--per-tensor", action="store_true", help="one weight scale per tensor (default: per channel)")
@@ -271,7 +274,7 @@ def _quantize(args) -> int:
     from aot.quantize import quantize
 
     report = quantize(args.model, args.output, args.calibration, args.method, not args.per_tensor,
-                      tuple(args.exclude), args.allow_random)
+                      tuple(args.exclude), args.allow_random, args.scheme)
     print(report.text(), end="")
     print(f"wrote {args.output} and its report {Path(args.output).with_suffix('')}.quantize_report.txt")
     return 0

@@ -1,13 +1,15 @@
-"""`aot quantize`: a float ONNX model to int8 QDQ with onnxruntime's quantizer, calibrated on the user's data,
+"""`aot quantize`: a float ONNX model to integer QDQ with onnxruntime's quantizer, calibrated on the user's data,
 and a report of what the quantization cost at the model's outputs.
 
-    aot quantize model.onnx --calibration calib.npz -o model_int8.onnx [--method minmax|entropy|percentile]
-                            [--per-tensor] [--exclude NODE|OP ...] [--allow-random]
+    aot quantize model.onnx --calibration calib.npz -o model_int8.onnx [--scheme int8|a16w8]
+                            [--method minmax|entropy|percentile] [--per-tensor] [--exclude NODE|OP ...]
+                            [--allow-random]
 
-onnxruntime does the work (quant_pre_process, then quantize_static: QDQ, int8 activations and symmetric int8
-weights, per channel unless --per-tensor); aot reads the calibration data as a user has it and measures the
-result. Calibration data: an .npz of arrays named as the model's inputs with the samples on the first axis
-(a model input of batch 1 takes one sample at a time; of batch N, N at a time), or a directory of .npz/.npy
+onnxruntime does the work (quant_pre_process, then quantize_static: QDQ, symmetric int8 weights, per channel
+unless --per-tensor; activations int8 with a zero point, or with --scheme a16w8 symmetric int16 as TFLite's
+16x8 mode has them); aot reads the calibration data as a user has it and measures the result.
+Calibration data: an .npz of arrays named as the model's inputs with the samples on the first axis (a model
+input of batch 1 takes one sample at a time; of batch N, N at a time), or a directory of .npz/.npy
 files, one sample each (an .npy for a model with one input). Random data only with --allow-random, and the
 report says so. The report (OUT.quantize_report.txt and .json beside the model) gives, per model output, the
 SQNR in dB, cosine similarity, relative L2 and max abs error of the quantized model against the float one on
@@ -28,6 +30,7 @@ import onnx
 from aot.errors import ModelError, OptionError
 
 METHODS = ("minmax", "entropy", "percentile")
+SCHEMES = {"int8": "int8 activations", "a16w8": "int16 activations (symmetric), int8 weights"}
 REPORT_SAMPLES = 32     # calibration samples the report runs through both models, at most
 LAYERS_SHOWN = 10       # tensors the text report lists, worst first
 
@@ -44,7 +47,7 @@ class OutputError:
 
 @dataclass(frozen=True)
 class TensorError:
-    """A tensor inside the model: its SQNR in the int8 model against the float one (error accumulated up to it)."""
+    """A tensor inside the model: its SQNR in the quantized model against the float one (error accumulated up to it)."""
     tensor: str
     node: str               # the node that computes it, and its op
     op: str
@@ -54,6 +57,7 @@ class TensorError:
 @dataclass(frozen=True)
 class Report:
     model: str
+    scheme: str
     method: str
     per_channel: bool
     excluded: tuple[str, ...]
@@ -63,8 +67,9 @@ class Report:
     tensors: tuple[TensorError, ...] = ()      # worst first
 
     def text(self) -> str:
-        lines = [f"quantized {self.model}: int8 QDQ (onnxruntime quantize_static), {self.method} calibration on "
-                 f"{self.samples} sample(s), weights {'per channel' if self.per_channel else 'per tensor'}"]
+        lines = [f"quantized {self.model}: {self.scheme} QDQ, {SCHEMES[self.scheme]} (onnxruntime quantize_static), "
+                 f"{self.method} calibration on {self.samples} sample(s), weights "
+                 f"{'per channel' if self.per_channel else 'per tensor'}"]
         if self.excluded:
             lines.append(f"kept in float: {', '.join(self.excluded)}")
         if self.random_calibration:
@@ -84,14 +89,16 @@ class Report:
 
 def quantize(model_path: str | Path, out: str | Path, calibration: str | Path | None = None,
              method: str = "minmax", per_channel: bool = True, exclude: tuple[str, ...] = (),
-             allow_random: bool = False) -> Report:
-    """Quantize `model_path` to `out` (int8 QDQ) and write the report beside it; see the module docstring."""
+             allow_random: bool = False, scheme: str = "int8") -> Report:
+    """Quantize `model_path` to `out` (QDQ) and write the report beside it; see the module docstring."""
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     model_path, out = Path(model_path), Path(out)
     if method not in METHODS:
         raise OptionError(f"--method must be one of {', '.join(METHODS)}, not {method!r}")
+    if scheme not in SCHEMES:
+        raise OptionError(f"--scheme must be one of {', '.join(SCHEMES)}, not {scheme!r}")
     if not model_path.is_file():
         raise OptionError(f"{model_path}: no such file")
     try:
@@ -120,18 +127,20 @@ def quantize(model_path: str | Path, out: str | Path, calibration: str | Path | 
         except Exception as err:
             raise ModelError(f"{model_path}: onnxruntime's quant_pre_process failed: {_first_line(err)}") from None
         quantized_ops = sorted({n.op_type for n in onnx.load(str(pre)).graph.node} - ops)
-        staged = Path(tmp) / "int8.onnx"
+        staged = Path(tmp) / "quantized.onnx"
+        wide = scheme == "a16w8"
         try:
             quantize_static(str(pre), str(staged), Reader(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
-                            activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                            activation_type=QuantType.QInt16 if wide else QuantType.QInt8,
+                            weight_type=QuantType.QInt8,
                             calibrate_method={"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
                                               "percentile": CalibrationMethod.Percentile}[method],
                             nodes_to_exclude=sorted(nodes), op_types_to_quantize=quantized_ops,
-                            extra_options={"WeightSymmetric": True, "ActivationSymmetric": False})
+                            extra_options={"WeightSymmetric": True, "ActivationSymmetric": wide})
         except Exception as err:    # onnxruntime's own failures: one line naming the model
             raise ModelError(f"{model_path}: onnxruntime's quantize_static failed: {_first_line(err)}") from None
         outputs, tensors = _errors(model, model_path, staged, samples[:REPORT_SAMPLES], Path(tmp))
-        report = Report(model_path.name, method, per_channel, tuple(sorted(nodes | ops)), len(samples),
+        report = Report(model_path.name, scheme, method, per_channel, tuple(sorted(nodes | ops)), len(samples),
                         calibration is None, outputs, tensors)
         out.parent.mkdir(parents=True, exist_ok=True)      # only once there is something to write
         staged.replace(out)
@@ -245,14 +254,14 @@ def _exclusions(model: onnx.ModelProto, exclude: tuple[str, ...]) -> tuple[set[s
     return nodes, ops
 
 
-def _errors(model: onnx.ModelProto, float_path: Path, int8_path: Path, samples: list[dict],
+def _errors(model: onnx.ModelProto, float_path: Path, quantized_path: Path, samples: list[dict],
             tmp: Path) -> tuple[tuple[OutputError, ...], tuple[TensorError, ...]]:
-    """The int8 model's error against the float model on the samples: per output, and per tensor inside
+    """The quantized model's error against the float model on the samples: per output, and per tensor inside
     the model, worst first. Both run once, every tensor an output (onnxruntime's qdq_loss_debug)."""
     from onnxruntime.quantization import qdq_loss_debug as debug
 
     activations = []
-    for path, name in ((float_path, "float"), (int8_path, "int8")):
+    for path, name in ((float_path, "float"), (quantized_path, "quantized")):
         augmented = tmp / f"{name}_tensors.onnx"
         debug.modify_model_output_intermediate_tensors(str(path), str(augmented))
         activations.append(debug.collect_activations(str(augmented), iter(samples)))

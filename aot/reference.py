@@ -187,13 +187,17 @@ def _session(ort, model: bytes):
       (vpmaddubsw), which saturates where large activations meet full-range weights, tens of steps off
       (session.x64quantprecision makes those weights uint8, exact). It converts every int8 weight, even
       one meeting int8 activations, for which onnxruntime has no kernel: such a model runs without it
-      (its int8 x int8 products are exact anyway)."""
+      (its int8 x int8 products are exact anyway).
+    And one on every host: a DequantizeLinear of int8 weights into a MatMul fuses into MatMulNBits, which by
+    default quantizes the activations to 8 bits on the fly (accuracy level 4), hundreds of steps off for an
+    int16 activation; level 1 computes in float32 as the unfused nodes do."""
     def session(precise_uint8: bool):
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
         options.log_severity_level = 4      # fatal only: an error is reported once, by us, as one line
         options.add_session_config_entry("session.qdqisint8allowed", "1")
         options.add_session_config_entry("session.x64quantprecision", "1" if precise_uint8 else "0")
+        options.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", "1")
         return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
     from onnxruntime.capi.onnxruntime_pybind11_state import NotImplemented as NoKernel

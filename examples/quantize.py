@@ -36,9 +36,11 @@ def quantize_model(model: onnx.ModelProto, fmt: str = "QDQ", per_channel: bool =
         src, pre, out = Path(tmp) / "float.onnx", Path(tmp) / "pre.onnx", Path(tmp) / "int8.onnx"
         onnx.save(model, src)
         quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
+        # int16 activations are symmetric (zero point 0), as TFLite's 16x8 mode has them
         quantize_static(str(pre), str(out), Calibration(), quant_format=getattr(QuantFormat, fmt),
                         per_channel=per_channel, activation_type=getattr(QuantType, activations),
-                        weight_type=QuantType.QInt8)
+                        weight_type=QuantType.QInt8,
+                        extra_options={"ActivationSymmetric": True} if activations == "QInt16" else None)
         return onnx.load(out)
 
 
@@ -48,7 +50,7 @@ def main() -> int:
     parser.add_argument("-o", "--output", required=True)
     parser.add_argument("--format", choices=["QDQ", "QOperator"], default="QDQ")
     parser.add_argument("--per-tensor", action="store_true", help="one weight scale per tensor, not per channel")
-    parser.add_argument("--activations", choices=["QInt8", "QUInt8"], default="QInt8")
+    parser.add_argument("--activations", choices=["QInt8", "QUInt8", "QInt16"], default="QInt8")
     args = parser.parse_args()
     onnx.save(quantize_model(onnx.load(args.model), args.format, not args.per_tensor, args.activations), args.output)
     return 0

@@ -192,7 +192,7 @@ def _qdq_around(op: str, shape: tuple[int, ...], out_shape: tuple[int, ...] | No
 
 
 NO_INTEGER_KERNEL = {
-    "Sigmoid": ("Unary", {}), "Softmax": ("Softmax", {"axis": -1}),
+    "Softmax": ("Softmax", {"axis": -1}),
     "LayerNormalization": ("Normalize", {"operands": {"scale": np.linspace(0.5, 1.5, 8, dtype=np.float32)}}),
     "Resize": ("Resize", {"out_shape": (1, 4, 12, 16), "mode": "nearest",
                           "operands": {"roi": np.zeros(0, np.float32),
@@ -209,6 +209,18 @@ def test_ops_without_an_integer_kernel_run_in_float_between_quantize_kernels(op,
     assert comparison.max_abs <= comparison.step * 1.001, comparison
     report = aot.build(model, out_dir=tmp_path / "b").report
     assert f"in float between Dequantize and Quantize: {kernel_op} middle" in report, report
+
+
+@pytest.mark.parametrize("op,attrs", [("Sigmoid", {}), ("Tanh", {}), ("LeakyRelu", {"alpha": 0.1}),
+                                      ("HardSwish", {}), ("Relu", {}),
+                                      ("Clip", {"operands": {"lo": np.float32(-0.3), "hi": np.float32(0.4)}})])
+def test_activations_between_quantize_kernels_run_on_the_integers(op, attrs, tmp_path):
+    """An activation a quantizer keeps between Dequantize and Quantize (signed ranges keep Relu and Clip too)
+    runs as one kernel from integers to integers: dequantized, the function in float32, quantized."""
+    model = _qdq_around(op, (1, 4, 6, 8), **attrs)
+    assert_within_one_step(model)
+    report = aot.build(model, out_dir=tmp_path / "b").report
+    assert "1 integer kernels; 0 in float" in report, report
 
 
 def _conv_then(clamps: list[tuple[str, tuple[float, ...]]]) -> onnx.ModelProto:

@@ -760,6 +760,7 @@ def _dims_text(dims) -> str:
 
 _DTYPES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.INT64: "int64", onnx.TensorProto.INT32: "int32",
            onnx.TensorProto.INT8: "int8", onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.BOOL: "bool",
+           onnx.TensorProto.INT16: "int16",
            onnx.TensorProto.DOUBLE: "float64", onnx.TensorProto.FLOAT16: "float16"}
 
 

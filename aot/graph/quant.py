@@ -14,7 +14,7 @@ import numpy as np
 if TYPE_CHECKING:
     from aot.graph.ir import Node, Value
 
-RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int32": (-(2**31), 2**31 - 1)}
+RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-(2**15), 2**15 - 1), "int32": (-(2**31), 2**31 - 1)}
 
 
 @dataclass(frozen=True, eq=False)
@@ -58,7 +58,7 @@ class ResidualSum:
 class Quant:
     """How an integer op reads its inputs and writes its output, gathered from its operands' QuantParams.
 
-    x_scale/x_zp: the (first) activation input; w_scale/w_zp: weights, per output channel (arrays);
+    x_scale/x_zp/x_dtype: the (first) activation input; w_scale/w_zp: weights, per output channel (arrays);
     b_scale/b_zp: a second activation input (Add, Mul); y_scale/y_zp/y_dtype: the output;
     qmin/qmax: the output clamp, narrowed by fused Relu/Clip; residual: a fused integer residual Add,
     applied to y (then y is the convolution's own result, not the node's output).
@@ -76,6 +76,7 @@ class Quant:
     b_scale: float = 0.0
     b_zp: int = 0
     residual: ResidualSum | None = None
+    x_dtype: str = "int8"
 
     def __repr__(self) -> str:
         w = f", w_scale[{self.w_scale.size}]" if self.w_scale is not None else ""
@@ -108,7 +109,8 @@ def node_quant(values: Mapping[str, Value], node: Node) -> Quant | None:
         extra.update(w_scale=np.asarray(second.scale, np.float64), w_zp=np.asarray(second.zero_point, np.int64))
     elif second is not None:
         extra.update(b_scale=second.scale, b_zp=second.zero_point)
-    return Quant(x.quant.scale, x.quant.zero_point, y.quant.scale, y.quant.zero_point, y.dtype, qmin, qmax, **extra)
+    return Quant(x.quant.scale, x.quant.zero_point, y.quant.scale, y.quant.zero_point, y.dtype, qmin, qmax,
+                 x_dtype=x.dtype, **extra)
 
 
 def fixed_point(multiplier: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -495,8 +495,10 @@ class IntArith:
             self.scale = ctx.const(scale.astype(np.float32), "s")
         self.bias = ctx.const(bias.astype(np.int32), "b") if bias is not None else None
         # vectors of 8 or 16 int32 lanes the target multiplies as 16-bit pairs (x86's VPMADDWD; see mac)
+        # (int16 activations less a zero point other than 0 may not fit 16 bits)
         pairs = any(d.group == 2 and not d.scalar and not d.raw_bytes for d in ctx.target.int_simd.dots)
-        self.pair_lanes = {8, 16} if pairs and ctx.target.lanes >= 8 else set()
+        narrow = quant.x_dtype != "int16" or quant.x_zp == 0
+        self.pair_lanes = {8, 16} if pairs and narrow and ctx.target.lanes >= 8 else set()
 
     def weights(self, packed: np.ndarray) -> np.ndarray:
         return packed.astype(np.int8 if packed.min() >= -128 and packed.max() <= 127 else np.int16)
@@ -588,7 +590,8 @@ class LaneArith(IntArith):
 def lane_arith_applies(ctx: LowerContext, cg: int, quant: Quant | None) -> bool:
     """LaneArith's conditions: AArch64 NEON, a quantized Conv/Gemm with whole groups of 8 input channels,
     an activation zero point that keeps x - x_zp in 16 bits (any int8 or uint8 one does)."""
-    return quant is not None and ctx.target.aarch64_neon and cg % LaneArith.group == 0 and ctx.knobs.simd
+    return (quant is not None and ctx.target.aarch64_neon and cg % LaneArith.group == 0 and ctx.knobs.simd
+            and (quant.x_dtype != "int16" or quant.x_zp == 0))
 
 
 class DotArith(IntArith):
@@ -1061,7 +1064,7 @@ _BYTES = ("int8", "uint8")     # activations a 32-bit load takes 4 of
 def dot_style(ctx: LowerContext, node: Node, groups: int, cg: int) -> DotStyle | None:
     """The best dot-product form this quantized Conv/Gemm can use on the target, if any."""
     quant = node_quant(ctx.graph.values, node)
-    if quant is None or groups != 1:
+    if quant is None or groups != 1 or ctx.graph.values[node.inputs[0]].dtype not in _BYTES:
         return None
     weight = ctx.graph.constants[node.inputs[1]]
     out_channels = weight.shape[0 if weight.ndim == 4 else 1]
@@ -1447,7 +1450,8 @@ def _arith(ctx: LowerContext, node: Node, ins, style: DotStyle | None, weight: n
                                                            padded=style.raw_bytes and any(node.attrs.get("pads", (0,))))
     # AArch64 only: elsewhere the window table (16 int32 per channel of a padded 3x3 layer) costs more flash
     # than the speed it buys is worth (x86: 12 % on MobileNetV2's depthwise layers, int8 flash +35 %)
-    if quant is not None and depthwise and lane_arith_applies(ctx, LaneArith.group, quant):
+    if quant is not None and depthwise and ins[0].dtype in ("i8", "u8") and lane_arith_applies(ctx, LaneArith.group,
+                                                                                               quant):
         wide = _minus_zero_point(weight, quant, axis=0)
         if _window_sums_fit(wide):
             return WideArith(ctx, quant, bias, wide, ins[0].dtype, residual, any(node.attrs.get("pads", (0,))))

@@ -141,12 +141,22 @@ def quantize_linear(ctx: LowerContext, node: Node, name: str) -> Kernel:
 
 
 def unary(ctx: LowerContext, node: Node, name: str) -> Kernel:
+    """fn(x) and the fused activations; on integer tensors (an activation a quantizer kept between Dequantize
+    and Quantize) the same in float32 between the two, as onnxruntime runs the three nodes."""
     ins, outs, params = ctx.io(node)
     acts = ((node.attrs["fn"], tuple(node.attrs["params"])),) + tuple(node.attrs.get("acts", ()))
+    quant = node_quant(ctx.graph.values, node)
+
+    def compute(v: list[Expr]) -> Expr:
+        if quant is None:
+            return apply(acts, v[0])
+        real = apply(acts, dequantize(v[0], quant.x_zp, quant.x_scale))
+        return quantize(real / float(np.float32(quant.y_scale)), quant.y_zp, quant.qmin, quant.qmax, quant.y_dtype)
+
     b = Builder()
     shape, perm = _flat_unless_transposed(ctx, node)
     elementwise_loops(b, ctx.target.lanes, shape, [(ins[0], ctx.graph.shape(node.inputs[0]) if perm else shape)],
-                      outs[0], lambda v: apply(acts, v[0]), perm)
+                      outs[0], compute, perm)
     return Kernel(name, params, b.block())
 
 
@@ -353,12 +363,12 @@ def _clip_bounds(graph: Graph, node: Node) -> tuple[float, float] | None:
 
 _CLAMPS = {"Relu": lambda graph, node: (0.0, np.inf), "Clip": _clip_bounds}
 for _op, _rule in _UNARY.items():
-    define(_op, canonical=_rule, clamp=_CLAMPS.get(_op), check=same_shape,
+    define(_op, canonical=_rule, clamp=_CLAMPS.get(_op), check=same_shape, quant=QuantForm.FUNCTION,
            dtypes=FLOAT_OR_INT if _op in ("Neg", "Abs", "Relu") else FLOAT)
 
 define("QuantizeLinear", canonical=canonical_quantize)
-define("DequantizeLinear", canonical=canonical_quantize, dtypes=frozenset({"int8", "uint8", "int32"}))
+define("DequantizeLinear", canonical=canonical_quantize, dtypes=frozenset({"int8", "uint8", "int16", "int32"}))
 define("Quantize", lower=quantize_linear, layout=Layout.FOLLOW, elementwise=True, writes_transposed=True,
        check=same_shape)
-define("Dequantize", lower=quantize_linear, layout=Layout.FOLLOW, dtypes=frozenset({"int8", "uint8", "int32"}),
+define("Dequantize", lower=quantize_linear, layout=Layout.FOLLOW, dtypes=frozenset({"int8", "uint8", "int16", "int32"}),
        elementwise=True, writes_transposed=True, check=same_shape)

@@ -162,7 +162,7 @@ def canonical_global_pool(rw: Rewriter, node: Node) -> None:
         raise refuse(node, f"input of rank {len(shape)} is not supported (rank 3 or more)")
 
 
-_INT8 = frozenset({"float32", "int8", "uint8"})
+_INT8 = frozenset({"float32", "int8", "uint8", "int16"})
 define("MaxPool", canonical=canonical_pool, lower=pool, layout=Layout.NHWC, moves_values=True, dtypes=_INT8,
        quant=QuantForm.MOVE)
 define("AveragePool", canonical=canonical_pool, lower=pool, layout=Layout.NHWC, quant=QuantForm.RESCALE)

@@ -12,7 +12,7 @@ import numpy as np
 from aot.kernel.ir import Cast, Expr, RoundInt, binop, const, maximum, minimum
 
 _MAGIC = 12582912.0      # 1.5 * 2**23: x + magic - magic rounds |x| < 2**22 to an integer, ties to even
-_INT = {"int8": "i8", "uint8": "u8", "int32": "i32"}
+_INT = {"int8": "i8", "uint8": "u8", "int16": "i16", "int32": "i32"}
 
 
 def round_even(x: Expr) -> Expr:

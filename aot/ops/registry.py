@@ -59,6 +59,7 @@ class QuantForm(enum.Enum):
     MATRIX = "matrix"        # Conv/Gemm/MatMul with int8 weights, int32 accumulation, fused Relu/Clip
     BINARY = "binary"        # two quantized operands rescaled to the output's scale (Add, Mul)
     RESCALE = "rescale"      # one operand rescaled (average pooling)
+    FUNCTION = "function"    # one operand dequantized, a float function applied, quantized again (Sigmoid, Relu)
     CONCAT = "concat"        # each operand rescaled into its slice
     MOVE = "move"            # moves values: integer only when input and output quantization agree
 
@@ -66,7 +67,7 @@ class QuantForm(enum.Enum):
 # The operands of a MATRIX op once canonical (ONNX's Conv X, W, B and Gemm A, B, C keep these positions).
 MATRIX_OPERANDS = ("x", "weight", "bias", "residual")
 
-ALL_DTYPES = frozenset({"float32", "int8", "uint8", "int32", "int64", "bool"})
+ALL_DTYPES = frozenset({"float32", "int8", "uint8", "int16", "int32", "int64", "bool"})
 FLOAT = frozenset({"float32"})
 
 Rule = Callable[["Rewriter", "Node"], None]

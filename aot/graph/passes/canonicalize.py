@@ -23,7 +23,7 @@ from aot.graph.quant import node_quant
 from aot.ops.registry import op_def
 from aot.ops.rewrite import FLOAT64_NOTE
 
-_QUANTIZED = frozenset({"int8", "uint8"})    # what a node carrying quantization parameters may read
+_QUANTIZED = frozenset({"int8", "uint8", "int16"})    # what a node carrying quantization parameters may read
 
 
 def canonicalize(graph: Graph) -> Graph:

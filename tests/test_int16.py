@@ -1,0 +1,125 @@
+"""int16 activations with int8 weights (a16w8, TFLite's 16x8 mode): float models quantized so by onnxruntime's
+quantizer, compiled to integer kernels on int16 tensors, and compared with onnxruntime running the same QDQ
+model (which computes each op in float between its Dequantize and Quantize nodes)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+import zoo
+from onnx import TensorProto, helper, numpy_helper
+from quantize import quantize_model
+from test_quantized import integer_ops
+
+import aot
+
+
+def a16w8(model: onnx.ModelProto, tmp_path, name: str = "a16w8") -> str:
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(quantize_model(model, "QDQ", per_channel=True, activations="QInt16"), path)
+    return str(path)
+
+
+def one_op(nodes: list, inputs: dict[str, tuple], output_shape: tuple, weights: dict[str, np.ndarray]) \
+        -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(s)) for n, s in inputs.items()],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(output_shape))],
+        [numpy_helper.from_array(v, n) for n, v in weights.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+RNG = np.random.default_rng(16)
+
+
+def assert_checks(path: str, target: str = "host") -> None:
+    """Every output computed in integers and within one step of onnxruntime, or, where a difference of
+    one step inside the model grows over the layers after it, aot right at the first node that differs
+    (evaluated in float64: aot.arbitrate)."""
+    result = aot.check(path, target=target)
+    assert all(c.step > 0 for c in result.comparisons), result.comparisons
+    assert result.ok, (result.comparisons, result.arbitration)
+
+
+def int16_ops(path: str) -> set[str]:
+    """The ops of the compiled program that read an int16 tensor."""
+    program = aot.build(path, out_dir=None).program
+    return {call.node.op for call in program.calls
+            if any(name and program.graph.values[name].dtype == "int16" for name in call.node.inputs)}
+
+
+def after_matrix(node, shape: tuple, output_shape: tuple) -> onnx.ModelProto:
+    """x -> a 1x1 convolution (or a MatMul, for 2-D x) -> `node` reading "t": onnxruntime's quantizer leaves
+    ops such as Clip and AveragePool in float unless something quantized feeds them."""
+    channels = shape[1] if len(shape) == 4 else shape[-1]
+    front = (helper.make_node("Conv", ["x", "wf"], ["t"]) if len(shape) == 4
+             else helper.make_node("MatMul", ["x", "wf"], ["t"]))
+    wf = _w(channels, channels, 1, 1) if len(shape) == 4 else _w(channels, channels)
+    extra = {name: value for name, value in CONSTANTS.items() if name in node.input}
+    return one_op([front, node], {"x": shape}, output_shape, {"wf": wf, **extra})
+
+
+def _w(*shape, scale=0.3):
+    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+CONSTANTS = {"lo": np.float32(-0.5), "hi": np.float32(1.0)}
+
+# op under test -> (model, the aot op that must run on integers)
+MODELS = {
+    "conv": (lambda: one_op([helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1], strides=[2, 1])],
+                            {"x": (1, 8, 9, 10)}, (1, 16, 5, 10), {"w": _w(16, 8, 3, 3), "b": _w(16)}), "Conv"),
+    "depthwise": (lambda: one_op([helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 0, 2, 1], group=8)],
+                                 {"x": (1, 8, 7, 7)}, (1, 8, 8, 6), {"w": _w(8, 1, 3, 3), "b": _w(8)}), "Conv"),
+    "gemm": (lambda: one_op([helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)],
+                            {"x": (1, 40)}, (1, 12), {"w": _w(12, 40), "b": _w(12)}), "Gemm"),
+    "matmul": (lambda: one_op([helper.make_node("MatMul", ["x", "w"], ["y"])],
+                              {"x": (3, 24)}, (3, 10), {"w": _w(24, 10)}), "Gemm"),
+    "add": (lambda: one_op([helper.make_node("Add", ["x", "x2"], ["y"])],
+                           {"x": (1, 4, 5, 6), "x2": (1, 4, 5, 6)}, (1, 4, 5, 6), {}), "Add"),
+    "mul": (lambda: one_op([helper.make_node("Mul", ["x", "x2"], ["y"])],
+                           {"x": (1, 4, 5, 6), "x2": (1, 1, 5, 6)}, (1, 4, 5, 6), {}), "Mul"),
+    "average_pool": (lambda: after_matrix(helper.make_node("AveragePool", ["t"], ["y"], kernel_shape=[3, 3],
+                                                           strides=[2, 2], pads=[1, 1, 1, 1]),
+                                          (1, 8, 9, 9), (1, 8, 5, 5)), "AveragePool"),
+    "global_pool": (lambda: after_matrix(helper.make_node("GlobalAveragePool", ["t"], ["y"]),
+                                         (1, 8, 6, 6), (1, 8, 1, 1)), "GlobalAveragePool"),
+    "max_pool": (lambda: after_matrix(helper.make_node("MaxPool", ["t"], ["y"], kernel_shape=[2, 2], strides=[2, 2]),
+                                      (1, 8, 6, 6), (1, 8, 3, 3)), "MaxPool"),
+    "sigmoid": (lambda: after_matrix(helper.make_node("Sigmoid", ["t"], ["y"]), (1, 64), (1, 64)), "Unary"),
+    "clip": (lambda: after_matrix(helper.make_node("Clip", ["t", "lo", "hi"], ["y"]), (1, 64), (1, 64)), "Unary"),
+}
+
+
+@pytest.mark.parametrize("op", sorted(MODELS))
+def test_each_op_runs_on_int16_within_one_step_of_onnxruntime(op, tmp_path):
+    build, aot_op = MODELS[op]
+    path = a16w8(build(), tmp_path)
+    assert_checks(path)
+    assert aot_op in int16_ops(path), f"{aot_op} does not run on int16"
+
+
+def test_a_sum_that_could_overflow_int32_stays_in_float(tmp_path):
+    """1024 products of int16 activations and weights near +-127 can exceed int32: that Gemm runs in float
+    between Dequantize and Quantize (and says so); the same shape with small weights runs on integers."""
+    big = np.where(RNG.random((1024, 8)) < 0.5, -1.0, 1.0).astype(np.float32)
+    for name, weight, integer in (("big", big, False), ("small", big * RNG.random((1024, 8)).astype(np.float32)
+                                                         ** 8, True)):
+        path = a16w8(one_op([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], {"x": (1, 1024)},
+                            (1, 8), {"w": weight}), tmp_path, name)
+        assert_checks(path)
+        assert bool(integer_ops(path).get("Gemm")) == integer, name
+        if not integer:
+            assert "in float between Dequantize and Quantize: Gemm mm" in aot.build(path, out_dir=None).report
+
+
+@pytest.mark.parametrize("name", ["ds_cnn", "resnet8", "mobilenet_v1", "fc_autoencoder"])
+def test_mlperf_tiny_a16w8(name, tmp_path):
+    assert_checks(a16w8(zoo.ZOO[name](), tmp_path))
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("target", ["cortex-m4", "cortex-m55", "cortex-m0plus", "aarch64", "armv7-neon"])
+def test_a16w8_on_arm(target, tmp_path):
+    assert_checks(a16w8(zoo.ds_cnn(), tmp_path), target=target)
