@@ -1,7 +1,7 @@
 """Instructions executed per model on emulated ARM targets, against a scalar build of the same model
 and against Arm's CMSIS-NN.
 
-    python benchmarks/instruction_counts.py [MODEL ...] [--target aarch64 ...] [--precision fp32|int8 ...]
+    python benchmarks/instruction_counts.py [MODEL ...] [--target aarch64 ...] [--precision fp32|int8|a16w8 ...]
                                             [--no-scalar] [--layers] [--records DIR [--tune 10m]]
 
 Each model is built twice per target: with the target's knobs, and with `simd = false` (one lane, no
@@ -148,16 +148,18 @@ def insns_table(models: dict[str, onnx.ModelProto], knobs: dict | None = None,
     return ok
 
 
-def quantized(name: str) -> onnx.ModelProto:
+def quantized(name: str, precision: str = "int8") -> onnx.ModelProto:
+    """int8, or a16w8 (int16 activations, int8 weights) as onnxruntime's quantizer makes them."""
     logging.getLogger().setLevel(logging.ERROR)     # the quantizer's notes on BatchNorm scales
-    return quantize_model(zoo.ZOO[name](), "QDQ")
+    return quantize_model(zoo.ZOO[name](), "QDQ", activations="QInt16" if precision == "a16w8" else "QInt8")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("models", nargs="*", default=list(TINY), help="zoo model names (default: MLPerf Tiny)")
     parser.add_argument("--target", action="append", help=f"emulated target (repeatable; default {', '.join(TARGETS)})")
-    parser.add_argument("--precision", action="append", choices=["fp32", "int8"], help="default both")
+    parser.add_argument("--precision", action="append", choices=["fp32", "int8", "a16w8"],
+                        help="default fp32 and int8")
     parser.add_argument("--knobs", type=Path, help="TOML knob overrides for every build")
     parser.add_argument("--no-scalar", action="store_true", help="skip the scalar (simd = false) builds")
     parser.add_argument("--layers", action="store_true", help="also print the instructions of each kernel")
@@ -171,7 +173,7 @@ def main() -> int:
     unknown = [m for m in args.models if m not in zoo.ZOO]
     if unknown:
         parser.error(f"unknown model(s) {', '.join(unknown)} (known: {', '.join(zoo.ZOO)})")
-    models = {f"{name} {precision}": zoo.ZOO[name]() if precision == "fp32" else quantized(name)
+    models = {f"{name} {precision}": zoo.ZOO[name]() if precision == "fp32" else quantized(name, precision)
               for precision in args.precision or ["fp32", "int8"] for name in args.models}
     knobs = aot.load_knobs(args.knobs) if args.knobs else None
     targets = tuple(args.target or TARGETS)

@@ -49,19 +49,29 @@ def int16_ops(path: str) -> set[str]:
             if any(name and program.graph.values[name].dtype == "int16" for name in call.node.inputs)}
 
 
-def after_matrix(node, shape: tuple, output_shape: tuple) -> onnx.ModelProto:
-    """x -> a 1x1 convolution (or a MatMul, for 2-D x) -> `node` reading "t": onnxruntime's quantizer leaves
-    ops such as Clip and AveragePool in float unless something quantized feeds them."""
+def after_matrix(node, shape: tuple, output_shape: tuple, more: list = ()) -> onnx.ModelProto:
+    """x -> a 1x1 convolution (or a MatMul, for 2-D x) -> `node` reading "t" [-> `more`]: onnxruntime's
+    quantizer leaves ops such as Clip and AveragePool in float unless something quantized feeds them."""
     channels = shape[1] if len(shape) == 4 else shape[-1]
     front = (helper.make_node("Conv", ["x", "wf"], ["t"]) if len(shape) == 4
              else helper.make_node("MatMul", ["x", "wf"], ["t"]))
     wf = _w(channels, channels, 1, 1) if len(shape) == 4 else _w(channels, channels)
-    extra = {name: value for name, value in CONSTANTS.items() if name in node.input}
-    return one_op([front, node], {"x": shape}, output_shape, {"wf": wf, **extra})
+    extra = {name: value for name, value in CONSTANTS.items() if any(name in n.input for n in [node, *more])}
+    if more:
+        node.output[0] = "p"
+        more[-1].output[0] = "y"
+    return one_op([front, node, *more], {"x": shape}, output_shape, {"wf": wf, **extra})
 
 
 def _w(*shape, scale=0.3):
     return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+def after_pool(node) -> onnx.ModelProto:
+    """x -> a 1x1 convolution -> MaxPool -> `node` reading "p": an activation that does not follow a
+    convolution runs as a kernel of its own."""
+    return after_matrix(helper.make_node("MaxPool", ["t"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+                        (1, 8, 6, 6), (1, 8, 3, 3), [node])
 
 
 CONSTANTS = {"lo": np.float32(-0.5), "hi": np.float32(1.0)}
@@ -87,8 +97,9 @@ MODELS = {
                                          (1, 8, 6, 6), (1, 8, 1, 1)), "GlobalAveragePool"),
     "max_pool": (lambda: after_matrix(helper.make_node("MaxPool", ["t"], ["y"], kernel_shape=[2, 2], strides=[2, 2]),
                                       (1, 8, 6, 6), (1, 8, 3, 3)), "MaxPool"),
-    "sigmoid": (lambda: after_matrix(helper.make_node("Sigmoid", ["t"], ["y"]), (1, 64), (1, 64)), "Unary"),
-    "clip": (lambda: after_matrix(helper.make_node("Clip", ["t", "lo", "hi"], ["y"]), (1, 64), (1, 64)), "Unary"),
+    "sigmoid": (lambda: after_pool(helper.make_node("Sigmoid", ["p"], ["y"])), "Unary"),
+    "clip": (lambda: after_pool(helper.make_node("Clip", ["p", "lo", "hi"], ["y"])), "Unary"),
+    "relu": (lambda: after_pool(helper.make_node("Relu", ["p"], ["y"])), "Unary"),
 }
 
 
@@ -98,6 +109,27 @@ def test_each_op_runs_on_int16_within_one_step_of_onnxruntime(op, tmp_path):
     path = a16w8(build(), tmp_path)
     assert_checks(path)
     assert aot_op in int16_ops(path), f"{aot_op} does not run on int16"
+
+
+@pytest.mark.parametrize("activation", [("Relu", ()), ("Sigmoid", ()), ("Clip", ("lo", "hi"))])
+@pytest.mark.parametrize("residual", [False, True])
+def test_activations_after_a_convolution_run_in_its_epilogue(activation, residual, tmp_path):
+    """Conv [-> Add of another tensor] -> Relu/Sigmoid/Clip, each between Quantize and Dequantize as the
+    quantizer leaves them under symmetric ranges: one kernel, the activation applied to the convolution's
+    integer result (after the residual) exactly as its own kernel would."""
+    op, bounds = activation
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             *([helper.make_node("Add", ["c", "x"], ["s"])] if residual else []),
+             helper.make_node(op, ["s" if residual else "c", *bounds], ["y"])]
+    model = one_op(nodes, {"x": (1, 8, 6, 6)}, (1, 8, 6, 6),
+                   {"w": _w(8, 8, 3, 3), "b": _w(8), **{n: CONSTANTS[n] for n in bounds}})
+    path = a16w8(model, tmp_path)
+    assert_checks(path)
+    program = aot.build(path, out_dir=None).program
+    ops = [c.node.op for c in program.calls]
+    assert ops == ["Quantize", "Conv", "Dequantize"], ops
+    (conv,) = [c.node for c in program.calls if c.node.op == "Conv"]
+    assert conv.attrs["function"][0] == op.lower() and ("own_result" in conv.attrs) == residual
 
 
 def test_a_sum_that_could_overflow_int32_stays_in_float(tmp_path):

@@ -55,13 +55,32 @@ class ResidualSum:
 
 
 @dataclass(frozen=True, eq=False)
+class QuantizedFunction:
+    """An activation between integer tensors (a Unary a quantizer kept between Dequantize and Quantize) fused
+    into a convolution: its input (x_scale, x_zp) is the convolution's integer result, dequantized; fn is
+    applied in float32 and the value quantized to the node's output, as the activation's own kernel would
+    have done."""
+
+    fn: str
+    params: tuple
+    x_scale: float
+    x_zp: int
+    y_scale: float
+    y_zp: int
+    y_dtype: str
+    qmin: int
+    qmax: int
+
+
+@dataclass(frozen=True, eq=False)
 class Quant:
     """How an integer op reads its inputs and writes its output, gathered from its operands' QuantParams.
 
     x_scale/x_zp/x_dtype: the (first) activation input; w_scale/w_zp: weights, per output channel (arrays);
     b_scale/b_zp: a second activation input (Add, Mul); y_scale/y_zp/y_dtype: the output;
     qmin/qmax: the output clamp, narrowed by fused Relu/Clip; residual: a fused integer residual Add,
-    applied to y (then y is the convolution's own result, not the node's output).
+    applied to y (then y is the convolution's own result, not the node's output); function: a fused
+    activation applied last (then y, or the residual sum, is its input, not the node's output).
     """
 
     x_scale: float
@@ -76,6 +95,7 @@ class Quant:
     b_scale: float = 0.0
     b_zp: int = 0
     residual: ResidualSum | None = None
+    function: QuantizedFunction | None = None
     x_dtype: str = "int8"
 
     def __repr__(self) -> str:
@@ -89,14 +109,20 @@ def node_quant(values: Mapping[str, Value], node: Node) -> Quant | None:
     per-tensor quantization. A constant second input with per-channel parameters is the weight (Conv,
     Gemm); a computed one the second operand (Add, Mul). The output range is narrowed by the activations
     fused into the node (attrs["acts"]). A node with a fused integer residual Add (attrs["own_result"]:
-    the encoding of its result before the Add, see fuse_epilogues) reads the residual as input 3."""
+    the encoding of its result before the Add, see fuse_epilogues) reads the residual as input 3; one with
+    a fused activation (attrs["function"]: fn, params and the encoding of its input) applies it last."""
     if not (node.inputs and node.inputs[0] and node.outputs and node.outputs[0]):
         return None
     x, y = values[node.inputs[0]], values[node.outputs[0]]
     if x.quant is None or y.quant is None or x.quant.axis is not None or y.quant.axis is not None:
         return None
-    qmin, qmax = clamp_for(node.attrs.get("acts", ()), y.quant.scale, y.quant.zero_point, y.dtype)
     extra: dict = {}
+    if "function" in node.attrs:
+        fn, params, scale, zp, dtype = node.attrs["function"]
+        extra["function"] = QuantizedFunction(fn, tuple(params), scale, zp, y.quant.scale, y.quant.zero_point,
+                                              y.dtype, *RANGES[y.dtype])
+        y = dataclasses.replace(y, dtype=dtype, quant=QuantParams.per_tensor(scale, zp))
+    qmin, qmax = clamp_for(node.attrs.get("acts", ()), y.quant.scale, y.quant.zero_point, y.dtype)
     if "own_result" in node.attrs:
         r = values[node.inputs[3]]
         extra["residual"] = ResidualSum(r.quant.scale, r.quant.zero_point, y.quant.scale, y.quant.zero_point,

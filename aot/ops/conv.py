@@ -51,7 +51,7 @@ from aot.kernel.ir import (
 from aot.ops import LowerContext
 from aot.ops.conv_volume import canonical_volume_conv
 from aot.ops.epilogue import apply
-from aot.ops.quantized import add_quantized, narrows_by_halves, quantize, requantize_fixed, widen
+from aot.ops.quantized import add_quantized, narrows_by_halves, quantize, quantized_function, requantize_fixed, widen
 from aot.ops.registry import MATRIX_OPERANDS, Fusion, Layout, QuantForm, define, op_def, operand
 from aot.ops.rewrite import fused_acts, lift_1d, refuse, spatial_attrs, view
 from aot.schedule import Schedule, workload_key
@@ -547,11 +547,14 @@ class IntArith:
             if self.float_bias is not None:
                 value = value + self.float_bias.vec(ch, lanes)
             y = quantize(value, q.y_zp, q.qmin, q.qmax, q.y_dtype, self.halving)
-        if self.residual is None:
-            return y
-        s = q.residual      # the fused Add, on this result as the Add kernel would have read it
-        return add_quantized(y, q.y_scale, q.y_zp, self.residual.vec(idx, lanes), s.r_scale, s.r_zp,
-                             s.y_scale, s.y_zp, s.qmin, s.qmax, s.y_dtype)
+        if self.residual is not None:
+            s = q.residual      # the fused Add, on this result as the Add kernel would have read it
+            y = add_quantized(y, q.y_scale, q.y_zp, self.residual.vec(idx, lanes), s.r_scale, s.r_zp,
+                              s.y_scale, s.y_zp, s.qmin, s.qmax, s.y_dtype)
+        f = q.function          # the fused activation, as its own kernel (elementwise.unary) computes it
+        if f is not None:
+            y = quantized_function(y, f.fn, f.params, f.x_scale, f.x_zp, f.y_scale, f.y_zp, f.qmin, f.qmax, f.y_dtype)
+        return y
 
 
 class LaneArith(IntArith):
@@ -830,6 +833,34 @@ class BytePairArith(IntArith):
         return acc
 
 
+class HalfPairArith(IntArith):
+    """int16 activations (zero point 0) times int8 weights on the Arm DSP (DotStyle.byte_pairs): a pixel's 4
+    input channels load as two words, the pairs (c0, c1) and (c2, c3) as they lie in memory; an output
+    channel's 4 weights as one word, stored (w0, w2, w1, w3) so that sxtb16 widens it into the matching
+    pairs (w0, w1) and (w2, w3) (bytes 0, 2, and 1, 3 through a folded rotate). Two SMLADs take the 4
+    products, and the weights stay int8 in flash."""
+
+    def __init__(self, ctx: LowerContext, style: DotStyle, quant: Quant, bias: np.ndarray | None,
+                 residual: Buffer | None = None):
+        super().__init__(ctx, quant, bias, residual)
+        self.group, self.scalar = style.group, True
+
+    def weights(self, packed: np.ndarray) -> np.ndarray:
+        return packed.reshape(-1, 4)[:, [0, 2, 1, 3]].reshape(-1).astype(np.int8)     # dot_style: they fit
+
+    def operand(self, x: Buffer, index: Expr, lanes: int) -> Expr:
+        return Reinterpret(x.vec(index, 4), "i32", 2)
+
+    def load_w(self, value: Expr) -> Expr:
+        return Reinterpret(value, "i32", 1)
+
+    def mac(self, acc: Expr, a: Expr, w: Expr) -> Expr:
+        for odd in (0, 1):
+            acc = Dot(acc, Reinterpret(Shuffle(a, (odd,)), "i16", 2), Reinterpret(BytePairs(w, bool(odd)), "i16", 2),
+                      False)
+        return acc
+
+
 Arith = FloatArith | IntArith
 
 
@@ -843,6 +874,8 @@ def arith_form(arith: Arith) -> str:
     """What a workload key says of the arithmetic: integer, dot products or byte pairs (nothing: float)."""
     if isinstance(arith, BytePairArith):
         return "pairs"
+    if isinstance(arith, HalfPairArith):
+        return "halfpairs"
     if isinstance(arith, WideArith):
         return "wide16"
     if isinstance(arith, MatrixArith):
@@ -1061,15 +1094,22 @@ def _weights_outer(g: Geometry, weight_bytes: int, x_bytes: int, panels: int, ca
 _BYTES = ("int8", "uint8")     # activations a 32-bit load takes 4 of
 
 
+def _dot_operands(quant: Quant) -> bool:
+    """Activations a dot product takes: bytes, or int16 ones whose zero point is 0 (so that x - x_zp, which
+    the 16-bit pair forms multiply, stays within 16 bits)."""
+    return quant.x_dtype in _BYTES or (quant.x_dtype == "int16" and quant.x_zp == 0)
+
+
 def dot_style(ctx: LowerContext, node: Node, groups: int, cg: int) -> DotStyle | None:
     """The best dot-product form this quantized Conv/Gemm can use on the target, if any."""
     quant = node_quant(ctx.graph.values, node)
-    if quant is None or groups != 1 or ctx.graph.values[node.inputs[0]].dtype not in _BYTES:
+    if quant is None or groups != 1 or not _dot_operands(quant):
         return None
+    halves = quant.x_dtype == "int16"
     weight = ctx.graph.constants[node.inputs[1]]
     out_channels = weight.shape[0 if weight.ndim == 4 else 1]
     for style in ctx.target.int_simd.dots:
-        if cg % style.group:
+        if cg % style.group or (halves and style.raw_bytes):
             continue
         # Widening: vectors of 4 whole channels, int16 pair sums; AArch64 only (32-bit NEON's 16 vector
         # registers take the row kernels, conv_rows.py).
@@ -1081,8 +1121,7 @@ def dot_style(ctx: LowerContext, node: Node, groups: int, cg: int) -> DotStyle |
         if style.raw_bytes and (weight.dtype != np.int8 or np.any(quant.w_zp) or (
                 any(node.attrs.get("pads", (0,))) and not _window_sums_fit(weight))):
             continue
-        if style.byte_pairs and (ctx.graph.values[node.inputs[0]].dtype not in _BYTES or not _fits_int8(
-                _minus_zero_point(weight, quant, axis=0 if weight.ndim == 4 else 1))):
+        if style.byte_pairs and not _fits_int8(_minus_zero_point(weight, quant, axis=0 if weight.ndim == 4 else 1)):
             continue
         return style
     return None
@@ -1209,25 +1248,29 @@ def lower_depthwise(ctx: LowerContext, node: Node, name: str, g: Geometry, weigh
 
 
 def depthwise_pairs_style(ctx: LowerContext, node: Node, g: Geometry) -> DotStyle | None:
-    """The byte-pair form for a quantized depthwise convolution on 4-channel words, if the target has it."""
+    """The byte-pair form for a quantized depthwise convolution on 4-channel words (or two words of int16
+    channel pairs), if the target has it."""
     quant = node_quant(ctx.graph.values, node)
-    if quant is None or g.c % 4 or ctx.graph.values[node.inputs[0]].dtype not in _BYTES:
+    if quant is None or g.c % 4 or not _dot_operands(quant):
         return None
     return next((style for style in ctx.target.int_simd.dots if style.byte_pairs), None)
 
 
 def lower_depthwise_pairs(ctx: LowerContext, node: Node, name: str, g: Geometry, weight: np.ndarray,
-                          arith: BytePairArith, x: Buffer, out: Buffer, params: tuple[Buffer, ...],
+                          arith: IntArith, x: Buffer, out: Buffer, params: tuple[Buffer, ...],
                           backward: bool = False, whole: bool = False) -> Kernel:
     """Depthwise int8 on the Arm DSP, 4 channels per 32-bit load. A pixel's word widens into the pairs
     (c0, c2) and (c1, c3) (sxtab16, zero point included); the weights are stored already widened in that
     order, int16 (w_c0, w_c2, w_c1, w_c3) per tap; SMLABB and SMLATT multiply the low and high halves
-    into the 4 channels' accumulators. A tile is `dw_mr` output pixels sharing each tap's weights; border
-    pixels clip their window with loop bounds, so no tap tests anything."""
+    into the 4 channels' accumulators. int16 activations (zero point 0) come as pairs already: the words
+    (c0, c1) and (c2, c3), weights in channel order, and `arith` is a plain IntArith. A tile is `dw_mr`
+    output pixels sharing each tap's weights; border pixels clip their window with loop bounds, so no tap
+    tests anything."""
     chosen = ctx.schedule(node, workload("depthwise_pairs", g, g.c, x, "pairs"),
                           Schedule("depthwise_pairs", ctx.knobs.dw_mr, 1))
     quads = g.c // 4
-    pairs = np.array([0, 2, 1, 3])
+    halves = x.dtype == "i16"
+    pairs = np.array([0, 1, 2, 3] if halves else [0, 2, 1, 3])
     taps = weight[:, 0].transpose(1, 2, 0).reshape(g.kh, g.kw, quads, 4)[..., pairs]   # [kh][kw][c/4][4]
     wbuf = ctx.const(np.ascontiguousarray(taps).astype(np.int16), "w")
     b = Builder()
@@ -1252,8 +1295,15 @@ def lower_depthwise_pairs(ctx: LowerContext, node: Node, name: str, g: Geometry,
                     wrow = b.let("wr", ((kh * g.kw + kw) * quads + q) * 4)
                     wv = [b.let("wv", Reinterpret(wbuf.vec(wrow + 2 * odd, 2), "i32", 1)) for odd in (0, 1)]
                     for i in range(rows):
-                        word = b.let("xw", arith.operand(x, pixel0 + i * g.stride[1] * g.c, 1))
+                        pixel = pixel0 + i * g.stride[1] * g.c
+                        word = None if halves else b.let("xw", arith.operand(x, pixel, 1))
                         for odd in (0, 1):
+                            if halves:      # (c0, c1) or (c2, c3)
+                                pair = b.let("xp", Reinterpret(x.vec(pixel + 2 * odd, 2), "i32", 1))
+                                lo, hi = acc[i][2 * odd], acc[i][2 * odd + 1]
+                                b.assign(lo, lo + low(pair) * low(wv[odd]))
+                                b.assign(hi, hi + high(pair) * high(wv[odd]))
+                                continue
                             pair = b.let("xp", BytePairs(word, bool(odd), arith.zero_pair, arith.unsigned))
                             lo, hi = acc[i][odd], acc[i][odd + 2]      # (c0, c2) or (c1, c3)
                             b.assign(lo, lo + low(pair) * low(wv[odd]))
@@ -1428,8 +1478,9 @@ def conv(ctx: LowerContext, node: Node, name: str) -> Kernel:
         pairs = depthwise_pairs_style(ctx, node, g)
         if pairs is not None:
             bias = ctx.graph.constants[operand(node, "bias")] if operand(node, "bias") else None
-            arith = BytePairArith(ctx, pairs, quant, bias, ctx.graph.constants[node.inputs[1]], ins[0].dtype,
-                                  any(node.attrs.get("pads", (0,))), _residual(node, ins))
+            arith = IntArith(ctx, quant, bias, _residual(node, ins)) if quant.x_dtype == "int16" else \
+                BytePairArith(ctx, pairs, quant, bias, ctx.graph.constants[node.inputs[1]], ins[0].dtype,
+                              any(node.attrs.get("pads", (0,))), _residual(node, ins))
             return lower_depthwise_pairs(ctx, node, name, g, weight, arith, ins[0], outs[0], params, backward,
                                          whole)
         return lower_depthwise(ctx, node, name, g, weight, arith, ins[0], outs[0], params, backward, whole)
@@ -1442,6 +1493,8 @@ def _arith(ctx: LowerContext, node: Node, ins, style: DotStyle | None, weight: n
     bias = ctx.graph.constants[operand(node, "bias")] if operand(node, "bias") else None
     quant = node_quant(ctx.graph.values, node)
     residual = _residual(node, ins)
+    if style is not None and style.byte_pairs and quant.x_dtype == "int16":
+        return HalfPairArith(ctx, style, quant, bias, residual)
     if style is not None and style.byte_pairs:
         return BytePairArith(ctx, style, quant, bias, weight, ins[0].dtype, any(node.attrs.get("pads", (0,))),
                              residual)

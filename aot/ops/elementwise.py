@@ -17,7 +17,7 @@ from aot.kernel import math as kmath
 from aot.kernel.ir import Broadcast, Buffer, Builder, Cast, Expr, Kernel, binop, maximum, minimum, select
 from aot.ops import LowerContext
 from aot.ops.epilogue import apply
-from aot.ops.quantized import add_quantized, dequantize, quantize
+from aot.ops.quantized import add_quantized, dequantize, quantize, quantized_function
 from aot.ops.registry import FLOAT, Fusion, Layout, QuantForm, broadcast_shape, define, same_shape
 from aot.ops.rewrite import const_input, fused_acts, refuse, unary_rule, view
 
@@ -150,8 +150,8 @@ def unary(ctx: LowerContext, node: Node, name: str) -> Kernel:
     def compute(v: list[Expr]) -> Expr:
         if quant is None:
             return apply(acts, v[0])
-        real = apply(acts, dequantize(v[0], quant.x_zp, quant.x_scale))
-        return quantize(real / float(np.float32(quant.y_scale)), quant.y_zp, quant.qmin, quant.qmax, quant.y_dtype)
+        return quantized_function(v[0], node.attrs["fn"], tuple(node.attrs["params"]), quant.x_scale, quant.x_zp,
+                                  quant.y_scale, quant.y_zp, quant.qmin, quant.qmax, quant.y_dtype)
 
     b = Builder()
     shape, perm = _flat_unless_transposed(ctx, node)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from aot.kernel.ir import Cast, Expr, RoundInt, binop, const, maximum, minimum
+from aot.ops.epilogue import apply
 
 _MAGIC = 12582912.0      # 1.5 * 2**23: x + magic - magic rounds |x| < 2**22 to an integer, ties to even
 _INT = {"int8": "i8", "uint8": "u8", "int16": "i16", "int32": "i32"}
@@ -45,6 +46,19 @@ def narrows_by_halves(target) -> bool:
 
 def dequantize(q: Expr, zero_point: int, scale: float) -> Expr:
     return Cast(widen(q) - zero_point, "f32") * scale
+
+
+def quantized_function(q: Expr, fn: str, params: tuple, x_scale: float, x_zp: int, y_scale: float, y_zp: int,
+                       qmin: int, qmax: int, y_dtype: str) -> Expr:
+    """fn between integer encodings as onnxruntime runs DequantizeLinear -> fn -> QuantizeLinear: in float32,
+    dividing by the output scale. Relu comes first, on the integers: relu((q - zp) s) = (max(q, zp) - zp) s
+    exactly (scales are positive), one integer max for a float compare and select. Shared by the activation
+    kernel and the activation fused into a convolution, so both give the same bits."""
+    if fn == "relu":
+        real = dequantize(maximum(widen(q), x_zp), x_zp, x_scale)
+    else:
+        real = apply(((fn, params),), dequantize(q, x_zp, x_scale))
+    return quantize(real / float(np.float32(y_scale)), y_zp, qmin, qmax, y_dtype)
 
 
 def add_quantized(a: Expr, a_scale: float, a_zp: int, b: Expr, b_scale: float, b_zp: int,

@@ -9,6 +9,7 @@ and into matrix anchors, before any activation:
   an Add of a same-shaped tensor    -> a residual input, added before the activations
 and into integer matrix anchors (quantized Conv/Gemm) without activations:
   an integer Add of a same-shaped integer tensor -> a residual input (see _integer_residual)
+  then an activation between integer tensors   -> attrs["function"] (see _integer_function)
 The fused node takes the position of the node it absorbed, where all of its inputs exist.
 """
 
@@ -63,7 +64,7 @@ def _merge(rw: Rewriter, anchor: Node, follower: Node) -> Node | None:
     constants = rw.constants        # with the weights and biases of merges made earlier in the walk
     out = follower.outputs[0]
     if node_quant(graph.values, anchor) is not None:
-        return _integer_residual(graph, anchor, follower)
+        return _integer_residual(graph, anchor, follower) or _integer_function(graph, anchor, follower)
     acts = anchor.attrs.get("acts", ())
     anchor_def, follower_def = op_def(anchor.op), op_def(follower.op)
     if follower_def.fusion is Fusion.ACTIVATION:
@@ -116,6 +117,20 @@ def _integer_residual(graph: Graph, anchor: Node, follower: Node) -> Node | None
     attrs = {**anchor.attrs, "acts": follower.attrs.get("acts", ()),
              "own_result": (own.quant.scale, own.quant.zero_point, own.dtype)}
     return with_operands(anchor, residual=other).with_(outputs=follower.outputs, attrs=attrs)
+
+
+def _integer_function(graph: Graph, anchor: Node, follower: Node) -> Node | None:
+    """An activation between integer tensors (a quantized Unary: Relu, Sigmoid, ... that a quantizer kept
+    between Dequantize and Quantize) after an integer matrix op: the op applies it to its integer result in
+    its epilogue, as the activation's kernel would have (bit for bit), and its result never takes bytes of
+    its own. attrs["function"] keeps the function and the encoding of its input."""
+    if (op_def(anchor.op).fusion is not Fusion.MATRIX or follower.op != "Unary" or "function" in anchor.attrs
+            or follower.attrs.get("acts") or node_quant(graph.values, follower) is None):
+        return None
+    own = graph.values[anchor.outputs[0]]
+    function = (follower.attrs["fn"], tuple(follower.attrs["params"]), own.quant.scale, own.quant.zero_point,
+                own.dtype)
+    return anchor.with_(outputs=follower.outputs, attrs={**anchor.attrs, "function": function})
 
 
 def _per_channel(array: np.ndarray | None, channels: int) -> np.ndarray | None:
