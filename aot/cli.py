@@ -208,20 +208,31 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("quantize", help="quantize a float model to int8 (or int16 activations) QDQ with "
                        "onnxruntime's quantizer on your calibration data, and report the error it costs")
     p.add_argument("model")
-    p.add_argument("-o", "--output", required=True, help="the int8 model to write (the report goes beside it: "
+    p.add_argument("-o", "--output", required=True, help="the quantized model to write (the report goes beside it: "
                    "OUT.quantize_report.txt and .json)")
-    p.add_argument("--calibration", metavar="DATA", help=".npz with one array per model input, samples on the "
-                   "first axis, or a directory of .npz/.npy files, one sample each")
+    data = (".npz with one array per model input, samples on the first axis; a directory of .npz/.npy files, one "
+            "sample each; or ONNX test sets (test_data_set_*/input_N.pb)")
+    p.add_argument("--calibration", metavar="DATA", help=data)
     p.add_argument("--allow-random", action="store_true", help="without --calibration, calibrate on random data "
                    "(the report warns: the scales then fit noise)")
     p.add_argument("--scheme", default="int8", choices=["int8", "a16w8"], help="int8: int8 activations and "
                    "weights (default); a16w8: symmetric int16 activations and int8 weights, for models int8 "
                    "activations lose too much on (audio, regression)")
+    p.add_argument("--int16", action="append", default=[], metavar="NODE|OP", help="int16 activations for this "
+                   "node, or every node of this op type, in an int8 model (repeatable)")
     p.add_argument("--method", default="minmax", choices=["minmax", "entropy", "percentile"],
                    help="onnxruntime's calibration method (default minmax)")
     p.add_argument("--per-tensor", action="store_true", help="one weight scale per tensor (default: per channel)")
     p.add_argument("--exclude", action="append", default=[], metavar="NODE|OP",
                    help="keep this node, or every node of this op type, in float (repeatable)")
+    p.add_argument("--input-shape", type=_shape_option, action="append", default=[], metavar="NAME=DIMS",
+                   help="fix an input's symbolic dimensions, e.g. input=1x3x224x224 (repeatable)")
+    p.add_argument("--eval", metavar="DATA", help="held-out samples the report compares the two models on "
+                   "(default: the first calibration samples); same forms as --calibration")
+    p.add_argument("--labels", metavar="FILE", help="the class of each --eval sample (.npy of integers, or a "
+                   "text file of one per line): the report adds the accuracy of both models")
+    p.add_argument("--target", help="also build the result for this target and report its flash and RAM")
+    _target_dir_option(p)
 
     p = sub.add_parser("boards", help="list the board configs, or show or check one")
     p.add_argument("name", nargs="?")
@@ -270,11 +281,17 @@ def _freeze(args) -> dict[str, str]:
     return frozen
 
 
+def _quantize_target(args):
+    """--target for the footprint, resolved as `aot build` resolves it (with --target-dir)."""
+    return get_target(args.target, args.target_dir) if args.target else None
+
+
 def _quantize(args) -> int:
     from aot.quantize import quantize
 
     report = quantize(args.model, args.output, args.calibration, args.method, not args.per_tensor,
-                      tuple(args.exclude), args.allow_random, args.scheme)
+                      tuple(args.exclude), args.allow_random, args.scheme, tuple(args.int16), _shapes(args),
+                      args.eval, args.labels, _quantize_target(args))
     print(report.text(), end="")
     print(f"wrote {args.output} and its report {Path(args.output).with_suffix('')}.quantize_report.txt")
     return 0

@@ -1,27 +1,39 @@
 """`aot quantize`: a float ONNX model to integer QDQ with onnxruntime's quantizer, calibrated on the user's data,
-and a report of what the quantization cost at the model's outputs.
+and a report of what the quantization cost.
 
-    aot quantize model.onnx --calibration calib.npz -o model_int8.onnx [--scheme int8|a16w8]
+    aot quantize model.onnx --calibration DATA -o model_int8.onnx [--scheme int8|a16w8] [--int16 NODE|OP ...]
                             [--method minmax|entropy|percentile] [--per-tensor] [--exclude NODE|OP ...]
+                            [--input-shape NAME=DIMS ...] [--eval DATA [--labels FILE]] [--target T]
                             [--allow-random]
 
-onnxruntime does the work (quant_pre_process, then quantize_static: QDQ, symmetric int8 weights, per channel
-unless --per-tensor; activations int8 with a zero point, or with --scheme a16w8 symmetric int16 as TFLite's
-16x8 mode has them); aot reads the calibration data as a user has it and measures the result.
-Calibration data: an .npz of arrays named as the model's inputs with the samples on the first axis (a model
-input of batch 1 takes one sample at a time; of batch N, N at a time), or a directory of .npz/.npy
-files, one sample each (an .npy for a model with one input). Random data only with --allow-random, and the
-report says so. The report (OUT.quantize_report.txt and .json beside the model) gives, per model output, the
-SQNR in dB, cosine similarity, relative L2 and max abs error of the quantized model against the float one on
-the calibration samples, both run by onnxruntime; and per tensor inside the model its SQNR, worst first
-(onnxruntime's qdq_loss_debug).
+onnxruntime does the work (quant_pre_process, then get_qdq_config and quantize: QDQ, symmetric int8 weights,
+per channel unless --per-tensor; activations int8 with a zero point, or with --scheme a16w8 symmetric int16 as
+TFLite's 16x8 mode has them; --int16 promotes chosen nodes' activations to int16 in an int8 model, with
+onnxruntime's mixed-precision overrides inserting the conversions). Softmax outputs get the fixed encodings
+TFLite Micro expects (1/256 and zero point -128 in int8, 1/32768 in int16). aot reads the data as a user has
+it, fixes symbolic input dimensions (--input-shape) before onnxruntime sees the model, and measures the result.
+
+Data (--calibration, --eval): an .npz of arrays named as the model's inputs with the samples on the first axis
+(a model input of batch 1 takes one sample at a time; of batch N, N at a time), a directory of .npz/.npy files,
+one sample each (an .npy for a model with one input), or ONNX test sets (test_data_set_*/input_N.pb, as the ONNX
+model zoo ships them). Random data only with --allow-random, and the report says so.
+
+The report (OUT.quantize_report.txt and .json beside the model) compares the quantized model with the float one,
+both run by onnxruntime, on the --eval samples (else the first calibration samples): per model output, the
+SQNR in dB, cosine similarity, relative L2 and max abs error, and for class scores the share of samples whose
+top-1 class agrees (and with --labels the accuracy of each); per tensor inside the model its SQNR, worst first
+(onnxruntime's qdq_loss_debug), with what to try; and with --target the flash and RAM of aot's build of it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import io
 import json
+import logging
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +55,9 @@ class OutputError:
     cosine: float
     relative_l2: float      # |f - q| / |f|
     max_abs: float
+    top1_agreement: float | None = None     # class scores (batch x classes): samples whose top class agrees
+    float_accuracy: float | None = None     # with --labels: top-1 accuracy of the float and quantized models
+    quantized_accuracy: float | None = None
 
 
 @dataclass(frozen=True)
@@ -52,6 +67,16 @@ class TensorError:
     node: str               # the node that computes it, and its op
     op: str
     sqnr_db: float
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """aot's build of the quantized model for a target, from its metadata."""
+    target: str
+    flash: int
+    ram: int
+    workspace: int
+    float_kernels: tuple[str, ...]      # nodes left in float between Dequantize and Quantize
 
 
 @dataclass(frozen=True)
@@ -65,83 +90,113 @@ class Report:
     random_calibration: bool
     outputs: tuple[OutputError, ...]
     tensors: tuple[TensorError, ...] = ()      # worst first
+    int16: tuple[str, ...] = ()                 # nodes promoted to int16 activations (--int16)
+    input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    compared: int = 0                           # samples the figures are over
+    held_out: bool = False                      # they are --eval samples, not calibration ones
+    footprint: Footprint | None = None
 
     def text(self) -> str:
-        lines = [f"quantized {self.model}: {self.scheme} QDQ, {SCHEMES[self.scheme]} (onnxruntime quantize_static), "
-                 f"{self.method} calibration on {self.samples} sample(s), weights "
-                 f"{'per channel' if self.per_channel else 'per tensor'}"]
+        weights = "per channel" if self.per_channel else "per tensor"
+        lines = [f"quantized {self.model}: {self.scheme} QDQ, {SCHEMES[self.scheme]} (onnxruntime), {self.method} "
+                 f"calibration on {self.samples} sample(s), weights {weights}"]
+        if self.input_shapes:
+            lines.append("input shapes fixed: " + ", ".join(f"{n}={'x'.join(map(str, s))}"
+                                                           for n, s in self.input_shapes.items()))
+        if self.int16:
+            lines.append(f"int16 activations (--int16): {', '.join(self.int16)}")
         if self.excluded:
             lines.append(f"kept in float: {', '.join(self.excluded)}")
         if self.random_calibration:
             lines.append("WARNING: calibrated on random data (--allow-random): the scales fit noise, not the "
                          "model's real inputs; the errors below say little about real accuracy")
-        lines.append(f"{'output':<24} {'SQNR dB':>8} {'cosine':>8} {'rel L2':>8} {'max abs':>10}")
+        where = "held-out (--eval)" if self.held_out else "calibration"
+        lines += ["", f"against the float model on {self.compared} {where} sample(s):",
+                  f"{'output':<24} {'SQNR dB':>8} {'cosine':>8} {'rel L2':>8} {'max abs':>10} {'top-1 agree':>11}"]
         for o in self.outputs:
-            lines.append(f"{o.output:<24} {o.sqnr_db:>8.2f} {o.cosine:>8.5f} {o.relative_l2:>8.4f} {o.max_abs:>10.4g}")
+            agree = f"{o.top1_agreement:>11.1%}" if o.top1_agreement is not None else f"{'-':>11}"
+            lines.append(f"{o.output:<24} {o.sqnr_db:>8.2f} {o.cosine:>8.5f} {o.relative_l2:>8.4f} "
+                         f"{o.max_abs:>10.4g} {agree}")
+            if o.float_accuracy is not None:
+                lines.append(f"  accuracy against the labels: float {o.float_accuracy:.1%}, "
+                             f"quantized {o.quantized_accuracy:.1%}")
         if self.tensors:
             shown = self.tensors[:LAYERS_SHOWN]
+            advice = ("--int16 on its node (int16 activations there) or --exclude (float)" if self.scheme == "int8"
+                      else "--exclude on its node (float)")
             lines += ["", f"the {len(shown)} tensors with the lowest SQNR of {len(self.tensors)} (all in the .json): "
-                      "where one drops well below the tensors before it, try --exclude on its node",
+                      f"where one drops well below the tensors before it, try {advice}",
                       f"{'tensor':<24} {'node':<24} {'op':<16} {'SQNR dB':>8}"]
             lines += [f"{t.tensor:<24} {t.node:<24} {t.op:<16} {t.sqnr_db:>8.2f}" for t in shown]
+        if self.footprint is not None:
+            f = self.footprint
+            lines += ["", f"aot build for {f.target}: flash {f.flash:,} bytes, RAM {f.ram:,} bytes "
+                      f"(workspace {f.workspace:,})"]
+            if f.float_kernels:
+                lines.append(f"  in float between Dequantize and Quantize: {', '.join(f.float_kernels)}")
         return "\n".join(lines) + "\n"
 
 
 def quantize(model_path: str | Path, out: str | Path, calibration: str | Path | None = None,
              method: str = "minmax", per_channel: bool = True, exclude: tuple[str, ...] = (),
-             allow_random: bool = False, scheme: str = "int8") -> Report:
-    """Quantize `model_path` to `out` (QDQ) and write the report beside it; see the module docstring."""
-    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+             allow_random: bool = False, scheme: str = "int8", int16: tuple[str, ...] = (),
+             input_shapes: dict[str, tuple[int, ...]] | None = None, evaluation: str | Path | None = None,
+             labels: str | Path | None = None, target=None) -> Report:
+    """Quantize `model_path` to `out` (QDQ) and write the report beside it; see the module docstring. `target`
+    (a name or a Target) adds the footprint of aot's build of the result."""
+    from onnxruntime.quantization import QuantType, get_qdq_config
+    from onnxruntime.quantization import quantize as ort_quantize
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     model_path, out = Path(model_path), Path(out)
-    if method not in METHODS:
-        raise OptionError(f"--method must be one of {', '.join(METHODS)}, not {method!r}")
-    if scheme not in SCHEMES:
-        raise OptionError(f"--scheme must be one of {', '.join(SCHEMES)}, not {scheme!r}")
-    if not model_path.is_file():
-        raise OptionError(f"{model_path}: no such file")
-    try:
-        model = onnx.load(str(model_path))
-    except Exception as err:        # onnx raises DecodeError and others: a file that is not a model
-        raise ModelError(f"{model_path}: not an ONNX model ({err})") from None
-    feeds = _feeds(model, model_path)
-    _check_loads(model_path)
-    if calibration is None and not allow_random:
-        raise OptionError(f"{model_path}: give --calibration DATA (an .npz of the inputs, samples on the first "
-                          "axis, or a directory of .npz/.npy files), or --allow-random to calibrate on noise")
-    samples = _random_samples(feeds) if calibration is None else load_calibration(Path(calibration), feeds)
-    nodes, ops = _exclusions(model, exclude)
-
-    class Reader:
-        def __init__(self):
-            self.batches = iter(samples)
-
-        def get_next(self):
-            return next(self.batches, None)
-
-    with tempfile.TemporaryDirectory() as tmp:
-        pre = Path(tmp) / "pre.onnx"
+    _check_options(method, scheme, int16, labels, evaluation)
+    model = _load(model_path)
+    with tempfile.TemporaryDirectory() as work:
+        tmp = Path(work)
+        float_path = model_path
+        if input_shapes:
+            model = _fix_shapes(model, input_shapes, model_path)
+            float_path = tmp / "float.onnx"
+            onnx.save(model, float_path)
+        feeds = _feeds(model, model_path)
+        _check_loads(float_path, model_path)
+        if calibration is None and not allow_random:
+            raise OptionError(f"{model_path}: give --calibration DATA (an .npz of the inputs, samples on the first "
+                              "axis, a directory of .npz/.npy files or ONNX test sets), or --allow-random to "
+                              "calibrate on noise")
+        samples = _random_samples(feeds) if calibration is None else load_calibration(Path(calibration), feeds)
+        compared = samples[:REPORT_SAMPLES] if evaluation is None else \
+            load_calibration(Path(evaluation), feeds, "--eval")
+        truth = _labels(Path(labels), compared) if labels else None
+        nodes, ops = _selection(model, exclude, "--exclude")
+        promoted_nodes, promoted_ops = _selection(model, int16, "--int16")
+        pre = tmp / "pre.onnx"
         try:
-            quant_pre_process(str(model_path), str(pre), skip_symbolic_shape=True)
+            quant_pre_process(str(float_path), str(pre), skip_symbolic_shape=True)
         except Exception as err:
             raise ModelError(f"{model_path}: onnxruntime's quant_pre_process failed: {_first_line(err)}") from None
-        quantized_ops = sorted({n.op_type for n in onnx.load(str(pre)).graph.node} - ops)
-        staged = Path(tmp) / "quantized.onnx"
+        pre_model = onnx.load(str(pre))
         wide = scheme == "a16w8"
+        activations = QuantType.QInt16 if wide else QuantType.QInt8
+        promoted = _promoted(pre_model, promoted_nodes, promoted_ops)
+        overrides = _overrides(pre_model, activations, wide, promoted)
+        staged = tmp / "quantized.onnx"
         try:
-            quantize_static(str(pre), str(staged), Reader(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
-                            activation_type=QuantType.QInt16 if wide else QuantType.QInt8,
-                            weight_type=QuantType.QInt8,
-                            calibrate_method={"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
-                                              "percentile": CalibrationMethod.Percentile}[method],
-                            nodes_to_exclude=sorted(nodes), op_types_to_quantize=quantized_ops,
-                            extra_options={"WeightSymmetric": True, "ActivationSymmetric": wide})
+            config = get_qdq_config(
+                str(pre), _Reader(samples), calibrate_method=_method(method), activation_type=activations,
+                weight_type=QuantType.QInt8, activation_symmetric=wide, weight_symmetric=True,
+                per_channel=per_channel, tensor_quant_overrides=overrides, keep_removable_activations=bool(promoted),
+                op_types_to_quantize=sorted({n.op_type for n in pre_model.graph.node} - ops),
+                nodes_to_exclude=sorted(nodes))
+            with _quiet():
+                ort_quantize(str(pre), str(staged), config)
         except Exception as err:    # onnxruntime's own failures: one line naming the model
-            raise ModelError(f"{model_path}: onnxruntime's quantize_static failed: {_first_line(err)}") from None
-        outputs, tensors = _errors(model, model_path, staged, samples[:REPORT_SAMPLES], Path(tmp))
+            raise ModelError(f"{model_path}: onnxruntime's quantizer failed: {_first_line(err)}") from None
+        outputs, tensors = _errors(model, float_path, staged, compared, tmp, truth)
+        footprint = _footprint(staged, target) if target else None
         report = Report(model_path.name, scheme, method, per_channel, tuple(sorted(nodes | ops)), len(samples),
-                        calibration is None, outputs, tensors)
+                        calibration is None, outputs, tensors, tuple(sorted(promoted)), dict(input_shapes or {}),
+                        len(compared), evaluation is not None, footprint)
         out.parent.mkdir(parents=True, exist_ok=True)      # only once there is something to write
         staged.replace(out)
     stem = out.with_suffix("")
@@ -150,14 +205,90 @@ def quantize(model_path: str | Path, out: str | Path, calibration: str | Path | 
     return report
 
 
-def _check_loads(path: Path) -> None:
+class _Reader:
+    """onnxruntime's calibration data reader over a list of samples."""
+
+    def __init__(self, samples: list[dict[str, np.ndarray]]):
+        self.batches = iter(samples)
+
+    def get_next(self):
+        return next(self.batches, None)
+
+
+def _method(name: str):
+    from onnxruntime.quantization import CalibrationMethod
+    return {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
+            "percentile": CalibrationMethod.Percentile}[name]
+
+
+@contextlib.contextmanager
+def _quiet():
+    """onnxruntime's calibrators print progress to stdout and its quantizer logs notes at WARNING (opset
+    upgrades for int16, per-channel axes of 1-D weights): the report says what matters."""
+    logger = logging.getLogger()
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def _check_options(method: str, scheme: str, int16: tuple[str, ...], labels, evaluation) -> None:
+    if method not in METHODS:
+        raise OptionError(f"--method must be one of {', '.join(METHODS)}, not {method!r}")
+    if scheme not in SCHEMES:
+        raise OptionError(f"--scheme must be one of {', '.join(SCHEMES)}, not {scheme!r}")
+    if int16 and scheme == "a16w8":
+        raise OptionError("--int16 promotes nodes of an int8 model; with --scheme a16w8 every activation is "
+                          "int16 already")
+    if labels and evaluation is None:
+        raise OptionError("--labels gives the classes of the --eval samples: give --eval DATA too")
+
+
+def _load(path: Path) -> onnx.ModelProto:
+    if not path.is_file():
+        raise OptionError(f"{path}: no such file")
+    try:
+        return onnx.load(str(path))
+    except Exception as err:        # onnx raises DecodeError and others: a file that is not a model
+        raise ModelError(f"{path}: not an ONNX model ({err})") from None
+
+
+def _fix_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], path: Path) -> onnx.ModelProto:
+    """The model with its inputs' dimensions set as --input-shape gives them (symbolic ones fixed, a static
+    one only to its own value), shapes inferred again."""
+    model = copy.deepcopy(model)
+    inputs = {vi.name: vi for vi in model.graph.input}
+    for name, dims in shapes.items():
+        if name not in inputs:
+            raise OptionError(f"--input-shape {name}: {path.name} has no input of that name "
+                              f"(it has {', '.join(inputs)})")
+        shape = inputs[name].type.tensor_type.shape
+        if len(shape.dim) != len(dims):
+            raise OptionError(f"--input-shape {name}: {len(dims)} dimensions given, the input has {len(shape.dim)}")
+        for axis, (dim, value) in enumerate(zip(shape.dim, dims)):
+            if dim.HasField("dim_value") and dim.dim_value != value:
+                raise OptionError(f"--input-shape {name}: axis {axis} is {dim.dim_value} in the model, not {value}")
+            dim.Clear()
+            dim.dim_value = value
+    del model.graph.value_info[:]
+    try:
+        return onnx.shape_inference.infer_shapes(model)
+    except Exception as err:
+        raise ModelError(f"{path}: shape inference with --input-shape failed: {_first_line(err)}") from None
+
+
+def _check_loads(path: Path, model_path: Path) -> None:
     """onnxruntime must run the float model (it calibrates on it): refused here, in one line, if it cannot."""
     import onnxruntime as ort
 
     try:
         ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     except Exception as err:
-        raise ModelError(f"{path}: onnxruntime cannot load it, so cannot calibrate it: {_first_line(err)}") from None
+        raise ModelError(f"{model_path}: onnxruntime cannot load it, so cannot calibrate it: "
+                         f"{_first_line(err)}") from None
 
 
 def _first_line(err: Exception) -> str:
@@ -165,8 +296,8 @@ def _first_line(err: Exception) -> str:
 
 
 def _feeds(model: onnx.ModelProto, path: Path) -> dict[str, tuple[int, ...]]:
-    """The model's run-time inputs and their static shapes; a float model with a symbolic dimension is
-    refused (onnxruntime's quantizer needs them fixed)."""
+    """The model's run-time inputs and their static shapes; a symbolic dimension is refused (onnxruntime's
+    quantizer needs them fixed: --input-shape does)."""
     initializers = {t.name for t in model.graph.initializer}
     feeds = {}
     for vi in model.graph.input:
@@ -174,61 +305,84 @@ def _feeds(model: onnx.ModelProto, path: Path) -> dict[str, tuple[int, ...]]:
             continue
         dims = vi.type.tensor_type.shape.dim
         if any(not d.HasField("dim_value") for d in dims):
-            raise ModelError(f"{path}: input '{vi.name}' has a symbolic dimension "
-                             f"({' x '.join(d.dim_param or str(d.dim_value) for d in dims)}); onnxruntime's "
-                             "quantizer needs static shapes: export the model with fixed ones")
+            shown = "x".join(d.dim_param or str(d.dim_value) for d in dims)
+            raise ModelError(f"{path}: input '{vi.name}' has a symbolic dimension ({shown}); onnxruntime's "
+                             f"quantizer needs static shapes: give --input-shape {vi.name}=DIMS")
         feeds[vi.name] = tuple(d.dim_value for d in dims)
     return feeds
 
 
-def load_calibration(path: Path, feeds: dict[str, tuple[int, ...]]) -> list[dict[str, np.ndarray]]:
-    """Calibration samples as onnxruntime's reader hands them out: one dict of float32 arrays per batch."""
+def load_calibration(path: Path, feeds: dict[str, tuple[int, ...]], option: str = "--calibration") \
+        -> list[dict[str, np.ndarray]]:
+    """Samples as onnxruntime's reader hands them out: one dict of float32 arrays per batch."""
     if not path.exists():
-        raise OptionError(f"--calibration {path}: no such file or directory")
+        raise OptionError(f"{option} {path}: no such file or directory")
     if path.is_dir():
+        test_sets = sorted(path.glob("test_data_set_*")) or ([path] if (path / "input_0.pb").exists() else [])
+        if test_sets:
+            return [_sample(_test_set(d, feeds, option), feeds, d, option, batched=False) for d in test_sets]
         files = sorted(p for p in path.iterdir() if p.suffix in (".npz", ".npy"))
         if not files:
-            raise OptionError(f"--calibration {path}: no .npz or .npy files in it")
-        return [_sample(_read(f, feeds), feeds, f, batched=False) for f in files]
-    arrays = _read(path, feeds)
+            raise OptionError(f"{option} {path}: no .npz or .npy files or ONNX test sets (test_data_set_*) in it")
+        return [_sample(_read(f, feeds, option), feeds, f, option, batched=False) for f in files]
+    arrays = _read(path, feeds, option)
     counts = {name: len(a) for name, a in arrays.items()}
     if len(set(counts.values())) != 1:
-        raise OptionError(f"--calibration {path}: the inputs have different sample counts "
+        raise OptionError(f"{option} {path}: the inputs have different sample counts "
                           f"({', '.join(f'{n}: {c}' for n, c in counts.items())})")
     batch = {name: max(shape[0], 1) if shape else 1 for name, shape in feeds.items()}
     total = next(iter(counts.values()))
     step = next(iter(batch.values()))
     if total < step or total % step:
-        raise OptionError(f"--calibration {path}: {total} samples do not make whole batches of {step}")
-    return [_sample({n: a[i: i + step] for n, a in arrays.items()}, feeds, path, batched=True)
+        raise OptionError(f"{option} {path}: {total} samples do not make whole batches of {step}")
+    return [_sample({n: a[i: i + step] for n, a in arrays.items()}, feeds, path, option, batched=True)
             for i in range(0, total, step)]
 
 
-def _read(path: Path, feeds: dict) -> dict[str, np.ndarray]:
+def _test_set(folder: Path, feeds: dict, option: str) -> dict[str, np.ndarray]:
+    """An ONNX test set's input_N.pb tensors, by the names they carry or else in the model's input order."""
+    files = sorted(folder.glob("input_*.pb"), key=lambda f: int(f.stem.split("_")[-1]) if f.stem[6:].isdigit()
+                   else -1)
+    tensors = []
+    for f in files:
+        try:
+            tensors.append(onnx.load_tensor(str(f)))
+        except Exception as err:
+            raise OptionError(f"{option} {f}: not an ONNX tensor ({_first_line(err)})") from None
+    if len(tensors) != len(feeds):
+        raise OptionError(f"{option} {folder}: {len(tensors)} input_N.pb file(s), the model has {len(feeds)} "
+                          f"input(s) ({', '.join(feeds)})")
+    named = all(t.name in feeds for t in tensors) and len({t.name for t in tensors}) == len(tensors)
+    names = [t.name for t in tensors] if named else list(feeds)
+    return {name: onnx.numpy_helper.to_array(t) for name, t in zip(names, tensors)}
+
+
+def _read(path: Path, feeds: dict, option: str) -> dict[str, np.ndarray]:
     try:
         data = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as err:
-        raise OptionError(f"--calibration {path}: cannot read it: {err}") from None
+        raise OptionError(f"{option} {path}: cannot read it: {err}") from None
     if isinstance(data, np.ndarray):
         if len(feeds) != 1:
-            raise OptionError(f"--calibration {path}: an .npy holds one array, the model has inputs "
+            raise OptionError(f"{option} {path}: an .npy holds one array, the model has inputs "
                               f"{', '.join(feeds)}: use an .npz with one array per input")
         return {next(iter(feeds)): data}
     arrays = {name: data[name] for name in data.files}
     missing = [name for name in feeds if name not in arrays]
     if missing:
-        raise OptionError(f"--calibration {path}: no array for input(s) {', '.join(missing)} "
+        raise OptionError(f"{option} {path}: no array for input(s) {', '.join(missing)} "
                           f"(it has {', '.join(arrays) or 'none'})")
     return {name: arrays[name] for name in feeds}
 
 
-def _sample(arrays: dict[str, np.ndarray], feeds: dict, where: Path, batched: bool) -> dict[str, np.ndarray]:
+def _sample(arrays: dict[str, np.ndarray], feeds: dict, where: Path, option: str,
+            batched: bool) -> dict[str, np.ndarray]:
     sample = {}
     for name, shape in feeds.items():
         a = np.asarray(arrays[name])
         if a.size != int(np.prod(shape)):
             got = "x".join(map(str, a.shape[1:] if batched else a.shape))
-            raise OptionError(f"--calibration {where}: input '{name}' is {'x'.join(map(str, shape))} per batch, "
+            raise OptionError(f"{option} {where}: input '{name}' is {'x'.join(map(str, shape))} per batch, "
                               f"the data gives {got}{' per sample' if batched else ''}")
         sample[name] = a.reshape(shape).astype(np.float32)
     return sample
@@ -239,23 +393,79 @@ def _random_samples(feeds: dict, count: int = 16) -> list[dict[str, np.ndarray]]
     return [{n: rng.standard_normal(s).astype(np.float32) for n, s in feeds.items()} for _ in range(count)]
 
 
-def _exclusions(model: onnx.ModelProto, exclude: tuple[str, ...]) -> tuple[set[str], set[str]]:
-    """--exclude names split into node names and op types; a name that is neither is refused."""
-    names = {n.name for n in model.graph.node}
+def _labels(path: Path, samples: list[dict[str, np.ndarray]]) -> np.ndarray:
+    """--labels: one integer class per --eval sample (an .npy, or a text file of one class per line)."""
+    count = sum(len(next(iter(s.values()))) if next(iter(s.values())).ndim else 1 for s in samples)
+    try:
+        labels = np.load(path, allow_pickle=False) if path.suffix == ".npy" else np.loadtxt(path, dtype=np.int64,
+                                                                                             ndmin=1)
+    except (OSError, ValueError) as err:
+        raise OptionError(f"--labels {path}: cannot read it: {_first_line(err)}") from None
+    labels = np.asarray(labels).reshape(-1)
+    if labels.size != count or not np.issubdtype(labels.dtype, np.integer):
+        raise OptionError(f"--labels {path}: {labels.size} {labels.dtype} value(s), the --eval data has {count} "
+                          "sample(s): give one integer class per sample")
+    return labels.astype(np.int64)
+
+
+def _selection(model: onnx.ModelProto, names: tuple[str, ...], option: str) -> tuple[set[str], set[str]]:
+    """Names given to an option split into node names and op types; a name that is neither is refused."""
+    nodes = {n.name for n in model.graph.node}
     types = {n.op_type for n in model.graph.node}
-    nodes, ops = set(), set()
-    for item in exclude:
-        if item in names:
-            nodes.add(item)
+    chosen_nodes, chosen_ops = set(), set()
+    for item in names:
+        if item in nodes:
+            chosen_nodes.add(item)
         elif item in types:
-            ops.add(item)
+            chosen_ops.add(item)
         else:
-            raise OptionError(f"--exclude {item}: no node or op of that name in the model")
-    return nodes, ops
+            raise OptionError(f"{option} {item}: no node or op of that name in the model")
+    return chosen_nodes, chosen_ops
+
+
+def _promoted(pre: onnx.ModelProto, nodes: set[str], ops: set[str]) -> set[str]:
+    """The nodes of the pre-processed model that --int16 names (by node or op type)."""
+    present = {n.name for n in pre.graph.node}
+    lost = sorted(nodes - present)
+    if lost:
+        raise OptionError(f"--int16 {lost[0]}: onnxruntime's pre-processing folded that node into another "
+                          "(a BatchNormalization into its convolution, say): name the node it folded into")
+    return nodes | {n.name for n in pre.graph.node if n.op_type in ops}
+
+
+def _overrides(pre: onnx.ModelProto, activations, wide: bool, promoted: set[str]) -> dict:
+    """onnxruntime tensor overrides: Softmax outputs at the fixed encoding TFLite Micro uses (its range is
+    [0, 1] whatever the data), and the activations of --int16 nodes in int16, with the conversions onnxruntime's
+    mixed-precision helper adds where they meet int8 ones."""
+    from onnxruntime.quantization import QuantType
+    from onnxruntime.quantization.execution_providers.qnn.mixed_precision_overrides_utils import (
+        MixedPrecisionTensorQuantOverridesFixer,
+    )
+    from onnxruntime.quantization.tensor_quant_overrides import TensorQuantOverridesHelper
+
+    initializers = {t.name for t in pre.graph.initializer}
+    overrides: dict[str, list[dict]] = {}
+    for node in pre.graph.node:
+        if node.name in promoted:
+            for name in [*node.input, *node.output]:
+                if name and name not in initializers:
+                    overrides[name] = [{"quant_type": QuantType.QInt16, "symmetric": True}]
+    for node in pre.graph.node:
+        if node.op_type == "Softmax":
+            sixteen = wide or overrides.get(node.output[0], [{}])[0].get("quant_type") == QuantType.QInt16
+            fixed = {"scale": np.array(1 / 32768, np.float32), "zero_point": np.array(0, np.int16)} if sixteen else \
+                {"scale": np.array(1 / 256, np.float32), "zero_point": np.array(-128, np.int8)}
+            overrides[node.output[0]] = [{**overrides.get(node.output[0], [{}])[0], **fixed}]
+    if not promoted:
+        return overrides
+    helper = TensorQuantOverridesHelper(overrides)
+    fixer = MixedPrecisionTensorQuantOverridesFixer.create_from_model(helper, pre, activations)
+    fixer.apply(activations, wide)
+    return helper.get_dict()
 
 
 def _errors(model: onnx.ModelProto, float_path: Path, quantized_path: Path, samples: list[dict],
-            tmp: Path) -> tuple[tuple[OutputError, ...], tuple[TensorError, ...]]:
+            tmp: Path, labels: np.ndarray | None) -> tuple[tuple[OutputError, ...], tuple[TensorError, ...]]:
     """The quantized model's error against the float model on the samples: per output, and per tensor inside
     the model, worst first. Both run once, every tensor an output (onnxruntime's qdq_loss_debug)."""
     from onnxruntime.quantization import qdq_loss_debug as debug
@@ -266,7 +476,10 @@ def _errors(model: onnx.ModelProto, float_path: Path, quantized_path: Path, samp
         debug.modify_model_output_intermediate_tensors(str(path), str(augmented))
         activations.append(debug.collect_activations(str(augmented), iter(samples)))
     floats, ints = activations
-    outputs = tuple(_output_error(o.name, floats[o.name], ints[o.name]) for o in model.graph.output)
+    classes = {o.name: _classes(o) for o in model.graph.output}
+    classifier = next((name for name, count in classes.items() if count), None)
+    outputs = tuple(_output_error(o.name, floats[o.name], ints[o.name], classes[o.name],
+                                  labels if o.name == classifier else None) for o in model.graph.output)
     errors = debug.compute_activation_error(debug.create_activation_matching(ints, floats))
     producers = {out: node for node in model.graph.node for out in node.output}
     found = [TensorError(name, producers[name].name, producers[name].op_type, float(e["xmodel_err"]))
@@ -274,11 +487,39 @@ def _errors(model: onnx.ModelProto, float_path: Path, quantized_path: Path, samp
     return outputs, tuple(sorted(found, key=lambda t: (t.sqnr_db, t.tensor)))
 
 
-def _output_error(name: str, reference: list[np.ndarray], got: list[np.ndarray]) -> OutputError:
+def _classes(output: onnx.ValueInfoProto) -> int:
+    """The number of classes of an output of class scores (batch x classes, more than one), else 0."""
+    dims = output.type.tensor_type.shape.dim
+    return dims[1].dim_value if len(dims) == 2 and dims[1].dim_value > 1 else 0
+
+
+def _output_error(name: str, reference: list[np.ndarray], got: list[np.ndarray], classes: int,
+                  labels: np.ndarray | None) -> OutputError:
     a = np.concatenate([np.ravel(r) for r in reference]).astype(np.float64)
     b = np.concatenate([np.ravel(r) for r in got]).astype(np.float64)
     noise, signal = float(np.sum((a - b) ** 2)), float(np.sum(a ** 2))
     norms = float(np.linalg.norm(a) * np.linalg.norm(b))
+    scores = {}
+    if classes:         # onnxruntime's collected activations drop a batch of 1: each run's scores by rows
+        f_top = np.concatenate([r.reshape(-1, classes).argmax(axis=1) for r in reference])
+        q_top = np.concatenate([g.reshape(-1, classes).argmax(axis=1) for g in got])
+        scores["top1_agreement"] = float(np.mean(f_top == q_top))
+        if labels is not None:
+            scores.update(float_accuracy=float(np.mean(f_top == labels)),
+                          quantized_accuracy=float(np.mean(q_top == labels)))
     return OutputError(name, float("inf") if noise == 0 else 10 * np.log10(signal / noise) if signal else float("-inf"),
                        float(a @ b / norms) if norms else float(np.array_equal(a, b)),
-                       float(np.sqrt(noise / signal)) if signal else float(noise > 0), float(np.max(np.abs(a - b))))
+                       float(np.sqrt(noise / signal)) if signal else float(noise > 0), float(np.max(np.abs(a - b))),
+                       **scores)
+
+
+def _footprint(path: Path, target) -> Footprint:
+    """aot's build of the quantized model for `target` (not written anywhere): its flash and RAM."""
+    from aot.api import build
+
+    artifact = build(path, target=target, out_dir=None)
+    memory = artifact.metadata["memory"]
+    floats = tuple(line for line in artifact.report.splitlines() if "in float between Dequantize" in line)
+    kernels = floats[0].split(": ", 1)[1].split(", ") if floats and ": " in floats[0] else ()
+    return Footprint(artifact.target.name, memory["flash"], memory["ram"], artifact.metadata["workspace"]["size"],
+                     tuple(kernels))

@@ -128,13 +128,101 @@ def test_bad_calibration_data_is_one_line_naming_it(model_file, tmp_path, make, 
     assert not (tmp_path / "o").exists()
 
 
-def test_a_symbolic_input_dimension_is_refused_naming_the_input(tmp_path):
+def test_a_symbolic_input_dimension_is_refused_naming_the_input_until_input_shape_fixes_it(tmp_path):
     model = small_cnn()
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
     onnx.save(model, tmp_path / "dyn.onnx")
     proc = aot_cli("quantize", tmp_path / "dyn.onnx", "--allow-random", "-o", tmp_path / "o" / "q.onnx")
-    assert proc.returncode == 1 and "input 'x' has a symbolic dimension (N x 3 x 8 x 8)" in proc.stderr, proc.stderr
-    assert not (tmp_path / "o").exists()
+    assert proc.returncode == 1 and "input 'x' has a symbolic dimension (Nx3x8x8)" in proc.stderr, proc.stderr
+    assert "--input-shape x=DIMS" in proc.stderr and not (tmp_path / "o").exists()
+    proc = aot_cli("quantize", tmp_path / "dyn.onnx", "--allow-random", "-o", tmp_path / "o" / "q.onnx",
+                   "--input-shape", "image=1x3x8x8")
+    assert proc.returncode == 1 and "--input-shape image: dyn.onnx has no input of that name" in proc.stderr
+    report = quantize(tmp_path / "dyn.onnx", tmp_path / "q.onnx", allow_random=True, input_shapes={"x": (1, 3, 8, 8)})
+    assert report.input_shapes == {"x": (1, 3, 8, 8)}
+    dims = onnx.load(tmp_path / "q.onnx").graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_value for d in dims] == [1, 3, 8, 8]
+    assert aot.check(tmp_path / "q.onnx").ok
+
+
+def test_onnx_test_sets_as_calibration(model_file, tmp_path):
+    """test_data_set_*/input_0.pb, as the ONNX model zoo ships a model's inputs."""
+    rng = np.random.default_rng(7)
+    for i in range(3):
+        (tmp_path / "data" / f"test_data_set_{i}").mkdir(parents=True)
+        tensor = onnx.numpy_helper.from_array(rng.random((1, 3, 8, 8)).astype(np.float32), "x")
+        onnx.save_tensor(tensor, tmp_path / "data" / f"test_data_set_{i}" / "input_0.pb")
+    report = quantize(model_file, tmp_path / "q.onnx", tmp_path / "data")
+    assert report.samples == 3 and report.compared == 3
+
+
+def test_held_out_samples_with_labels_give_top1_agreement_and_accuracy(tmp_path):
+    """--eval DATA: the report's figures are over those samples; class scores get the share of samples whose
+    top class agrees, and --labels the accuracy of both models, each computed here from onnxruntime's outputs."""
+    import onnxruntime as ort
+
+    onnx.save(small_cnn(), tmp_path / "net.onnx")
+    rng = np.random.default_rng(8)
+    np.savez(tmp_path / "calib.npz", x=rng.random((8, 3, 8, 8)).astype(np.float32))
+    held_out = rng.random((20, 3, 8, 8)).astype(np.float32)
+    np.savez(tmp_path / "eval.npz", x=held_out)
+    labels = rng.integers(0, 4, 20)
+    np.save(tmp_path / "labels.npy", labels)
+    report = quantize(tmp_path / "net.onnx", tmp_path / "q.onnx", tmp_path / "calib.npz",
+                      evaluation=tmp_path / "eval.npz", labels=tmp_path / "labels.npy")
+    (y,) = report.outputs
+    assert report.held_out and report.compared == 20
+
+    def top1(path):
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        return np.array([session.run(None, {"x": x[None]})[0].argmax() for x in held_out])
+
+    f, q = top1(tmp_path / "net.onnx"), top1(tmp_path / "q.onnx")
+    assert y.top1_agreement == pytest.approx(np.mean(f == q))
+    assert y.float_accuracy == pytest.approx(np.mean(f == labels))
+    assert y.quantized_accuracy == pytest.approx(np.mean(q == labels))
+    assert "accuracy against the labels: float" in (tmp_path / "q.quantize_report.txt").read_text()
+    with pytest.raises(OptionError, match="--labels .* the --eval data has 20 sample"):
+        np.save(tmp_path / "short.npy", labels[:5])
+        quantize(tmp_path / "net.onnx", tmp_path / "q2.onnx", tmp_path / "calib.npz",
+                 evaluation=tmp_path / "eval.npz", labels=tmp_path / "short.npy")
+    with pytest.raises(OptionError, match="give --eval DATA too"):
+        quantize(tmp_path / "net.onnx", tmp_path / "q2.onnx", tmp_path / "calib.npz", labels=tmp_path / "labels.npy")
+
+
+def test_int16_promotes_chosen_nodes_in_an_int8_model_that_aot_compiles(model_file, tmp_path):
+    """--int16 conv: the convolution's activations in int16 (symmetric), the rest int8, with the conversions
+    onnxruntime inserts; its Relu stays (a signed range would not clamp it); aot runs it within a step."""
+    rng = np.random.default_rng(9)
+    np.savez(tmp_path / "calib.npz", x=rng.random((8, 3, 8, 8)).astype(np.float32))
+    report = quantize(model_file, tmp_path / "q.onnx", tmp_path / "calib.npz", int16=("conv",), target="cortex-m4")
+    assert report.int16 == ("conv",)
+    model = onnx.load(tmp_path / "q.onnx")
+    types = {n.output[0]: onnx.helper.tensor_dtype_to_np_dtype(
+        next(t for t in model.graph.initializer if t.name == n.input[2]).data_type)
+        for n in model.graph.node if n.op_type == "QuantizeLinear" and len(n.input) > 2}
+    assert np.int16 in types.values() and np.int8 in types.values(), types
+    assert any(n.op_type == "Relu" for n in model.graph.node)
+    assert report.footprint.target == "cortex-m4" and report.footprint.flash > 0 and report.footprint.ram > 0
+    result = aot.check(tmp_path / "q.onnx")
+    assert result.ok and all(c.max_abs <= c.step * 1.001 for c in result.comparisons), result.comparisons
+    with pytest.raises(OptionError, match="with --scheme a16w8 every activation is int16 already"):
+        quantize(model_file, tmp_path / "q2.onnx", tmp_path / "calib.npz", int16=("conv",), scheme="a16w8")
+    with pytest.raises(OptionError, match="--int16 nope: no node or op of that name"):
+        quantize(model_file, tmp_path / "q2.onnx", tmp_path / "calib.npz", int16=("nope",))
+
+
+@pytest.mark.parametrize("scheme,scale,zero_point", [("int8", 1 / 256, -128), ("a16w8", 1 / 32768, 0)])
+def test_softmax_output_has_the_encoding_tflite_micro_expects(scheme, scale, zero_point, tmp_path):
+    model = small_cnn()
+    model.graph.node.append(helper.make_node("Softmax", ["y"], ["prob"], name="softmax", axis=-1))
+    model.graph.output[0].name = "prob"
+    onnx.save(model, tmp_path / "net.onnx")
+    quantize(tmp_path / "net.onnx", tmp_path / "q.onnx", allow_random=True, scheme=scheme)
+    model = onnx.load(tmp_path / "q.onnx")
+    (q,) = [n for n in model.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "prob_QuantizeLinear_Input"]
+    values = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    assert values[q.input[1]] == np.float32(scale) and values[q.input[2]] == zero_point
 
 
 def test_a_model_onnxruntime_cannot_load_is_one_line(tmp_path):
