@@ -635,7 +635,14 @@ class _FunctionEmitter:
             return self.float_to_int(value, dst, e.lanes) if e.saturate else self.b.fptosi(value, ty)
         unsigned = src in _UNSIGNED or src == "i1"
         if dst == "f32":
-            return self.b.uitofp(value, ty) if unsigned else self.b.sitofp(value, ty)
+            converted = self.b.uitofp(value, ty) if unsigned else self.b.sitofp(value, ty)
+            if e.lanes > 1 and self.mb.target.int_simd.predicated:
+                # Helium: LLVM folds a multiply by 2**-4 or 2**-8 after the conversion into a fixed-point VCVT
+                # whose object encoding then fails an assertion inside LLVM (aborting the build); a fence keeps
+                # the multiply separate (one VMUL more)
+                fence = self.mb.declare(f"llvm.arithmetic.fence.v{e.lanes}f32", ir.FunctionType(ty, [ty]))
+                converted = self.b.call(fence, [converted])
+            return converted
         width_src, width_dst = self.mb.scalar(src).width, self.mb.scalar(dst).width
         if width_src == width_dst:
             return value
