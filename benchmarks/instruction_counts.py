@@ -48,6 +48,10 @@ REFERENCE = {
     ("cortex-m4", "resnet8 int8"): 29_851_098,
     ("cortex-m55", "ds_cnn int8"): 1_784_961, ("cortex-m55", "mobilenet_v1 int8"): 6_423_058,
     ("cortex-m55", "resnet8 int8"): 4_807_984,
+    # s16 (a16w8): benchmarks/cmsis_nn_s16.py --conv-bias int32 (CMSIS-NN's optional int32 bias for its
+    # convolutions, as the models aot compiles have it; depthwise and fully connected take int64 only)
+    ("cortex-m4", "ds_cnn a16w8"): 10_217_442, ("cortex-m4", "resnet8 a16w8"): 32_505_226,
+    ("cortex-m55", "ds_cnn a16w8"): 3_107_086, ("cortex-m55", "resnet8 a16w8"): 6_598_814,
 }
 
 

@@ -117,12 +117,16 @@ def node_quant(values: Mapping[str, Value], node: Node) -> Quant | None:
     if x.quant is None or y.quant is None or x.quant.axis is not None or y.quant.axis is not None:
         return None
     extra: dict = {}
+    acts = node.attrs.get("acts", ())
     if "function" in node.attrs:
         fn, params, scale, zp, dtype = node.attrs["function"]
-        extra["function"] = QuantizedFunction(fn, tuple(params), scale, zp, y.quant.scale, y.quant.zero_point,
-                                              y.dtype, *RANGES[y.dtype])
+        if as_clamp(fn, params, scale, zp, y.quant.scale, y.quant.zero_point, dtype, y.dtype):
+            acts = acts + (("clip", (0.0, math.inf) if fn == "relu" else tuple(params)),)
+        else:
+            extra["function"] = QuantizedFunction(fn, tuple(params), scale, zp, y.quant.scale, y.quant.zero_point,
+                                                  y.dtype, *RANGES[y.dtype])
         y = dataclasses.replace(y, dtype=dtype, quant=QuantParams.per_tensor(scale, zp))
-    qmin, qmax = clamp_for(node.attrs.get("acts", ()), y.quant.scale, y.quant.zero_point, y.dtype)
+    qmin, qmax = clamp_for(acts, y.quant.scale, y.quant.zero_point, y.dtype)
     if "own_result" in node.attrs:
         r = values[node.inputs[3]]
         extra["residual"] = ResidualSum(r.quant.scale, r.quant.zero_point, y.quant.scale, y.quant.zero_point,
@@ -159,17 +163,29 @@ def fixed_point(multiplier: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.array(m0s, np.int64), np.array(shifts, np.int64)
 
 
+def as_clamp(fn: str, params: tuple, x_scale: float, x_zp: int, y_scale: float, y_zp: int, x_dtype: str,
+             y_dtype: str) -> bool:
+    """Whether Relu or Clip between two integer tensors of one encoding is exactly an integer clamp (clamp_for):
+    the real value of a code, divided by the same scale, rounds back to that code, and a clipped one to the
+    bound's code."""
+    return fn in ("relu", "clip") and x_scale == y_scale and x_zp == y_zp and x_dtype == y_dtype
+
+
 def clamp_for(acts: tuple, y_scale: float, y_zp: int, y_dtype: str) -> tuple[int, int]:
-    """The output's integer range after fused Relu/Clip activations."""
+    """The output's integer range after fused Relu/Clip activations: a bound's code as QuantizeLinear makes
+    it (divided in float32, rounded to nearest even)."""
+    def code(bound: float) -> int:
+        return int(np.rint(np.float32(bound) / np.float32(y_scale))) + y_zp
+
     lo, hi = RANGES[y_dtype]
     for fn, params in acts:
         if fn == "relu":
             lo = max(lo, y_zp)
         elif fn == "clip":
             if not math.isinf(params[0]):
-                lo = max(lo, min(hi, round(params[0] / y_scale) + y_zp))
+                lo = max(lo, min(hi, code(params[0])))
             if not math.isinf(params[1]):
-                hi = min(hi, max(lo, round(params[1] / y_scale) + y_zp))
+                hi = min(hi, max(lo, code(params[1])))
         else:
             raise ValueError(fn)
     return lo, hi

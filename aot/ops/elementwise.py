@@ -9,10 +9,12 @@ vectorized (stride 1: vector load, stride 0: one scalar splat).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from aot.graph.ir import Graph, Node, Rewriter
-from aot.graph.quant import RANGES, node_quant
+from aot.graph.quant import RANGES, as_clamp, clamp_for, node_quant
 from aot.kernel import math as kmath
 from aot.kernel.ir import Broadcast, Buffer, Builder, Cast, Expr, Kernel, binop, maximum, minimum, select
 from aot.ops import LowerContext
@@ -147,11 +149,21 @@ def unary(ctx: LowerContext, node: Node, name: str) -> Kernel:
     acts = ((node.attrs["fn"], tuple(node.attrs["params"])),) + tuple(node.attrs.get("acts", ()))
     quant = node_quant(ctx.graph.values, node)
 
+    fn, fn_params = node.attrs["fn"], tuple(node.attrs["params"])
+    clamp = None
+    if quant is not None and as_clamp(fn, fn_params, quant.x_scale, quant.x_zp, quant.y_scale, quant.y_zp,
+                                      quant.x_dtype, quant.y_dtype):
+        lo, hi = clamp_for((("clip", (0.0, math.inf) if fn == "relu" else fn_params),), quant.y_scale, quant.y_zp,
+                           quant.y_dtype)
+        clamp = max(lo, quant.qmin), min(hi, quant.qmax)
+
     def compute(v: list[Expr]) -> Expr:
         if quant is None:
             return apply(acts, v[0])
-        return quantized_function(v[0], node.attrs["fn"], tuple(node.attrs["params"]), quant.x_scale, quant.x_zp,
-                                  quant.y_scale, quant.y_zp, quant.qmin, quant.qmax, quant.y_dtype)
+        if clamp is not None:       # one encoding in and out: the codes themselves, clamped
+            return minimum(maximum(v[0], clamp[0]), clamp[1])
+        return quantized_function(v[0], fn, fn_params, quant.x_scale, quant.x_zp, quant.y_scale, quant.y_zp,
+                                  quant.qmin, quant.qmax, quant.y_dtype)
 
     b = Builder()
     shape, perm = _flat_unless_transposed(ctx, node)

@@ -1,0 +1,576 @@
+"""Instructions Arm's CMSIS-NN executes for the int16-activation (s16) layers of aot's int16 zoo models,
+on bare-metal Cortex-M targets under qemu-system-arm: the other side of aot's a16w8 kernels.
+
+    python benchmarks/cmsis_nn_s16.py --cmsis-nn DIR [MODEL ...] [--target cortex-m4 --target cortex-m55]
+                                      [--conv-bias int64|int32] [--functions] [--keep DIR]
+
+DIR is a CMSIS-NN checkout (nothing is downloaded). The layers are those aot compiles to int16 kernels
+in the zoo models (examples/zoo.py; default ds_cnn and resnet8), read from the float ONNX graph with
+shape inference: each Conv (depthwise when group equals the input channels), Gemm, AveragePool and
+residual Add (aot fuses the Add into the convolution before it; CMSIS-NN runs it as its own kernel).
+
+Each layer becomes one small C program per target that fills int16 input, int8 weights, bias (int64;
+--conv-bias int32 gives convolutions CMSIS-NN's optional int32 bias) and per-channel requantization with
+deterministic pseudo-random values, calls the layer's public CMSIS-NN s16 function once
+(arm_convolve_wrapper_s16, arm_depthwise_conv_wrapper_s16, arm_fully_connected_s16, arm_avgpool_s16,
+arm_elementwise_add_s16) with a scratch buffer of the size its *_get_buffer_size function asks for, and
+exits non-zero unless the call returned ARM_CMSIS_NN_SUCCESS and some output is non-zero. The bias type
+matters on Helium: with int64 bias, arm_nn_mat_mult_nt_t_s16 requantizes each output in 64-bit scalar
+code and sums the columns past MAX_COL_COUNT (512) in a scalar loop; with int32 bias it does neither.
+
+CMSIS-NN's integer sources are compiled with the target's compiler and core flags (aot's target file)
+at -O3 and linked with aot's bare-metal start-up code and the board's linker script. The program runs
+under the target's qemu with aot's instruction-counting plugin (aot/run/count.py) over the address
+range of CMSIS-NN's functions. That range also holds the C library's memcpy and memset, which CMSIS-NN
+calls for im2col and padding (its Helium depthwise convolution too): copies of them are linked into
+CMSIS-NN's part of the program, renamed cmsis_nn_libc_memcpy and cmsis_nn_libc_memset, so the calls
+CMSIS-NN makes are counted and those of the start-up code and printf are not. Instructions executed in
+*_get_buffer_size functions (called by the program before the layer) are not counted. The table gives
+the instructions per layer and per multiply-accumulate and the sums per model; --functions adds where
+each layer's instructions went, by function.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+
+import onnx  # noqa: E402
+import zoo  # noqa: E402
+from onnx import numpy_helper, shape_inference  # noqa: E402
+
+from aot.codegen.elf import functions  # noqa: E402
+from aot.errors import RunError  # noqa: E402
+from aot.run import local  # noqa: E402
+from aot.run.count import build_plugin  # noqa: E402
+from aot.target import Target, get_target  # noqa: E402
+
+MODELS = ("ds_cnn", "resnet8")
+TARGETS = ("cortex-m4", "cortex-m55")
+# The public functions a layer program calls; the library part of each program is linked from these.
+ENTRY_POINTS = ("arm_convolve_wrapper_s16", "arm_convolve_wrapper_s16_get_buffer_size",
+                "arm_depthwise_conv_wrapper_s16", "arm_depthwise_conv_wrapper_s16_get_buffer_size",
+                "arm_fully_connected_s16", "arm_fully_connected_s16_get_buffer_size",
+                "arm_avgpool_s16", "arm_avgpool_s16_get_buffer_size", "arm_elementwise_add_s16")
+LIBC_PREFIX = "cmsis_nn_libc_"     # C library functions CMSIS-NN calls, renamed into its part of the program
+IN_RANGE = 4096                    # int16 inputs are uniform in [-IN_RANGE, IN_RANGE)
+W_RANGE = 127                      # int8 weights in [-W_RANGE, W_RANGE]
+OUT_STD = 4096                     # requantization shifts aim at outputs of about this spread
+TIMEOUT = 600.0
+LINKED = ("conv", "depthwise", "fc")   # the kinds summed separately per model
+
+
+@dataclass(frozen=True)
+class Layer:
+    model: str
+    name: str                       # the ONNX node
+    kind: str                       # conv, depthwise, fc, avgpool, add
+    inp: tuple[int, int, int]       # H, W, C
+    out: tuple[int, int, int]       # H, W, C
+    kernel: tuple[int, int] = (1, 1)
+    stride: tuple[int, int] = (1, 1)
+    pad: tuple[int, int] = (0, 0)   # top, left (CMSIS-NN derives bottom and right from the output size)
+    bias: bool = False
+
+    @property
+    def macs(self) -> int:
+        if self.kind in ("conv", "fc"):
+            return self.out[0] * self.out[1] * self.out[2] * self.kernel[0] * self.kernel[1] * self.inp[2]
+        if self.kind == "depthwise":
+            return self.out[0] * self.out[1] * self.out[2] * self.kernel[0] * self.kernel[1]
+        return 0
+
+    @property
+    def shape(self) -> str:
+        hwc = lambda s: "x".join(map(str, s))
+        if self.kind == "fc":
+            return f"{self.inp[2]} -> {self.out[2]}"
+        if self.kind == "add":
+            return f"{hwc(self.inp)} + {hwc(self.inp)}"
+        text = f"{hwc(self.inp)} -> {hwc(self.out)} k{self.kernel[0]}x{self.kernel[1]}"
+        sh, sw = self.stride
+        if (sh, sw) != (1, 1):
+            text += f" s{sh}" if sh == sw else f" s{sh}x{sw}"
+        return text
+
+
+# ---- the layers of a zoo model ------------------------------------------------------------------
+
+def model_layers(name: str) -> list[Layer]:
+    """The layers aot compiles to int16 kernels in zoo model `name`, in graph order."""
+    model = shape_inference.infer_shapes(zoo.ZOO[name](), strict_mode=True)
+    graph = model.graph
+    shapes = {v.name: tuple(d.dim_value for d in v.type.tensor_type.shape.dim)
+              for v in (*graph.input, *graph.value_info, *graph.output)}
+    inits = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for x in node.input:
+            consumers.setdefault(x, []).append(node)
+    layers = []
+    for node in graph.node:
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        if attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+            raise SystemExit(f"{name}: {node.name} uses auto_pad; give explicit pads")
+        if node.op_type == "Conv":
+            (_, c, h, w), (_, oc, oh, ow) = shapes[node.input[0]], shapes[node.output[0]]
+            kh, kw = inits[node.input[1]].shape[2:]
+            group = attrs.get("group", 1)
+            if group not in (1, c):
+                raise SystemExit(f"{name}: {node.name} is a grouped convolution (group {group}), not in CMSIS-NN")
+            pads = attrs.get("pads", [0, 0, 0, 0])
+            follow = consumers.get(node.output[0], [])
+            bias = (len(node.input) > 2 and node.input[2] != "") or any(
+                n.op_type == "BatchNormalization" for n in follow)
+            layers.append(Layer(name, node.name, "depthwise" if group > 1 else "conv", (h, w, c), (oh, ow, oc),
+                                (kh, kw), tuple(attrs.get("strides", [1, 1])), (pads[0], pads[1]), bias))
+        elif node.op_type == "Gemm":
+            weight = inits[node.input[1]]
+            n_out, k = weight.shape if attrs.get("transB", 0) else weight.shape[::-1]
+            layers.append(Layer(name, node.name, "fc", (1, 1, k), (1, 1, n_out),
+                                bias=len(node.input) > 2 and node.input[2] != ""))
+        elif node.op_type in ("AveragePool", "GlobalAveragePool"):
+            (_, c, h, w), (_, _, oh, ow) = shapes[node.input[0]], shapes[node.output[0]]
+            glob = node.op_type == "GlobalAveragePool"
+            pads = attrs.get("pads", [0, 0, 0, 0])
+            layers.append(Layer(name, node.name, "avgpool", (h, w, c), (oh, ow, c),
+                                (h, w) if glob else tuple(attrs["kernel_shape"]),
+                                (1, 1) if glob else tuple(attrs.get("strides", [1, 1])), (pads[0], pads[1])))
+        elif node.op_type == "Add" and not any(x in inits for x in node.input):
+            shape = shapes[node.output[0]]
+            hwc = (shape[2], shape[3], shape[1]) if len(shape) == 4 else (1, 1, math.prod(shape))
+            layers.append(Layer(name, node.name, "add", hwc, hwc))
+    return layers
+
+
+# ---- the C program of a layer -------------------------------------------------------------------
+
+PRELUDE = """\
+/* One CMSIS-NN s16 layer: {title}. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "arm_nnfunctions.h"
+
+static uint32_t state = {seed}u;
+
+static int32_t rnd(int32_t lo, int32_t hi) /* uniform in [lo, hi] */
+{{
+    state ^= state << 13;
+    state ^= state >> 17;
+    state ^= state << 5;
+    return lo + (int32_t)(state % ((uint32_t)hi - (uint32_t)lo + 1u));
+}}
+
+static void fill16(int16_t *p, int32_t n)
+{{
+    for (int32_t i = 0; i < n; i++)
+        p[i] = (int16_t)rnd(-{in_range}, {in_range} - 1);
+}}
+
+/* fill8 and scratch are inline: not every layer uses them. */
+static inline void fill8(int8_t *p, int32_t n)
+{{
+    for (int32_t i = 0; i < n; i++)
+        p[i] = (int8_t)rnd(-{w_range}, {w_range});
+}}
+
+static inline void *scratch(int32_t size)
+{{
+    void *buf = size > 0 ? malloc((size_t)size) : NULL;
+    if (size > 0 && buf == NULL) {{
+        printf("no memory for a %ld-byte buffer\\n", (long)size);
+        exit(6);
+    }}
+    return buf;
+}}
+
+/* 0 if the call succeeded and wrote something, else 4 (an error status) or 5 (all zeros). */
+static int finish(arm_cmsis_nn_status status, const int16_t *out, int32_t n)
+{{
+    int32_t nonzero = 0;
+    for (int32_t i = 0; i < n; i++)
+        nonzero += out[i] != 0;
+    printf("status=%d nonzero=%ld/%ld\\n", (int)status, (long)nonzero, (long)n);
+    if (status != ARM_CMSIS_NN_SUCCESS)
+        return 4;
+    return nonzero > 0 ? 0 : 5;
+}}
+
+"""
+
+QUANT = """\
+    for (int32_t c = 0; c < {n}; c++) {{
+        mult[c] = rnd(1 << 30, INT32_MAX);
+        shift[c] = {shift};
+        bias[c] = rnd(-{bias_range}, {bias_range});
+    }}
+"""
+
+CONV = """\
+static int16_t input[{n_in}];
+static int8_t filter[{n_w}];
+static {bias_t} bias[{oc}];
+static int32_t mult[{oc}], shift[{oc}];
+static int16_t output[{n_out}];
+
+int main(void)
+{{
+    fill16(input, {n_in});
+    fill8(filter, {n_w});
+{quant}
+    const cmsis_nn_conv_params params = {{
+        .input_offset = 0, .output_offset = 0, .stride = {{.w = {sw}, .h = {sh}}},
+        .padding = {{.w = {pw}, .h = {ph}}}, .dilation = {{.w = 1, .h = 1}},
+        .activation = {{.min = INT16_MIN, .max = INT16_MAX}}}};
+    const cmsis_nn_per_channel_quant_params quant = {{mult, shift}};
+    const cmsis_nn_dims input_dims = {{1, {h}, {w}, {c}}}, filter_dims = {{{oc}, {kh}, {kw}, {c}}};
+    const cmsis_nn_dims bias_dims = {{1, 1, 1, {oc}}}, output_dims = {{1, {oh}, {ow}, {oc}}};
+    const cmsis_nn_bias_data bias_data = {{{bias_ptr}, {is_int32}}};
+    const int32_t size = arm_convolve_wrapper_s16_get_buffer_size(&params, &input_dims, &filter_dims, &output_dims);
+    const cmsis_nn_context ctx = {{scratch(size), size}};
+    return finish(arm_convolve_wrapper_s16(&ctx, &params, &quant, &input_dims, input, &filter_dims, filter,
+                                           &bias_dims, &bias_data, &output_dims, output), output, {n_out});
+}}
+"""
+
+DEPTHWISE = """\
+static int16_t input[{n_in}];
+static int8_t filter[{n_w}];
+static int64_t bias[{oc}];
+static int32_t mult[{oc}], shift[{oc}];
+static int16_t output[{n_out}];
+
+int main(void)
+{{
+    fill16(input, {n_in});
+    fill8(filter, {n_w});
+{quant}
+    const cmsis_nn_dw_conv_params params = {{
+        .input_offset = 0, .output_offset = 0, .ch_mult = {mult}, .stride = {{.w = {sw}, .h = {sh}}},
+        .padding = {{.w = {pw}, .h = {ph}}}, .dilation = {{.w = 1, .h = 1}},
+        .activation = {{.min = INT16_MIN, .max = INT16_MAX}}}};
+    const cmsis_nn_per_channel_quant_params quant = {{mult, shift}};
+    const cmsis_nn_dims input_dims = {{1, {h}, {w}, {c}}}, filter_dims = {{1, {kh}, {kw}, {oc}}};
+    const cmsis_nn_dims bias_dims = {{1, 1, 1, {oc}}}, output_dims = {{1, {oh}, {ow}, {oc}}};
+    const int32_t size = arm_depthwise_conv_wrapper_s16_get_buffer_size(&params, &input_dims, &filter_dims,
+                                                                        &output_dims);
+    const cmsis_nn_context ctx = {{scratch(size), size}};
+    return finish(arm_depthwise_conv_wrapper_s16(&ctx, &params, &quant, &input_dims, input, &filter_dims, filter,
+                                                 &bias_dims, {bias_ptr}, &output_dims, output), output, {n_out});
+}}
+"""
+
+FC = """\
+static int16_t input[{k}];
+static int8_t filter[{n_w}];
+static int64_t bias[{n}];
+static int32_t mult[1], shift[1];
+static int16_t output[{n}];
+
+int main(void)
+{{
+    fill16(input, {k});
+    fill8(filter, {n_w});
+    for (int32_t c = 0; c < {n}; c++)
+        bias[c] = rnd(-{bias_range}, {bias_range});
+    mult[0] = rnd(1 << 30, INT32_MAX);
+    shift[0] = {shift};
+    const cmsis_nn_fc_params params = {{0, 0, 0, {{INT16_MIN, INT16_MAX}}}};
+    const cmsis_nn_per_tensor_quant_params quant = {{mult[0], shift[0]}};
+    const cmsis_nn_dims input_dims = {{1, 1, 1, {k}}}, filter_dims = {{{k}, 1, 1, {n}}};
+    const cmsis_nn_dims bias_dims = {{1, 1, 1, {n}}}, output_dims = {{1, 1, 1, {n}}};
+    const int32_t size = arm_fully_connected_s16_get_buffer_size(&filter_dims);
+    const cmsis_nn_context ctx = {{scratch(size), size}};
+    return finish(arm_fully_connected_s16(&ctx, &params, &quant, &input_dims, input, &filter_dims, filter,
+                                          &bias_dims, {bias_ptr}, &output_dims, output), output, {n});
+}}
+"""
+
+AVGPOOL = """\
+static int16_t input[{n_in}];
+static int16_t output[{n_out}];
+
+int main(void)
+{{
+    fill16(input, {n_in});
+    const cmsis_nn_pool_params params = {{
+        .stride = {{.w = {sw}, .h = {sh}}}, .padding = {{.w = {pw}, .h = {ph}}},
+        .activation = {{.min = INT16_MIN, .max = INT16_MAX}}}};
+    const cmsis_nn_dims input_dims = {{1, {h}, {w}, {c}}}, filter_dims = {{1, {kh}, {kw}, 1}};
+    const cmsis_nn_dims output_dims = {{1, {oh}, {ow}, {c}}};
+    const int32_t size = arm_avgpool_s16_get_buffer_size({ow}, {c});
+    const cmsis_nn_context ctx = {{scratch(size), size}};
+    return finish(arm_avgpool_s16(&ctx, &params, &input_dims, input, &filter_dims, &output_dims, output),
+                  output, {n_out});
+}}
+"""
+
+# Requantization as TensorFlow Lite gives an int16 Add (CMSIS-NN's add_s16 test data): both inputs
+# scaled by 2^15 * 0.5, the sum by 0.5 * 2^-14.
+ADD = """\
+static int16_t input1[{n}], input2[{n}];
+static int16_t output[{n}];
+
+int main(void)
+{{
+    fill16(input1, {n});
+    fill16(input2, {n});
+    return finish(arm_elementwise_add_s16(input1, input2, 0, 1 << 30, 0, 0, 1 << 30, 0, 15, output, 0, 1 << 30, -14,
+                                          INT16_MIN, INT16_MAX, {n}), output, {n});
+}}
+"""
+
+
+def requant_shift(depth: int) -> int:
+    """The shift that brings a sum of `depth` products of random inputs and weights (times a multiplier
+    of about 0.75) to a spread of about OUT_STD."""
+    spread = math.sqrt(depth) * (IN_RANGE / math.sqrt(3)) * (W_RANGE / math.sqrt(3)) * 0.75
+    return -max(0, round(math.log2(spread / OUT_STD)))
+
+
+def program(layer: Layer, conv_bias: str, seed: int) -> str:
+    """The C program that runs `layer` once through CMSIS-NN."""
+    (h, w, c), (oh, ow, oc), (kh, kw) = layer.inp, layer.out, layer.kernel
+    depth = kh * kw * (c if layer.kind != "depthwise" else 1)
+    spread = math.sqrt(depth) * IN_RANGE * W_RANGE / 3
+    v = dict(h=h, w=w, c=c, oh=oh, ow=ow, oc=oc, kh=kh, kw=kw, sh=layer.stride[0], sw=layer.stride[1],
+             ph=layer.pad[0], pw=layer.pad[1], n_in=h * w * c, n_out=oh * ow * oc, shift=requant_shift(depth),
+             bias_range=max(1, int(spread / 4)), bias_ptr="bias" if layer.bias else "NULL")
+    v["quant"] = QUANT.format(n=oc, **v)
+    if layer.kind == "conv":
+        body = CONV.format(n_w=oc * kh * kw * c, bias_t="int32_t" if conv_bias == "int32" else "int64_t",
+                           is_int32="true" if conv_bias == "int32" else "false", **v)
+    elif layer.kind == "depthwise":
+        body = DEPTHWISE.format(n_w=kh * kw * oc, mult=oc // c, **v)
+    elif layer.kind == "fc":
+        body = FC.format(k=c, n=oc, n_w=c * oc, **v)
+    elif layer.kind == "avgpool":
+        body = AVGPOOL.format(**v)
+    else:
+        body = ADD.format(n=h * w * c)
+    title = f"{layer.model} {layer.name} ({layer.kind} {layer.shape})"
+    return PRELUDE.format(title=title, seed=seed, in_range=IN_RANGE, w_range=W_RANGE) + body
+
+
+# ---- building and running -----------------------------------------------------------------------
+
+def run(cmd: list[str], what: str, **kwargs) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, capture_output=True, text=True, **kwargs)
+    if proc.returncode != 0:
+        raise RunError(f"{what} failed ({' '.join(cmd[:3])} ...):\n{proc.stderr.strip()[-2000:]}")
+    return proc
+
+
+def library_flags(tgt: Target) -> list[str]:
+    """The target's core flags at -O3."""
+    return [f for f in tgt.cflags if not f.startswith("-O")] + ["-O3"]
+
+
+def cmsis_features(tgt: Target, cmsis: Path) -> list[str]:
+    """The CMSIS-NN code paths its headers select for the target's flags."""
+    proc = run([tgt.cc, *library_flags(tgt), f"-I{cmsis / 'Include'}", "-dM", "-E", "-x", "c", "-"],
+               "reading CMSIS-NN's feature macros", input='#include "arm_nn_math_types.h"\n')
+    return [m for m in ("ARM_MATH_DSP", "ARM_MATH_MVEI", "ARM_MATH_MVEF")
+            if re.search(rf"^#define {m}\b", proc.stdout, re.M)]
+
+
+def build_library(tgt: Target, cmsis: Path, work: Path) -> tuple[Path, set[str]]:
+    """CMSIS-NN's functions the layer programs need, for `tgt`, as one relocatable object, with the C
+    library functions they call (memcpy, memset) renamed LIBC_PREFIX + name; and the names of all the
+    functions in it."""
+    work.mkdir(parents=True, exist_ok=True)
+    sources = sorted(s for s in cmsis.glob("Source/*/*.c") if not re.search(r"_f(16|32)\.c$", s.name))
+    flags = [*library_flags(tgt), f"-I{cmsis / 'Include'}"]
+
+    def compile_one(source: Path) -> Path:
+        obj = work / f"{source.stem}.o"
+        run([tgt.cc, *flags, "-c", str(source), "-o", str(obj)], f"compiling {source.name} for {tgt.name}")
+        return obj
+
+    with ThreadPoolExecutor(os.cpu_count()) as pool:
+        objects = list(pool.map(compile_one, sources))
+    archive = work / "libcmsis-nn.a"
+    archive.unlink(missing_ok=True)
+    run([tgt.cc.replace("gcc", "ar"), "rcs", str(archive), *map(str, objects)], "archiving CMSIS-NN")
+    linked = work / "cmsis-nn.o"
+    run([tgt.cc, *library_flags(tgt), "-nostdlib", "-r", *(f"-Wl,-u,{e}" for e in ENTRY_POINTS), "-o", str(linked),
+         str(archive), "-lc", "-lgcc"], f"linking CMSIS-NN for {tgt.name}")
+    nm = tgt.cc.replace("gcc", "nm")
+    symbols = [line.split() for line in run([nm, "--defined-only", str(linked)], "nm").stdout.splitlines()]
+    foreign = sorted({s for _, kind, s in symbols if kind.isupper() and not s.startswith("arm_")})
+    if foreign:
+        renames = work / "renames.txt"
+        renames.write_text("".join(f"{s} {LIBC_PREFIX}{s}\n" for s in foreign))
+        run([tgt.cc.replace("gcc", "objcopy"), f"--redefine-syms={renames}", str(linked)], "renaming")
+    undefined = run([nm, "--undefined-only", str(linked)], "nm").stdout.split()[1::2]
+    if undefined:
+        raise RunError(f"CMSIS-NN for {tgt.name} still needs {', '.join(undefined)}: they would run uncounted")
+    names = set(functions(linked.read_bytes()))
+    return linked, names
+
+
+def count_range(exe: Path, library: set[str]) -> tuple[int, int, list[tuple[str, int, int]]]:
+    """[lo, hi) of CMSIS-NN's functions in the program (nothing else may lie inside) and each of them
+    as (name, lo, hi), by address."""
+    funcs = functions(exe.read_bytes())
+    ours = {f: span for f, span in funcs.items() if f in library and span[1]}
+    lo = min(a for a, _ in ours.values())
+    hi = max(a + s for a, s in ours.values())
+    strangers = sorted(f for f, (a, s) in funcs.items() if f not in library and s and lo <= a < hi)
+    if strangers:
+        raise RunError(f"{exe}: functions {', '.join(strangers[:3])} lie among CMSIS-NN's; "
+                       "their instructions would be counted too")
+    spans, seen = [], set()
+    for f, (a, s) in sorted(ours.items(), key=lambda item: item[1]):
+        if a not in seen:
+            seen.add(a)
+            spans.append((f, a, a + s))
+    return lo, hi, spans
+
+
+def measure(tgt: Target, layer: Layer, index: int, library: Path, names: set[str], cmsis: Path, plugin: Path,
+            work: Path, conv_bias: str) -> tuple[int, dict[str, int]]:
+    """Instructions CMSIS-NN executes for `layer` on `tgt`, and by function."""
+    work.mkdir(parents=True, exist_ok=True)
+    source = work / "main.c"
+    source.write_text(program(layer, conv_bias, seed=2463534242 + index))
+    obj = work / "main.o"
+    run([tgt.cc, *local.STRICT_CFLAGS, *tgt.cflags, f"-I{cmsis / 'Include'}", "-c", str(source), "-o", str(obj)],
+        f"compiling the program of {layer.model} {layer.name} for {tgt.name}")
+    exe = work / "prog.elf"
+    local.link(tgt, [], [obj, library], work, exe, f"the program of {layer.model} {layer.name}")
+    lo, hi, spans = count_range(exe, names)
+    options = f"{plugin},lo={lo:#x},hi={hi:#x}" + "".join(f",range={a:#x}-{b:#x}" for _, a, b in spans)
+    what = f"{layer.model} {layer.name} on {tgt.name}"
+    try:
+        proc = subprocess.run(local.run_command(tgt, exe, ("-plugin", options, "-d", "plugin")), cwd=work,
+                              capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise RunError(f"{what}: the program did not finish within {TIMEOUT:g} s") from None
+    if proc.returncode != 0:
+        meaning = {**local.EXIT_MEANING, 4: "CMSIS-NN returned an error", 5: "all outputs are zero"}
+        raise RunError(f"{what}: the program exited with status {proc.returncode} "
+                       f"({meaning.get(proc.returncode, '?')}): {proc.stdout.strip()[-300:]}")
+    total = re.findall(r"^insns: (\d+)$", proc.stderr, re.M)
+    counts = {int(i): int(n) for i, n in re.findall(r"^range (\d+): (\d+)$", proc.stderr, re.M)}
+    if len(total) != 1 or len(counts) != len(spans):
+        raise RunError(f"{what}: the emulator printed no instruction counts: {proc.stderr.strip()[-300:]}")
+    by_function = {name: counts[i] for i, (name, _, _) in enumerate(spans) if counts[i]}
+    setup = sum(n for f, n in by_function.items() if "_get_buffer_size" in f)
+    return int(total[0]) - setup, {f: n for f, n in by_function.items() if "_get_buffer_size" not in f}
+
+
+# ---- the report ---------------------------------------------------------------------------------
+
+def describe(cmsis: Path) -> str:
+    """CMSIS-NN's version (git describe) and commit, if DIR is a git checkout."""
+    def git(*args: str) -> str:
+        proc = subprocess.run(["git", "-C", str(cmsis), *args], capture_output=True, text=True)
+        return proc.stdout.strip() if proc.returncode == 0 else ""
+    commit = git("rev-parse", "HEAD")
+    if not commit:
+        return "unknown version (not a git checkout)"
+    dirty = " (with local changes)" if git("status", "--porcelain", "--untracked-files=no") else ""
+    return f"{git('describe', '--tags', '--always') or '?'} (commit {commit}){dirty}"
+
+
+def table(rows: list[tuple[str, ...]], left: int) -> None:
+    """Rows as columns, the first `left` of them left-aligned."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(wd) if i < left else c.rjust(wd) for i, (c, wd) in enumerate(zip(r, widths))).rstrip())
+
+
+def per_mac(insns: int, macs: int) -> str:
+    return f"{insns / macs:.2f}" if macs else "-"
+
+
+def report(layers: dict[str, list[Layer]], targets: list[Target], results: dict, functions_too: bool) -> None:
+    for model, model_layers_ in layers.items():
+        print(f"\n{model}")
+        rows = [("layer", "kind", "shape", "MACs",
+                 *(col for t in targets for col in (f"{t.name} insns", "insns/MAC")))]
+        for layer in model_layers_:
+            rows.append((layer.name, layer.kind, layer.shape, f"{layer.macs}",
+                         *(col for t in targets for col in (f"{results[t.name, layer][0]}",
+                                                            per_mac(results[t.name, layer][0], layer.macs)))))
+        for label, subset in ((f"total {'/'.join(LINKED)}", [x for x in model_layers_ if x.kind in LINKED]),
+                              ("total all layers", model_layers_)):
+            macs = sum(x.macs for x in subset)
+            sums = [sum(results[t.name, x][0] for x in subset) for t in targets]
+            rows.append((label, "", "", f"{macs}", *(col for s in sums for col in (f"{s}", per_mac(s, macs)))))
+        table(rows, 3)
+    if functions_too:
+        for t in targets:
+            print(f"\nwhere the instructions went on {t.name} (functions with at least 1%)")
+            for model_layers_ in layers.values():
+                for layer in model_layers_:
+                    total, by_function = results[t.name, layer]
+                    parts = [f"{f} {100 * n / total:.0f}%" for f, n in sorted(by_function.items(), key=lambda i: -i[1])
+                             if n >= total / 100]
+                    print(f"  {layer.model} {layer.name}: {', '.join(parts)}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("models", nargs="*", default=list(MODELS), help=f"zoo models (default: {' '.join(MODELS)})")
+    parser.add_argument("--cmsis-nn", type=Path, required=True, metavar="DIR", help="a CMSIS-NN checkout")
+    parser.add_argument("--target", action="append",
+                        help=f"bare-metal target (repeatable; default {' '.join(TARGETS)})")
+    parser.add_argument("--conv-bias", choices=["int64", "int32"], default="int64",
+                        help="bias type of the convolutions (depthwise and fully connected take int64 only)")
+    parser.add_argument("--functions", action="store_true", help="also print each layer's instructions by function")
+    parser.add_argument("--keep", type=Path, metavar="DIR", help="build in DIR and keep the files")
+    args = parser.parse_args()
+    cmsis = args.cmsis_nn.resolve()
+    if not (cmsis / "Include" / "arm_nnfunctions.h").is_file():
+        parser.error(f"{cmsis} is not a CMSIS-NN checkout (no Include/arm_nnfunctions.h)")
+    unknown = [m for m in args.models if m not in zoo.ZOO]
+    if unknown:
+        parser.error(f"unknown model(s) {', '.join(unknown)} (known: {', '.join(zoo.ZOO)})")
+    targets = [get_target(t) for t in args.target or TARGETS]
+    for t in targets:
+        if t.os != "none" or not t.run_command:
+            parser.error(f"target {t.name} is not a bare-metal target run under an emulator")
+    layers = {m: model_layers(m) for m in args.models}
+
+    print("CMSIS-NN s16 kernels: instructions executed under qemu-system-arm (exact; not cycles)")
+    print(f"CMSIS-NN {describe(cmsis)}")
+    print(f"conv bias {args.conv_bias}; {targets[0].cc}: "
+          f"{run([targets[0].cc, '--version'], 'the compiler').stdout.splitlines()[0]}")
+    with tempfile.TemporaryDirectory(prefix="cmsis-nn-s16-") as tmp:
+        work = args.keep.resolve() if args.keep else Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        plugin = build_plugin(work)
+        results: dict[tuple[str, Layer], tuple[int, dict[str, int]]] = {}
+        try:
+            for t in targets:
+                print(f"{t.name}: {' '.join(library_flags(t))}; {', '.join(cmsis_features(t, cmsis)) or 'plain C'}")
+                library, names = build_library(t, cmsis, work / t.name / "cmsis-nn")
+                jobs = [(layer, i) for i, layer in enumerate(x for m in layers.values() for x in m)]
+                with ThreadPoolExecutor(os.cpu_count()) as pool:
+                    found = pool.map(lambda job: measure(t, job[0], job[1], library, names, cmsis, plugin,
+                                                         work / t.name / f"{job[0].model}-{job[0].name}",
+                                                         args.conv_bias), jobs)
+                    results.update({(t.name, layer): r for (layer, _), r in zip(jobs, found)})
+        except RunError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+    report(layers, targets, results, args.functions)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
