@@ -132,6 +132,33 @@ def test_activations_after_a_convolution_run_in_its_epilogue(activation, residua
     assert conv.attrs["function"][0] == op.lower() and ("own_result" in conv.attrs) == residual
 
 
+def _convolutions() -> onnx.ModelProto:
+    """Convolutions the int16 kernels of each target take in their different forms: padded and strided windows,
+    channel counts that do not fill a vector (5, 12), a dilated one, a depthwise one, a fully connected one."""
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["c1", "w2", "b2"], ["c2"], pads=[0, 1, 2, 1], strides=[2, 1]),
+             helper.make_node("Conv", ["c2", "w3", "b3"], ["c3"], pads=[2, 2, 2, 2], dilations=[2, 2]),
+             helper.make_node("Conv", ["c3", "w4", "b4"], ["c4"], pads=[1, 1, 1, 1], group=12),
+             helper.make_node("Relu", ["c4"], ["r"]),
+             helper.make_node("GlobalAveragePool", ["r"], ["p"]),
+             helper.make_node("Flatten", ["p"], ["f"]),
+             helper.make_node("Gemm", ["f", "w5", "b5"], ["y"], transB=1)]
+    weights = {"w1": _w(12, 5, 3, 3), "b1": _w(12), "w2": _w(12, 12, 3, 3), "b2": _w(12),
+               "w3": _w(12, 12, 3, 3, scale=0.2), "b3": _w(12), "w4": _w(12, 1, 3, 3), "b4": _w(12),
+               "w5": _w(7, 12), "b5": _w(7)}
+    return one_op(nodes, {"x": (1, 5, 11, 9)}, (1, 7), weights)
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("target", ["cortex-m55", "cortex-m4", "cortex-m7", "aarch64", "armv7-neon"])
+def test_int16_convolution_forms_on_arm(target, tmp_path):
+    assert_checks(a16w8(_convolutions(), tmp_path), target=target)
+
+
+def test_int16_convolution_forms_on_the_host(tmp_path):
+    assert_checks(a16w8(_convolutions(), tmp_path))
+
+
 def test_a_sum_that_could_overflow_int32_stays_in_float(tmp_path):
     """1024 products of int16 activations and weights near +-127 can exceed int32: that Gemm runs in float
     between Dequantize and Quantize (and says so); the same shape with small weights runs on integers."""
@@ -153,5 +180,6 @@ def test_mlperf_tiny_a16w8(name, tmp_path):
 
 @pytest.mark.qemu
 @pytest.mark.parametrize("target", ["cortex-m4", "cortex-m55", "cortex-m0plus", "aarch64", "armv7-neon"])
-def test_a16w8_on_arm(target, tmp_path):
-    assert_checks(a16w8(zoo.ds_cnn(), tmp_path), target=target)
+@pytest.mark.parametrize("name", ["ds_cnn", "resnet8"])
+def test_a16w8_on_arm(name, target, tmp_path):
+    assert_checks(a16w8(zoo.ZOO[name](), tmp_path), target=target)

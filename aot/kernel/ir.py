@@ -284,8 +284,9 @@ class Lanes(Expr):
 class RowDot(Accumulate):
     """acc plus the dot product of int8 vectors a and b, spread over acc's i32 lanes in whatever grouping
     the target sums fastest: only the total of acc's lanes is defined (Reduce it at the end). With one
-    lane it is Helium's VMLADAVA; with four, 32-bit NEON's VMULL.S8/VMLAL.S8 + VPADAL.S16. `pairs_fit`:
-    no product is -128 * -128, so two products add in 16 bits."""
+    lane it is Helium's VMLADAVA (a may be int16, b int8 widened as it loads: VMLADAVA.S16); with four,
+    32-bit NEON's VMULL.S8/VMLAL.S8 + VPADAL.S16. `pairs_fit`: no product is -128 * -128, so two
+    products add in 16 bits."""
     pairs_fit: bool = False
 
 

@@ -151,9 +151,11 @@ class _Verifier:
             if self.bits[e.value.dtype] * e.value.lanes != self.bits[e.dtype] * e.lanes:
                 raise self.fail(f"reinterpret of {e.value.dtype}x{e.value.lanes} as {e.dtype}x{e.lanes}")
         elif isinstance(e, k.RowDot):
-            if e.acc.dtype != "i32" or (e.a.dtype, e.b.dtype) != ("i8", "i8") or e.a.lanes != e.b.lanes \
+            operands = {("i8", "i8")} | ({("i16", "i8")} if e.acc.lanes == 1 else set())
+            if e.acc.dtype != "i32" or (e.a.dtype, e.b.dtype) not in operands or e.a.lanes != e.b.lanes \
                     or e.a.lanes % e.acc.lanes:
-                raise self.fail("row dot of operands that are not int8 vectors of a multiple of the lanes")
+                raise self.fail("row dot of operands that are not int8 vectors (or int16 by int8 into one lane) "
+                                "of a multiple of the lanes")
         elif isinstance(e, k.MatrixDot):
             if e.acc.dtype != "i32" or (e.a.dtype, e.b.dtype) != ("i8", "i8") or e.a.lanes != 16 \
                     or e.b.lanes != 4 * e.acc.lanes or e.acc.lanes % 4:

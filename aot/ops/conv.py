@@ -371,11 +371,14 @@ def channel_blocks(channels: int, lanes: int, nr_max: int) -> list[ChannelBlock]
 # --- dense / grouped convolution --------------------------------------------------------------------
 
 def store_pixel(b: Builder, out: Buffer, arith: Arith, blk: ChannelBlock, accs: list[Expr], ch0: Expr,
-                base: Expr) -> None:
+                base: Expr, gather: int = 1) -> None:
     """One pixel's accumulators for a block of channels, finished and stored at `base`: where integers
     narrow in halving steps (see quantize), up to 16 lanes side by side at a time, so they narrow to bytes
-    together; otherwise vector by vector."""
+    together; scalar integer accumulators (one channel each: Helium's VMLADAV) `gather` at a time as one
+    vector, so they requantize together; otherwise vector by vector."""
     together = max(1, 16 // blk.lanes) if isinstance(arith, IntArith) and arith.halving and blk.lanes > 1 else 1
+    if isinstance(arith, IntArith) and blk.lanes == 1:
+        together = max(together, gather)
     j = 0
     while j < len(accs):
         n = 1 << (min(together, len(accs) - j).bit_length() - 1)     # a power of two of vectors
@@ -898,6 +901,7 @@ def lower_dense(ctx: LowerContext, node: Node, name: str, g: Geometry, groups: i
     cg, mg = g.c // groups, g.m // groups
     step = arith.group          # input channels per multiply-accumulate
     lanes = 1 if arith.scalar else ctx.target.lanes
+    gather = ctx.target.lanes if arith.scalar else 1       # scalar sums requantized a vector at a time
     knobs = ctx.knobs
     # Scalar integer tiles live in the core registers (about 10 free on Arm Thumb).
     core = lanes == 1 and arith.acc_dtype == "i32"
@@ -996,7 +1000,7 @@ def lower_dense(ctx: LowerContext, node: Node, name: str, g: Geometry, groups: i
             for u, unit in enumerate(units):
                 for k, i in enumerate(unit):
                     store_pixel(b, out, arith, blk, [part(acc, k) for acc in accs[t][u]], ch0,
-                                ((n * g.oh + oh) * g.ow + ow0 + i) * g.m + ch0)
+                                ((n * g.oh + oh) * g.ow + ow0 + i) * g.m + ch0, gather)
 
     group_stride = offsets[len(blocks)] if groups > 1 else 0    # panels repeat per group
     if chosen.schedule.loop == "weights":

@@ -64,6 +64,12 @@ from aot.schedule import Schedule
 VECTOR = 16             # int8 lanes per 128-bit vector
 
 
+def vector_lanes(x_dtype: str) -> int:
+    """Activations per 128-bit vector: 16 bytes, or 8 int16 (Helium's VMLADAVA.S16, weights widened from
+    int8 as they load)."""
+    return VECTOR if x_dtype in ("i8", "u8") else VECTOR // 2
+
+
 MIN_RUN = 8             # shorter window rows leave most of each vector idle: the generic kernel does better
 
 
@@ -79,50 +85,54 @@ def acc_lanes(ctx: LowerContext) -> int | None:
 
 def applies(ctx: LowerContext, quant: Quant | None, groups: int, weight: np.ndarray, x_dtype: str,
             g: Geometry | None = None) -> bool:
-    """Whether this lowering takes a Conv: quantized, int8 activations, ungrouped, weights that stay int8
-    after their zero point comes off, on a target with Helium's 16-lane int8 dot product; for a dense
-    convolution (geometry `g`) also window rows of at least MIN_RUN bytes."""
-    return (acc_lanes(ctx) is not None and ctx.knobs.simd and quant is not None and groups == 1
-            and x_dtype == "i8" and weight.min() >= -128 and weight.max() <= 127
-            and (g is None or Rows.of(g).seg_len >= MIN_RUN)
+    """Whether this lowering takes a Conv: quantized, int8 activations (or int16 ones on Helium), ungrouped,
+    weights that stay int8 after their zero point comes off, on a target with Helium's or 32-bit NEON's row
+    dot products; for a dense convolution (geometry `g`) also window rows of at least MIN_RUN elements."""
+    lanes = acc_lanes(ctx)
+    vector = vector_lanes(x_dtype)
+    return (lanes is not None and ctx.knobs.simd and quant is not None and groups == 1
+            and (x_dtype == "i8" or (x_dtype == "i16" and lanes == 1))
+            and weight.min() >= -128 and weight.max() <= 127
+            and (g is None or Rows.of(g, vector).seg_len >= MIN_RUN)
             # NEON has no predicated loads (LLVM splits a masked one into lanes): a border window clips to
             # whole vectors instead, so padding needs taps of whole vectors; and rows of at least a vector
             # (a short one's sums cost more to requantize than they save).
-            and (acc_lanes(ctx) == 1 or (g is not None and Rows.of(g).seg_len >= VECTOR
-                                         and (Rows.of(g).tap_chunks > 0 or not any(g.pads)))))
+            and (lanes == 1 or (g is not None and Rows.of(g, vector).seg_len >= vector
+                                and (Rows.of(g, vector).tap_chunks > 0 or not any(g.pads)))))
 
 
 @dataclass(frozen=True)
 class Rows:
     """How a window splits into contiguous runs of the input."""
     segments: int       # runs per window: kh (whole rows) or kh * kw (one tap each, dilated rows)
-    seg_len: int        # bytes per run
-    chunks: int         # 16-byte vectors per run, the last one partial if seg_len % 16
+    seg_len: int        # elements per run
+    chunks: int         # vectors per run, the last one partial if seg_len is not a whole number of them
     tap_chunks: int     # vectors per tap where runs are whole rows and each tap is whole vectors (a window
                         # clipped to taps [lo, hi) is then chunks [lo, hi) * tap_chunks); else 0
 
     @staticmethod
-    def of(g: Geometry) -> Rows:
+    def of(g: Geometry, vector: int = VECTOR) -> Rows:
         whole_rows = g.dilation[1] == 1
         segments = g.kh if whole_rows else g.kh * g.kw
         seg_len = g.kw * g.c if whole_rows else g.c
-        tap_chunks = g.c // VECTOR if whole_rows and g.c % VECTOR == 0 else 0
-        return Rows(segments, seg_len, -(-seg_len // VECTOR), tap_chunks)
+        tap_chunks = g.c // vector if whole_rows and g.c % vector == 0 else 0
+        return Rows(segments, seg_len, -(-seg_len // vector), tap_chunks)
 
 
-def pack(weight: np.ndarray, rows: Rows, blocks: list[ChannelBlock]) -> tuple[np.ndarray, list[int]]:
-    """OIHW int weights -> per channel block: [segment][chunk][channel][16] int8, zero-padded; returns
+def pack(weight: np.ndarray, rows: Rows, blocks: list[ChannelBlock], vector: int = VECTOR) \
+        -> tuple[np.ndarray, list[int]]:
+    """OIHW int weights -> per channel block: [segment][chunk][channel][vector] int8, zero-padded; returns
     the packed array and the offset of each block run."""
     m = weight.shape[0]
     runs = weight.transpose(0, 2, 3, 1).reshape(m, rows.segments, rows.seg_len)     # OHWI rows
-    padded = np.zeros((m, rows.segments, rows.chunks * VECTOR), np.int8)
+    padded = np.zeros((m, rows.segments, rows.chunks * vector), np.int8)
     padded[:, :, :rows.seg_len] = runs
     panels, offsets, offset = [], [], 0
     for blk in blocks:
         offsets.append(offset)
         for r in range(blk.count):
             first = blk.start + r * blk.width
-            block = padded[first:first + blk.width].reshape(blk.width, rows.segments, rows.chunks, VECTOR)
+            block = padded[first:first + blk.width].reshape(blk.width, rows.segments, rows.chunks, vector)
             panel = np.ascontiguousarray(block.transpose(1, 2, 0, 3)).reshape(-1)
             panels.append(panel)
             offset += panel.size
@@ -183,7 +193,8 @@ def spatial(b: Builder, g: Geometry, mr: int, tile: Tile) -> None:
 def lower_rows(ctx: LowerContext, node: Node, name: str, g: Geometry, weight: np.ndarray, arith: IntArith,
                quant: Quant, x: Buffer, out: Buffer, params: tuple[Buffer, ...]) -> Kernel:
     """weight: OIHW integers with their zero point subtracted."""
-    rows = Rows.of(g)
+    vector = vector_lanes(x.dtype)
+    rows = Rows.of(g, vector)
     chosen = ctx.schedule(node, workload("rows", g, 1, x, "int"),
                           Schedule("rows", ctx.knobs.core_mr, ctx.knobs.core_nr))
     mr, nr = chosen.schedule.mr, chosen.schedule.nr
@@ -192,7 +203,7 @@ def lower_rows(ctx: LowerContext, node: Node, name: str, g: Geometry, weight: np
     vector_widths = (ctx.target.lanes,) if sums == 1 else (ctx.target.lanes, 2)
     pairs_fit = bool(weight.min() > -128)
     blocks = channel_blocks(g.m, 1, min(nr, g.m))
-    packed, offsets = pack(weight, rows, blocks)
+    packed, offsets = pack(weight, rows, blocks, vector)
     wbuf = ctx.const(packed, "w")
     bias = ctx.const(folded_bias(arith, quant, weight), "b")
     zx = quant.x_zp
@@ -227,7 +238,7 @@ def lower_rows(ctx: LowerContext, node: Node, name: str, g: Geometry, weight: np
             ok = binop("and", ok, col_ok)
         return select(ok, lo, 0), select(ok, hi, 0)
 
-    full, tail = divmod(rows.seg_len, VECTOR)
+    full, tail = divmod(rows.seg_len, vector)
     prefix = ctx.const(zero_point_prefix(quant, weight), "z") if clips else None
 
     def window_bias(ch: Expr, window: Window) -> Expr:
@@ -252,7 +263,7 @@ def lower_rows(ctx: LowerContext, node: Node, name: str, g: Geometry, weight: np
                 for _ in range(width)]
         origin = [b.let("px", ((n * g.h + g.in_row(oh, 0)) * g.w + g.in_row(ow0 + i, 1)) * g.c)
                   for i in range(width)]
-        step = blk.nr * VECTOR
+        step = blk.nr * vector
         segs, chunks = ((0, rows.segments), (0, full)) if window is None else \
             (window[:2], (window[2] * rows.tap_chunks, window[3] * rows.tap_chunks))
         with b.loop("s", *segs) as s:
@@ -262,16 +273,16 @@ def lower_rows(ctx: LowerContext, node: Node, name: str, g: Geometry, weight: np
                       for i in range(width)] if masked else []
 
             def chunk(q: Expr, count: int | None) -> None:
-                wv = [b.let("wv", wbuf.vec(wrow + q * step + j * VECTOR, VECTOR)) for j in range(blk.nr)]
+                wv = [b.let("wv", wbuf.vec(wrow + q * step + j * vector, vector)) for j in range(blk.nr)]
                 for i in range(width):
-                    at = origin[i] + offset + q * VECTOR
+                    at = origin[i] + offset + q * vector
                     if masked:
                         lo, hi = bounds[i]
-                        xv = MaskedLoad(x, at, VECTOR, hi - q * VECTOR, lo - q * VECTOR, zx)
+                        xv = MaskedLoad(x, at, vector, hi - q * vector, lo - q * vector, zx)
                     elif count is not None:
-                        xv = MaskedLoad(x, at, VECTOR, const(count))
+                        xv = MaskedLoad(x, at, vector, const(count))
                     else:
-                        xv = x.vec(at, VECTOR)
+                        xv = x.vec(at, vector)
                     a = b.let("xv", xv)
                     for j in range(blk.nr):
                         b.assign(accs[i][j], RowDot(accs[i][j], a, wv[j], pairs_fit))
@@ -298,7 +309,7 @@ def lower_rows(ctx: LowerContext, node: Node, name: str, g: Geometry, weight: np
         for bi, blk in enumerate(blocks):
             with b.loop("cb", 0, blk.count) as cb:
                 ch0 = b.let("ch0", blk.start + cb * blk.width)
-                panel = b.let("panel", offsets[bi] + cb * (rows.segments * rows.chunks * blk.width * VECTOR))
+                panel = b.let("panel", offsets[bi] + cb * (rows.segments * rows.chunks * blk.width * vector))
                 tile(width, blk, n, oh, ow0, ch0, panel, masked, window)
 
     def clipped(width: int, n: Expr, oh: Expr, ow0: Expr, *window: Expr) -> None:
