@@ -476,21 +476,24 @@ def _errors(model: onnx.ModelProto, float_path: Path, quantized_path: Path, samp
         debug.modify_model_output_intermediate_tensors(str(path), str(augmented))
         activations.append(debug.collect_activations(str(augmented), iter(samples)))
     floats, ints = activations
-    classes = {o.name: _classes(o) for o in model.graph.output}
+    producers = {out: node for node in model.graph.node for out in node.output}
+    classes = {o.name: _classes(o, producers.get(o.name), labels is not None) for o in model.graph.output}
     classifier = next((name for name, count in classes.items() if count), None)
     outputs = tuple(_output_error(o.name, floats[o.name], ints[o.name], classes[o.name],
                                   labels if o.name == classifier else None) for o in model.graph.output)
     errors = debug.compute_activation_error(debug.create_activation_matching(ints, floats))
-    producers = {out: node for node in model.graph.node for out in node.output}
     found = [TensorError(name, producers[name].name, producers[name].op_type, float(e["xmodel_err"]))
              for name, e in errors.items() if name in producers and "xmodel_err" in e]
     return outputs, tuple(sorted(found, key=lambda t: (t.sqnr_db, t.tensor)))
 
 
-def _classes(output: onnx.ValueInfoProto) -> int:
-    """The number of classes of an output of class scores (batch x classes, more than one), else 0."""
+def _classes(output: onnx.ValueInfoProto, producer: onnx.NodeProto | None, labelled: bool) -> int:
+    """The number of classes of an output of class scores, else 0: batch x classes (more than one) made by
+    a Softmax or LogSoftmax, or any such output when there are labels (logits; not a regression output,
+    whose largest element means nothing)."""
     dims = output.type.tensor_type.shape.dim
-    return dims[1].dim_value if len(dims) == 2 and dims[1].dim_value > 1 else 0
+    scores = labelled or (producer is not None and producer.op_type in ("Softmax", "LogSoftmax"))
+    return dims[1].dim_value if scores and len(dims) == 2 and dims[1].dim_value > 1 else 0
 
 
 def _output_error(name: str, reference: list[np.ndarray], got: list[np.ndarray], classes: int,

@@ -206,6 +206,9 @@ def test_int16_promotes_chosen_nodes_in_an_int8_model_that_aot_compiles(model_fi
     assert report.footprint.target == "cortex-m4" and report.footprint.flash > 0 and report.footprint.ram > 0
     result = aot.check(tmp_path / "q.onnx")
     assert result.ok and all(c.max_abs <= c.step * 1.001 for c in result.comparisons), result.comparisons
+    program = aot.build(tmp_path / "q.onnx", out_dir=None).program     # int16 <-> int8 without float between
+    ops = [call.node.op for call in program.calls]
+    assert "Requantize" in ops and ops.count("Dequantize") == 1, ops
     with pytest.raises(OptionError, match="with --scheme a16w8 every activation is int16 already"):
         quantize(model_file, tmp_path / "q2.onnx", tmp_path / "calib.npz", int16=("conv",), scheme="a16w8")
     with pytest.raises(OptionError, match="--int16 nope: no node or op of that name"):

@@ -126,13 +126,17 @@ def binary(ctx: LowerContext, node: Node, name: str) -> Kernel:
 
 
 def quantize_linear(ctx: LowerContext, node: Node, name: str) -> Kernel:
-    """Quantize: saturate(round(x / scale) + zero_point); Dequantize: (q - zero_point) * scale."""
+    """Quantize: saturate(round(x / scale) + zero_point); Dequantize: (q - zero_point) * scale; Requantize:
+    the two in turn, from one encoding to another (float32 between them, as the separate kernels)."""
     ins, outs, params = ctx.io(node)
     scale, zp = node.attrs["scale"], node.attrs["zero_point"]
     out_dtype = ctx.graph.values[node.outputs[0]].dtype
+    lo, hi = RANGES.get(out_dtype, (0, 0))
     if node.op == "Quantize":
-        lo, hi = RANGES[out_dtype]
         fn = lambda v: quantize(v[0] / scale, zp, lo, hi, out_dtype)
+    elif node.op == "Requantize":
+        fn = lambda v: quantize(dequantize(v[0], node.attrs["from_zero_point"], node.attrs["from_scale"]) / scale,
+                                zp, lo, hi, out_dtype)
     else:
         fn = lambda v: dequantize(v[0], zp, scale)
     shape, perm = _flat_unless_transposed(ctx, node)
@@ -382,5 +386,7 @@ define("QuantizeLinear", canonical=canonical_quantize)
 define("DequantizeLinear", canonical=canonical_quantize, dtypes=frozenset({"int8", "uint8", "int16", "int32"}))
 define("Quantize", lower=quantize_linear, layout=Layout.FOLLOW, elementwise=True, writes_transposed=True,
        check=same_shape)
+define("Requantize", canonical=lambda rw, node: rw.keep(node), lower=quantize_linear, layout=Layout.FOLLOW,
+       dtypes=frozenset({"int8", "uint8", "int16"}), elementwise=True, writes_transposed=True, check=same_shape)
 define("Dequantize", lower=quantize_linear, layout=Layout.FOLLOW, dtypes=frozenset({"int8", "uint8", "int16", "int32"}),
        elementwise=True, writes_transposed=True, check=same_shape)

@@ -148,7 +148,7 @@ def _fuse(graph: Graph) -> Graph:
     absorbed: set[str] = set()
     replacement: dict[str, Node] = {}
     for node in graph.nodes:
-        fused = _match(chains, rw, node)
+        fused = _match(chains, rw, node) or _requantize(chains, node)
         if fused is not None:
             new, swallowed = fused
             replacement[node.name] = new
@@ -188,6 +188,22 @@ def _match(chains: _Chains, rw: Rewriter, node: Node) -> tuple[Node, list[Node]]
         return node.with_(inputs=(x,) + node.inputs[1:], outputs=(y,)), swallowed
     inputs = tuple(p[0] for p in parts) + node.inputs[len(parts):]    # a Clip keeps its constant bounds
     return node.with_(inputs=inputs, outputs=(y,), attrs=attrs), swallowed
+
+
+def _requantize(chains: _Chains, node: Node) -> tuple[Node, list[Node]] | None:
+    """A DequantizeLinear read only by a QuantizeLinear into another encoding (the conversions a mixed-precision
+    model has between int8 and int16): one Requantize kernel from integers to integers, computing what the
+    two compute, without the float tensor between them."""
+    if node.op != "QuantizeLinear" or node.outputs[0] not in chains.encodings:
+        return None
+    source = chains.dequantized(node.inputs[0])
+    if source is None or len(chains.users.get(node.inputs[0], [])) != 1 or node.inputs[0] in chains.graph.outputs:
+        return None
+    x, params = source
+    y = chains.encodings[node.outputs[0]]
+    return Node("Requantize", node.name, (x,), node.outputs, {"from_scale": params.scale, "from_zero_point":
+                                                              params.zero_point, "scale": y.scale,
+                                                              "zero_point": y.zero_point}), []
 
 
 def _match_matrix(chains: _Chains, rw: Rewriter, node: Node, y: str, swallowed: list[Node]) \
