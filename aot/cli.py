@@ -6,7 +6,9 @@ import argparse
 import dataclasses
 import os
 import re
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -123,6 +125,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--emit", metavar="STAGES", help="also write these stages, comma-separated, "
                    "into DIR: graph (NAME.graph.txt), kir (NAME.kir.txt: the kernels' loop IR), llvm (NAME.ll and "
                    "NAME.opt.ll: LLVM IR before and after optimization), asm (NAME.s)")
+    p.add_argument("--quantize", metavar="DATA", help="quantize the float model first (aot quantize, on this "
+                   "calibration data) and build the result; DIR gets NAME.quantized.onnx and its report too")
+    p.add_argument("--scheme", choices=["int8", "a16w8"], help="with --quantize: int8 (default) or a16w8 "
+                   "(int16 activations, int8 weights)")
     _memory_arg(p)
 
     p = sub.add_parser("run", help="build, run through the C entry point, compare with onnxruntime (or "
@@ -302,10 +308,27 @@ def _build(args) -> int:
         print(f"# after {name}\n{graph.dump()}\n")
 
     start = time.perf_counter()
-    artifact = build(args.model, target=get_target(args.target, args.target_dir), out_dir=args.output, name=args.name,
-                     input_shapes=_shapes(args), memory=args.memory, on_pass=dump if args.dump_graph else None,
-                     knobs=_knobs(args), freeze=_freeze(args), records=args.records,
-                     emit=args.emit)
+    if args.scheme and not args.quantize:
+        raise OptionError("--scheme chooses how --quantize quantizes: give --quantize DATA too")
+    target = get_target(args.target, args.target_dir)
+    with tempfile.TemporaryDirectory() as tmp:
+        model, name = args.model, args.name
+        if args.quantize:       # the float model quantized first, built under the float model's name
+            from aot.quantize import quantize
+
+            name = name or Path(args.model).stem
+            model = Path(tmp) / f"{name}.quantized.onnx"
+            report = quantize(args.model, model, args.quantize, scheme=args.scheme or "int8",
+                              input_shapes=_shapes(args))
+            worst = min(report.outputs, key=lambda o: o.sqnr_db)
+            print(f"quantized {report.model} ({report.scheme}): output {worst.output} SQNR {worst.sqnr_db:.1f} dB "
+                  f"against the float model on {report.compared} calibration sample(s)")
+        artifact = build(model, target=target, out_dir=args.output, name=name, input_shapes=_shapes(args),
+                         memory=args.memory, on_pass=dump if args.dump_graph else None, knobs=_knobs(args),
+                         freeze=_freeze(args), records=args.records, emit=args.emit)
+        if args.quantize:       # beside the build only once it succeeded
+            for made in Path(tmp).iterdir():
+                shutil.copyfile(made, artifact.dir / made.name)
     plan = artifact.plan
     split = " + ".join(f"{r['name']} {r['size']:,}" for r in plan.get("regions", ()))
     print(f"built {artifact.dir}/ for {artifact.target.name} in {time.perf_counter() - start:.2f} s: "

@@ -70,6 +70,14 @@ class TensorError:
 
 
 @dataclass(frozen=True)
+class WeightError:
+    """A weight tensor: the SQNR of its integer codes (dequantized) against the float weights they replace."""
+    weight: str
+    node: str               # the node that reads it
+    sqnr_db: float
+
+
+@dataclass(frozen=True)
 class Footprint:
     """aot's build of the quantized model for a target, from its metadata."""
     target: str
@@ -95,6 +103,7 @@ class Report:
     compared: int = 0                           # samples the figures are over
     held_out: bool = False                      # they are --eval samples, not calibration ones
     footprint: Footprint | None = None
+    weights: tuple[WeightError, ...] = ()      # worst first
 
     def text(self) -> str:
         weights = "per channel" if self.per_channel else "per tensor"
@@ -128,6 +137,11 @@ class Report:
                       f"where one drops well below the tensors before it, try {advice}",
                       f"{'tensor':<24} {'node':<24} {'op':<16} {'SQNR dB':>8}"]
             lines += [f"{t.tensor:<24} {t.node:<24} {t.op:<16} {t.sqnr_db:>8.2f}" for t in shown]
+        if self.weights:
+            shown = self.weights[:LAYERS_SHOWN]
+            lines += ["", f"the {len(shown)} weights with the lowest SQNR of {len(self.weights)} (int8 codes against "
+                      "the float weights)", f"{'weight':<32} {'node':<24} {'SQNR dB':>8}"]
+            lines += [f"{w.weight:<32} {w.node:<24} {w.sqnr_db:>8.2f}" for w in shown]
         if self.footprint is not None:
             f = self.footprint
             lines += ["", f"aot build for {f.target}: flash {f.flash:,} bytes, RAM {f.ram:,} bytes "
@@ -193,10 +207,11 @@ def quantize(model_path: str | Path, out: str | Path, calibration: str | Path | 
         except Exception as err:    # onnxruntime's own failures: one line naming the model
             raise ModelError(f"{model_path}: onnxruntime's quantizer failed: {_first_line(err)}") from None
         outputs, tensors = _errors(model, float_path, staged, compared, tmp, truth)
+        weights = _weight_errors(pre_model, onnx.load(str(staged)))
         footprint = _footprint(staged, target) if target else None
         report = Report(model_path.name, scheme, method, per_channel, tuple(sorted(nodes | ops)), len(samples),
                         calibration is None, outputs, tensors, tuple(sorted(promoted)), dict(input_shapes or {}),
-                        len(compared), evaluation is not None, footprint)
+                        len(compared), evaluation is not None, footprint, weights)
         out.parent.mkdir(parents=True, exist_ok=True)      # only once there is something to write
         staged.replace(out)
     stem = out.with_suffix("")
@@ -485,6 +500,33 @@ def _errors(model: onnx.ModelProto, float_path: Path, quantized_path: Path, samp
     found = [TensorError(name, producers[name].name, producers[name].op_type, float(e["xmodel_err"]))
              for name, e in errors.items() if name in producers and "xmodel_err" in e]
     return outputs, tuple(sorted(found, key=lambda t: (t.sqnr_db, t.tensor)))
+
+
+def _weight_errors(pre: onnx.ModelProto, quantized: onnx.ModelProto) -> tuple[WeightError, ...]:
+    """Each quantized weight (a DequantizeLinear of a constant, not a bias) against the float weight of the
+    pre-processed model it stands for (onnxruntime names the codes NAME_quantized), worst first."""
+    floats = {t.name: onnx.numpy_helper.to_array(t) for t in pre.graph.initializer}
+    codes = {t.name: onnx.numpy_helper.to_array(t) for t in quantized.graph.initializer}
+    readers = {name: node.name for node in quantized.graph.node for name in node.input}
+    found = []
+    for node in quantized.graph.node:
+        q = node.input[0]
+        original = q.removesuffix("_quantized")
+        if node.op_type != "DequantizeLinear" or q not in codes or original not in floats \
+                or codes[q].dtype not in (np.int8, np.uint8, np.int16):
+            continue
+        w = floats[original].astype(np.float64)
+        scale = codes[node.input[1]].astype(np.float64)
+        zero = codes[node.input[2]].astype(np.float64) if len(node.input) > 2 else np.zeros_like(scale)
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 1) if scale.size > 1 else 0
+        shape = [1] * w.ndim
+        if scale.size > 1:
+            shape[axis] = -1
+        real = (codes[q].astype(np.float64) - zero.reshape(shape)) * scale.reshape(shape)
+        noise, signal = float(np.sum((w - real) ** 2)), float(np.sum(w ** 2))
+        sqnr = float("inf") if noise == 0 else 10 * np.log10(signal / noise) if signal else float("-inf")
+        found.append(WeightError(original, readers.get(node.output[0], ""), sqnr))
+    return tuple(sorted(found, key=lambda e: (e.sqnr_db, e.weight)))
 
 
 def _classes(output: onnx.ValueInfoProto, producer: onnx.NodeProto | None, labelled: bool) -> int:

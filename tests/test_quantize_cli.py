@@ -66,6 +66,12 @@ def test_npz_calibration_gives_a_qdq_model_aot_compiles_and_a_report(model_file,
     assert all(t["sqnr_db"] > 15 for t in tensors), tensors
     text = (tmp_path / "q" / "net_int8.quantize_report.txt").read_text()
     assert "SQNR dB" in text and f"{tensors[0]['tensor']:<24} {tensors[0]['node']:<24}" in text
+    weights = {w["weight"]: w for w in report["weights"]}      # the classifier's int8 codes against its floats
+    codes = {t.name: onnx.numpy_helper.to_array(t).astype(np.float64) for t in quantized.graph.initializer}
+    wg = onnx.numpy_helper.to_array(next(t for t in small_cnn().graph.initializer if t.name == "wg"))
+    real = codes["wg_quantized"] * codes["wg_scale"][:, None]
+    expected = 10 * np.log10(np.sum(wg.astype(np.float64) ** 2) / np.sum((wg - real) ** 2))
+    assert weights["wg"]["node"] == "fc" and weights["wg"]["sqnr_db"] == pytest.approx(expected), weights
     built = aot.build(out, out_dir=tmp_path / "b")
     assert any(" i8 " in s["workload"] for s in built.metadata["schedules"]), "no integer kernel"
     result = aot.check(out)
@@ -240,3 +246,22 @@ def test_a_model_onnxruntime_cannot_load_is_one_line(tmp_path):
     assert proc.stderr.startswith("aot: error: ") and "onnxruntime cannot load it" in proc.stderr
     assert "NoSuchOp" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "o").exists()
+
+
+def test_build_quantize_goes_from_the_float_model_to_an_integer_build(model_file, tmp_path):
+    """aot build --quantize DATA: quantized, then built under the float model's name; the quantized model and
+    its report land in the build directory; the report says each layer's integer type."""
+    rng = np.random.default_rng(10)
+    np.savez(tmp_path / "calib.npz", x=rng.random((8, 3, 8, 8)).astype(np.float32))
+    out = tmp_path / "b"
+    proc = aot_cli("build", model_file, "--quantize", tmp_path / "calib.npz", "--scheme", "a16w8",
+                   "--target", "cortex-m4", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    assert "quantized net.onnx (a16w8): output y SQNR" in proc.stdout
+    made = {p.name for p in out.iterdir()}
+    assert {"net.o", "net.h", "net.quantized.onnx", "net.quantized.quantize_report.txt"} <= made, made
+    report = (out / "report.txt").read_text()
+    assert "Conv int16" in report and "Gemm int16" in report, report
+    assert aot.check(out / "net.quantized.onnx", target="host").ok
+    proc = aot_cli("build", model_file, "--scheme", "a16w8", "-o", tmp_path / "c")
+    assert proc.returncode == 1 and "give --quantize DATA too" in proc.stderr and not (tmp_path / "c").exists()
