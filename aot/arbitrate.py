@@ -244,12 +244,17 @@ def _f64(value: np.ndarray) -> np.ndarray:
 
 
 def node_f64(node: onnx.NodeProto) -> onnx.NodeProto:
-    """The node with its float constants and float target types made float64."""
+    """The node with its float constants and float target types made float64; so is the precision of a
+    normalization's statistics (stash_type: float32 by default, in which onnx.reference's function for
+    GroupNormalization would compute them, cancellation included, in a float64 evaluation too)."""
     node = onnx.NodeProto.FromString(node.SerializeToString())
+    if node.op_type in ("LayerNormalization", "GroupNormalization") and not node.domain:
+        if not any(a.name == "stash_type" for a in node.attribute):
+            node.attribute.append(helper.make_attribute("stash_type", TensorProto.DOUBLE))
     for attr in node.attribute:
         if attr.type == onnx.AttributeProto.TENSOR and attr.t.data_type in _FLOATS:
             attr.t.CopyFrom(numpy_helper.from_array(_f64(numpy_helper.to_array(attr.t)), attr.t.name))
-        elif (attr.name in ("to", "dtype", "output_dtype") and attr.type == onnx.AttributeProto.INT
+        elif (attr.name in ("to", "dtype", "output_dtype", "stash_type") and attr.type == onnx.AttributeProto.INT
               and attr.i in _FLOATS):
             attr.i = TensorProto.DOUBLE
         elif attr.type == onnx.AttributeProto.GRAPH:

@@ -33,7 +33,7 @@ FLOAT = "float32"
 INTS = ("int64", "int32")
 ONNX_TYPE = {"float32": onnx.TensorProto.FLOAT, "float64": onnx.TensorProto.DOUBLE,
              "int64": onnx.TensorProto.INT64, "int32": onnx.TensorProto.INT32, "int8": onnx.TensorProto.INT8,
-             "uint8": onnx.TensorProto.UINT8, "bool": onnx.TensorProto.BOOL}
+             "uint8": onnx.TensorProto.UINT8, "int16": onnx.TensorProto.INT16, "bool": onnx.TensorProto.BOOL}
 OPSETS = (17, 18, 20, 21)
 MAX_MAG = 1e4       # no tensor grows past this: float32 keeps ~1e-3 absolute precision there
 
@@ -1012,18 +1012,23 @@ def make_gather(b: Builder) -> None:
 
 
 def quantize(b: Builder, x: Tensor, dtype: str = "int8") -> tuple[Tensor, float, int]:
-    scale = float(np.float32(max(x.mag, 0.1) / b.choice([60.0, 100.0, 127.0])))
-    zp = int(b.rng.integers(-10, 11)) if dtype == "int8" else int(b.rng.integers(100, 156))
+    if dtype == "int16":    # symmetric as quantizers make it, at times with a zero point
+        scale = float(np.float32(max(x.mag, 0.1) / b.choice([8000.0, 20000.0, 32767.0])))
+        zp = int(b.rng.integers(-300, 301)) if b.coin(0.25) else 0
+    else:
+        scale = float(np.float32(max(x.mag, 0.1) / b.choice([60.0, 100.0, 127.0])))
+        zp = int(b.rng.integers(-10, 11)) if dtype == "int8" else int(b.rng.integers(100, 156))
     s = b.constant(np.float32(scale), register=False)
     z = b.constant(np.array(zp, dtype=dtype), register=False)
-    q = b.one("QuantizeLinear", [x, s, z], x.shape, dtype, mag=128, exact=True)
+    q = b.one("QuantizeLinear", [x, s, z], x.shape, dtype, mag=32768 if dtype == "int16" else 128, exact=True)
     return q, scale, zp
 
 
 def dequantize(b: Builder, q: Tensor, scale: float, zp: int, quant: bool = False) -> Tensor:
     s = b.constant(np.float32(scale), register=False)
     z = b.constant(np.array(zp, dtype=q.dtype), register=False)
-    return b.one("DequantizeLinear", [q, s, z], q.shape, mag=scale * 256, exact=not quant, quant=quant)
+    return b.one("DequantizeLinear", [q, s, z], q.shape, mag=scale * (65536 if q.dtype == "int16" else 256),
+                 exact=not quant, quant=quant)
 
 
 def qdq_weight(b: Builder, shape, per_channel: bool) -> str:
@@ -1050,6 +1055,8 @@ def make_qdq(b: Builder) -> None:
                and t.shape[1 % t.rank] <= 16,
                (1, int(b.rng.integers(1, 9)), *b.random_shape(2, 2, 6)) if rank != 2 else b.random_shape(2, 1, 8))
     act = "uint8" if b.coin(0.2) else "int8"
+    if b.opset >= 21 and b.coin(0.4):      # int16 activations (int8 weights), QuantizeLinear's types from opset 21
+        act = "int16"
     q, scale, zp = quantize(b, x, act)
     dq = dequantize(b, q, scale, zp)
     y = qdq_body(b, op, x, dq, act)
@@ -1058,10 +1065,15 @@ def make_qdq(b: Builder) -> None:
     relu = op in ("Conv", "MatMul", "Gemm", "Add") and b.coin(0.3)
     if relu:
         y = b.one("Relu", [y], y.shape, mag=y.mag)
-    out_scale = float(np.float32(y.mag / b.choice([40.0, 80.0, 127.0])))
-    zp_out = int(b.rng.integers(-20, 21)) if act == "int8" else 128
+    if act == "int16":
+        out_scale = float(np.float32(y.mag / b.choice([5000.0, 16000.0, 32767.0])))
+        zp_out = int(b.rng.integers(-300, 301)) if b.coin(0.25) else 0
+    else:
+        out_scale = float(np.float32(y.mag / b.choice([40.0, 80.0, 127.0])))
+        zp_out = int(b.rng.integers(-20, 21)) if act == "int8" else 128
     s, z = b.constant(np.float32(out_scale), register=False), b.constant(np.array(zp_out, act), register=False)
-    q2 = b.one("QuantizeLinear", [y, s, z], y.shape, act, mag=128, exact=False, quant=True)
+    q2 = b.one("QuantizeLinear", [y, s, z], y.shape, act, mag=32768 if act == "int16" else 128, exact=False,
+               quant=True)
     b.ops[f"qdq:{op}"] += 1
     if b.coin(0.6):
         dequantize(b, q2, out_scale, zp_out, quant=True)
