@@ -226,6 +226,8 @@ def _parser() -> argparse.ArgumentParser:
                    "activations lose too much on (audio, regression)")
     p.add_argument("--int16", action="append", default=[], metavar="NODE|OP", help="int16 activations for this "
                    "node, or every node of this op type, in an int8 model (repeatable)")
+    p.add_argument("--auto-precision", type=float, metavar="DB", help="promote the layers that lose the most "
+                   "to int16 activations, a few at a time, until every output's SQNR reaches DB")
     p.add_argument("--method", default="minmax", choices=["minmax", "entropy", "percentile"],
                    help="onnxruntime's calibration method (default minmax)")
     p.add_argument("--per-tensor", action="store_true", help="one weight scale per tensor (default: per channel)")
@@ -293,11 +295,16 @@ def _quantize_target(args):
 
 
 def _quantize(args) -> int:
-    from aot.quantize import quantize
+    from aot.quantize import quantize, quantize_to
 
-    report = quantize(args.model, args.output, args.calibration, args.method, not args.per_tensor,
-                      tuple(args.exclude), args.allow_random, args.scheme, tuple(args.int16), _shapes(args),
-                      args.eval, args.labels, _quantize_target(args))
+    options = dict(calibration=args.calibration, method=args.method, per_channel=not args.per_tensor,
+                   exclude=tuple(args.exclude), allow_random=args.allow_random, scheme=args.scheme,
+                   int16=tuple(args.int16), input_shapes=_shapes(args), evaluation=args.eval, labels=args.labels,
+                   target=_quantize_target(args))
+    if args.auto_precision is not None:
+        report = quantize_to(args.model, args.output, args.auto_precision, **options)
+    else:
+        report = quantize(args.model, args.output, **options)
     print(report.text(), end="")
     print(f"wrote {args.output} and its report {Path(args.output).with_suffix('')}.quantize_report.txt")
     return 0

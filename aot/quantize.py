@@ -1,7 +1,8 @@
 """`aot quantize`: a float ONNX model to integer QDQ with onnxruntime's quantizer, calibrated on the user's data,
 and a report of what the quantization cost.
 
-    aot quantize model.onnx --calibration DATA -o model_int8.onnx [--scheme int8|a16w8] [--int16 NODE|OP ...]
+    aot quantize model.onnx --calibration DATA -o model_int8.onnx [--scheme int8|a16w8]
+                            [--int16 NODE|OP ... | --auto-precision DB]
                             [--method minmax|entropy|percentile] [--per-tensor] [--exclude NODE|OP ...]
                             [--input-shape NAME=DIMS ...] [--eval DATA [--labels FILE]] [--target T]
                             [--allow-random]
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import io
 import json
 import logging
@@ -104,6 +106,7 @@ class Report:
     held_out: bool = False                      # they are --eval samples, not calibration ones
     footprint: Footprint | None = None
     weights: tuple[WeightError, ...] = ()      # worst first
+    auto_precision: dict | None = None          # --auto-precision: target dB, rounds, whether reached
 
     def text(self) -> str:
         weights = "per channel" if self.per_channel else "per tensor"
@@ -112,6 +115,10 @@ class Report:
         if self.input_shapes:
             lines.append("input shapes fixed: " + ", ".join(f"{n}={'x'.join(map(str, s))}"
                                                            for n, s in self.input_shapes.items()))
+        if self.auto_precision:
+            a = self.auto_precision
+            lines.append(f"--auto-precision {a['target_db']:g} dB: {'reached' if a['reached'] else 'NOT reached'} "
+                         f"after {a['rounds']} round(s) promoting {len(self.int16)} node(s) to int16")
         if self.int16:
             lines.append(f"int16 activations (--int16): {', '.join(self.int16)}")
         if self.excluded:
@@ -293,6 +300,53 @@ def _fix_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], path
         return onnx.shape_inference.infer_shapes(model)
     except Exception as err:
         raise ModelError(f"{path}: shape inference with --input-shape failed: {_first_line(err)}") from None
+
+
+AUTO_ROUNDS = 8        # --auto-precision: quantizations tried at most
+
+
+def quantize_to(model_path: str | Path, out: str | Path, target_db: float, **options) -> Report:
+    """An int8 model whose outputs reach `target_db` of SQNR against the float model, if promoting layers to
+    int16 activations gets there: quantized in int8, then again with the layers that lose the most (the
+    largest drop of SQNR from their inputs to their output) in int16, a quarter of the rest more each round, until
+    every output reaches the target or AUTO_ROUNDS quantizations were made. The report says how it went."""
+    if options.get("scheme", "int8") != "int8" or options.pop("int16", ()):
+        raise OptionError("--auto-precision chooses the int16 layers of an int8 model: drop --scheme a16w8 and "
+                          "--int16")
+    model = _load(Path(model_path))
+    promoted: list[str] = []
+    rounds = 0
+    while True:
+        report = quantize(model_path, out, int16=tuple(promoted), **options)
+        rounds += 1
+        reached = bool(min(o.sqnr_db for o in report.outputs) >= target_db)
+        candidates = [] if reached else _worst_layers(model, report, set(promoted))
+        if reached or not candidates or rounds == AUTO_ROUNDS:
+            break
+        promoted += candidates[:-(-len(candidates) // 4)]
+    report = dataclasses.replace(report, auto_precision={"target_db": target_db, "rounds": rounds,
+                                                         "reached": reached})
+    stem = Path(out).with_suffix("")
+    Path(f"{stem}.quantize_report.txt").write_text(report.text())
+    Path(f"{stem}.quantize_report.json").write_text(json.dumps(asdict(report), indent=1) + "\n")
+    return report
+
+
+def _worst_layers(model: onnx.ModelProto, report: Report, promoted: set[str]) -> list[str]:
+    """Nodes of the float model not yet promoted, by how much SQNR their output loses against their inputs'
+    (a BatchNormalization's tensor counts for the convolution it folds into), worst first."""
+    producers = {out: node for node in model.graph.node for out in node.output}
+    sqnr = {t.tensor: t.sqnr_db for t in report.tensors}
+    drops: dict[str, float] = {}
+    for t in report.tensors:
+        node = producers[t.tensor]
+        if node.op_type == "BatchNormalization" and node.input[0] in producers:
+            node = producers[node.input[0]]
+        inputs = [sqnr[i] for i in node.input if i in sqnr]
+        drop = (min(inputs) if inputs else max(sqnr.values())) - t.sqnr_db
+        if node.name not in promoted:
+            drops[node.name] = max(drops.get(node.name, float("-inf")), drop)
+    return sorted(drops, key=lambda name: (-drops[name], name))
 
 
 def _check_loads(path: Path, model_path: Path) -> None:

@@ -265,3 +265,23 @@ def test_build_quantize_goes_from_the_float_model_to_an_integer_build(model_file
     assert aot.check(out / "net.quantized.onnx", target="host").ok
     proc = aot_cli("build", model_file, "--scheme", "a16w8", "-o", tmp_path / "c")
     assert proc.returncode == 1 and "give --quantize DATA too" in proc.stderr and not (tmp_path / "c").exists()
+
+
+def test_auto_precision_promotes_layers_to_int16_until_the_outputs_reach_the_target(model_file, tmp_path):
+    """--auto-precision DB: int8, then the layers that lose the most in int16, until the output's SQNR reaches
+    DB; a target out of reach stops after a bounded number of rounds and the report says it was not reached."""
+    from aot.quantize import AUTO_ROUNDS, quantize_to
+
+    rng = np.random.default_rng(11)
+    np.savez(tmp_path / "calib.npz", x=rng.random((8, 3, 8, 8)).astype(np.float32))
+    int8 = quantize(model_file, tmp_path / "int8.onnx", tmp_path / "calib.npz").outputs[0].sqnr_db
+    report = quantize_to(model_file, tmp_path / "auto.onnx", int8 + 3, calibration=tmp_path / "calib.npz")
+    assert report.auto_precision["reached"] and report.int16 and report.outputs[0].sqnr_db >= int8 + 3
+    assert "reached after" in (tmp_path / "auto.quantize_report.txt").read_text()
+    assert aot.check(tmp_path / "auto.onnx").ok
+    far = quantize_to(model_file, tmp_path / "far.onnx", 300.0, calibration=tmp_path / "calib.npz")
+    assert not far.auto_precision["reached"] and far.auto_precision["rounds"] <= AUTO_ROUNDS
+    assert "NOT reached" in (tmp_path / "far.quantize_report.txt").read_text()
+    proc = aot_cli("quantize", model_file, "--allow-random", "--auto-precision", "40", "--scheme", "a16w8",
+                   "-o", tmp_path / "o" / "q.onnx")
+    assert proc.returncode == 1 and "drop --scheme a16w8" in proc.stderr and not (tmp_path / "o").exists()
