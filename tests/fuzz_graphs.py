@@ -1058,6 +1058,9 @@ def make_qdq(b: Builder) -> None:
     if b.opset >= 21 and b.coin(0.4):      # int16 activations (int8 weights), QuantizeLinear's types from opset 21
         act = "int16"
     q, scale, zp = quantize(b, x, act)
+    if b.opset >= 21 and b.coin(0.2):     # a mixed-precision conversion first: Dequantize -> Quantize to another type
+        q, scale, zp = quantize(b, dequantize(b, q, scale, zp), "int8" if act == "int16" else "int16")
+        b.ops["qdq:convert"] += 1
     dq = dequantize(b, q, scale, zp)
     y = qdq_body(b, op, x, dq, act)
     if y is None:
