@@ -217,8 +217,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="the quantized model to write (the report goes beside it: "
                    "OUT.quantize_report.txt and .json)")
     data = (".npz with one array per model input, samples on the first axis; a directory of .npz/.npy files, one "
-            "sample each; or ONNX test sets (test_data_set_*/input_N.pb)")
+            "sample each; ONNX test sets (test_data_set_*/input_N.pb); or a directory of images (--preprocess)")
     p.add_argument("--calibration", metavar="DATA", help=data)
+    p.add_argument("--preprocess", metavar="SPEC", help="how images become the input, as the model was trained: "
+                   "mean=0.485,0.456,0.406,std=0.229,0.224,0.225,layout=nchw,size=224x224,scale=1/255 (left out: "
+                   "mean 0, std 1, the input's layout and size, pixels scaled to [0, 1])")
     p.add_argument("--allow-random", action="store_true", help="without --calibration, calibrate on random data "
                    "(the report warns: the scales then fit noise)")
     p.add_argument("--scheme", default="int8", choices=["int8", "a16w8"], help="int8: int8 activations and "
@@ -300,7 +303,7 @@ def _quantize(args) -> int:
     options = dict(calibration=args.calibration, method=args.method, per_channel=not args.per_tensor,
                    exclude=tuple(args.exclude), allow_random=args.allow_random, scheme=args.scheme,
                    int16=tuple(args.int16), input_shapes=_shapes(args), evaluation=args.eval, labels=args.labels,
-                   target=_quantize_target(args))
+                   target=_quantize_target(args), preprocess=args.preprocess)
     if args.auto_precision is not None:
         report = quantize_to(args.model, args.output, args.auto_precision, **options)
     else:

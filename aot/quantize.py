@@ -14,10 +14,8 @@ onnxruntime's mixed-precision overrides inserting the conversions). Softmax outp
 TFLite Micro expects (1/256 and zero point -128 in int8, 1/32768 in int16). aot reads the data as a user has
 it, fixes symbolic input dimensions (--input-shape) before onnxruntime sees the model, and measures the result.
 
-Data (--calibration, --eval): an .npz of arrays named as the model's inputs with the samples on the first axis
-(a model input of batch 1 takes one sample at a time; of batch N, N at a time), a directory of .npz/.npy files,
-one sample each (an .npy for a model with one input), or ONNX test sets (test_data_set_*/input_N.pb, as the ONNX
-model zoo ships them). Random data only with --allow-random, and the report says so.
+Data (--calibration, --eval): .npz files, directories of .npz/.npy files, ONNX test sets, or images with
+--preprocess (aot/calibration.py). Random data only with --allow-random, and the report says so.
 
 The report (OUT.quantize_report.txt and .json beside the model) compares the quantized model with the float one,
 both run by onnxruntime, on the --eval samples (else the first calibration samples): per model output, the
@@ -41,6 +39,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from aot.calibration import load_calibration, random_samples, read_labels
 from aot.errors import ModelError, OptionError
 
 METHODS = ("minmax", "entropy", "percentile")
@@ -162,7 +161,7 @@ def quantize(model_path: str | Path, out: str | Path, calibration: str | Path | 
              method: str = "minmax", per_channel: bool = True, exclude: tuple[str, ...] = (),
              allow_random: bool = False, scheme: str = "int8", int16: tuple[str, ...] = (),
              input_shapes: dict[str, tuple[int, ...]] | None = None, evaluation: str | Path | None = None,
-             labels: str | Path | None = None, target=None) -> Report:
+             labels: str | Path | None = None, target=None, preprocess: str | None = None) -> Report:
     """Quantize `model_path` to `out` (QDQ) and write the report beside it; see the module docstring. `target`
     (a name or a Target) adds the footprint of aot's build of the result."""
     from onnxruntime.quantization import QuantType, get_qdq_config
@@ -185,10 +184,11 @@ def quantize(model_path: str | Path, out: str | Path, calibration: str | Path | 
             raise OptionError(f"{model_path}: give --calibration DATA (an .npz of the inputs, samples on the first "
                               "axis, a directory of .npz/.npy files or ONNX test sets), or --allow-random to "
                               "calibrate on noise")
-        samples = _random_samples(feeds) if calibration is None else load_calibration(Path(calibration), feeds)
+        samples = random_samples(feeds) if calibration is None else \
+            load_calibration(Path(calibration), feeds, "--calibration", preprocess)
         compared = samples[:REPORT_SAMPLES] if evaluation is None else \
-            load_calibration(Path(evaluation), feeds, "--eval")
-        truth = _labels(Path(labels), compared) if labels else None
+            load_calibration(Path(evaluation), feeds, "--eval", preprocess)
+        truth = read_labels(Path(labels), compared) if labels else None
         nodes, ops = _selection(model, exclude, "--exclude")
         promoted_nodes, promoted_ops = _selection(model, int16, "--int16")
         pre = tmp / "pre.onnx"
@@ -379,102 +379,6 @@ def _feeds(model: onnx.ModelProto, path: Path) -> dict[str, tuple[int, ...]]:
                              f"quantizer needs static shapes: give --input-shape {vi.name}=DIMS")
         feeds[vi.name] = tuple(d.dim_value for d in dims)
     return feeds
-
-
-def load_calibration(path: Path, feeds: dict[str, tuple[int, ...]], option: str = "--calibration") \
-        -> list[dict[str, np.ndarray]]:
-    """Samples as onnxruntime's reader hands them out: one dict of float32 arrays per batch."""
-    if not path.exists():
-        raise OptionError(f"{option} {path}: no such file or directory")
-    if path.is_dir():
-        test_sets = sorted(path.glob("test_data_set_*")) or ([path] if (path / "input_0.pb").exists() else [])
-        if test_sets:
-            return [_sample(_test_set(d, feeds, option), feeds, d, option, batched=False) for d in test_sets]
-        files = sorted(p for p in path.iterdir() if p.suffix in (".npz", ".npy"))
-        if not files:
-            raise OptionError(f"{option} {path}: no .npz or .npy files or ONNX test sets (test_data_set_*) in it")
-        return [_sample(_read(f, feeds, option), feeds, f, option, batched=False) for f in files]
-    arrays = _read(path, feeds, option)
-    counts = {name: len(a) for name, a in arrays.items()}
-    if len(set(counts.values())) != 1:
-        raise OptionError(f"{option} {path}: the inputs have different sample counts "
-                          f"({', '.join(f'{n}: {c}' for n, c in counts.items())})")
-    batch = {name: max(shape[0], 1) if shape else 1 for name, shape in feeds.items()}
-    total = next(iter(counts.values()))
-    step = next(iter(batch.values()))
-    if total < step or total % step:
-        raise OptionError(f"{option} {path}: {total} samples do not make whole batches of {step}")
-    return [_sample({n: a[i: i + step] for n, a in arrays.items()}, feeds, path, option, batched=True)
-            for i in range(0, total, step)]
-
-
-def _test_set(folder: Path, feeds: dict, option: str) -> dict[str, np.ndarray]:
-    """An ONNX test set's input_N.pb tensors, by the names they carry or else in the model's input order."""
-    files = sorted(folder.glob("input_*.pb"), key=lambda f: int(f.stem.split("_")[-1]) if f.stem[6:].isdigit()
-                   else -1)
-    tensors = []
-    for f in files:
-        try:
-            tensors.append(onnx.load_tensor(str(f)))
-        except Exception as err:
-            raise OptionError(f"{option} {f}: not an ONNX tensor ({_first_line(err)})") from None
-    if len(tensors) != len(feeds):
-        raise OptionError(f"{option} {folder}: {len(tensors)} input_N.pb file(s), the model has {len(feeds)} "
-                          f"input(s) ({', '.join(feeds)})")
-    named = all(t.name in feeds for t in tensors) and len({t.name for t in tensors}) == len(tensors)
-    names = [t.name for t in tensors] if named else list(feeds)
-    return {name: onnx.numpy_helper.to_array(t) for name, t in zip(names, tensors)}
-
-
-def _read(path: Path, feeds: dict, option: str) -> dict[str, np.ndarray]:
-    try:
-        data = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as err:
-        raise OptionError(f"{option} {path}: cannot read it: {err}") from None
-    if isinstance(data, np.ndarray):
-        if len(feeds) != 1:
-            raise OptionError(f"{option} {path}: an .npy holds one array, the model has inputs "
-                              f"{', '.join(feeds)}: use an .npz with one array per input")
-        return {next(iter(feeds)): data}
-    arrays = {name: data[name] for name in data.files}
-    missing = [name for name in feeds if name not in arrays]
-    if missing:
-        raise OptionError(f"{option} {path}: no array for input(s) {', '.join(missing)} "
-                          f"(it has {', '.join(arrays) or 'none'})")
-    return {name: arrays[name] for name in feeds}
-
-
-def _sample(arrays: dict[str, np.ndarray], feeds: dict, where: Path, option: str,
-            batched: bool) -> dict[str, np.ndarray]:
-    sample = {}
-    for name, shape in feeds.items():
-        a = np.asarray(arrays[name])
-        if a.size != int(np.prod(shape)):
-            got = "x".join(map(str, a.shape[1:] if batched else a.shape))
-            raise OptionError(f"{option} {where}: input '{name}' is {'x'.join(map(str, shape))} per batch, "
-                              f"the data gives {got}{' per sample' if batched else ''}")
-        sample[name] = a.reshape(shape).astype(np.float32)
-    return sample
-
-
-def _random_samples(feeds: dict, count: int = 16) -> list[dict[str, np.ndarray]]:
-    rng = np.random.default_rng(0)
-    return [{n: rng.standard_normal(s).astype(np.float32) for n, s in feeds.items()} for _ in range(count)]
-
-
-def _labels(path: Path, samples: list[dict[str, np.ndarray]]) -> np.ndarray:
-    """--labels: one integer class per --eval sample (an .npy, or a text file of one class per line)."""
-    count = sum(len(next(iter(s.values()))) if next(iter(s.values())).ndim else 1 for s in samples)
-    try:
-        labels = np.load(path, allow_pickle=False) if path.suffix == ".npy" else np.loadtxt(path, dtype=np.int64,
-                                                                                             ndmin=1)
-    except (OSError, ValueError) as err:
-        raise OptionError(f"--labels {path}: cannot read it: {_first_line(err)}") from None
-    labels = np.asarray(labels).reshape(-1)
-    if labels.size != count or not np.issubdtype(labels.dtype, np.integer):
-        raise OptionError(f"--labels {path}: {labels.size} {labels.dtype} value(s), the --eval data has {count} "
-                          "sample(s): give one integer class per sample")
-    return labels.astype(np.int64)
 
 
 def _selection(model: onnx.ModelProto, names: tuple[str, ...], option: str) -> tuple[set[str], set[str]]:

@@ -285,3 +285,29 @@ def test_auto_precision_promotes_layers_to_int16_until_the_outputs_reach_the_tar
     proc = aot_cli("quantize", model_file, "--allow-random", "--auto-precision", "40", "--scheme", "a16w8",
                    "-o", tmp_path / "o" / "q.onnx")
     assert proc.returncode == 1 and "drop --scheme a16w8" in proc.stderr and not (tmp_path / "o").exists()
+
+
+def test_a_folder_of_images_with_the_preprocessing_spelled_out(model_file, tmp_path):
+    """Images resize to the input, scale to [0, 1], less the mean and over the std per channel, NCHW; each is
+    checked against the same arithmetic on its pixels here. Without --preprocess: one line asking for it."""
+    from PIL import Image
+
+    from aot.calibration import load_calibration
+
+    rng = np.random.default_rng(12)
+    (tmp_path / "images").mkdir()
+    pixels = [rng.integers(0, 256, (8, 8, 3), dtype=np.uint8) for _ in range(4)]
+    for i, p in enumerate(pixels):
+        Image.fromarray(p).save(tmp_path / "images" / f"img{i}.png")
+    spec = "mean=0.4,0.5,0.6,std=0.2,0.25,0.3,layout=nchw,size=8x8"
+    samples = load_calibration(tmp_path / "images", {"x": (1, 3, 8, 8)}, "--calibration", spec)
+    for sample, p in zip(samples, pixels):
+        expected = ((p / 255 - np.array([0.4, 0.5, 0.6])) / np.array([0.2, 0.25, 0.3])).transpose(2, 0, 1)[None]
+        np.testing.assert_allclose(sample["x"], expected, rtol=1e-5, atol=1e-5)
+    report = quantize(model_file, tmp_path / "q.onnx", tmp_path / "images", preprocess=spec)
+    assert report.samples == 4
+    proc = aot_cli("quantize", model_file, "--calibration", tmp_path / "images", "-o", tmp_path / "o" / "q.onnx")
+    assert proc.returncode == 1 and "images need --preprocess" in proc.stderr and not (tmp_path / "o").exists()
+    proc = aot_cli("quantize", model_file, "--calibration", tmp_path / "images", "--preprocess", "size=4x4",
+                   "-o", tmp_path / "o" / "q.onnx")
+    assert proc.returncode == 1 and "size 4x4, the model's input is 8x8" in proc.stderr, proc.stderr
