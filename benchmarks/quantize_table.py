@@ -5,7 +5,8 @@
 
 The zoo's models (examples/zoo.py, examples/recurrent_models.py) have random weights; a classifier whose
 top class is a coin toss says nothing about agreement. So each is first made a classifier of data made
-here: every class has a prototype input and a sample is its prototype plus noise; the model's last Gemm
+here: every class has a pattern and amplitudes along the input's last axis, and a sample is its class's
+pattern plus noise, times the amplitudes; the model's last Gemm
 is refitted (ridge regression on the features before it, the rest of the model untouched) to put its
 class's score a margin above the others. The FC-AutoEncoder reconstructs standard-normal inputs and keeps
 its weights. Then, per scheme, `aot quantize` calibrates on N samples and compares on N other (held-out)
@@ -54,12 +55,21 @@ def input_shape(model: onnx.ModelProto) -> tuple[int, ...]:
     return tuple(d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim)
 
 
+def prototypes(shape: tuple[int, ...], classes: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Each class's pattern and its amplitude along the input's last axis (an MFCC coefficient, an image
+    column): pooled features tell classes apart by where their energy lies, not only by its pattern."""
+    amplitude = rng.uniform(0.3, 2.0, (classes, *([1] * (len(shape) - 2)), shape[-1])).astype(np.float32)
+    return rng.standard_normal((classes, *shape[1:])).astype(np.float32), amplitude
+
+
 def class_data(shape: tuple[int, ...], classes: int, count: int, rng: np.random.Generator,
-               prototypes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`count` samples (batch axis first) of random classes: prototype plus noise."""
+               protos: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """`count` samples (batch axis first) of random classes: the class's pattern plus noise, times its
+    amplitudes."""
     labels = rng.integers(0, classes, count)
-    samples = prototypes[labels] + NOISE * rng.standard_normal((count, *shape[1:])).astype(np.float32)
-    return samples.astype(np.float32), labels
+    pattern, amplitude = protos
+    noise = NOISE * rng.standard_normal((count, *shape[1:])).astype(np.float32)
+    return (amplitude[labels] * (pattern[labels] + noise)).astype(np.float32), labels
 
 
 def last_gemm(model: onnx.ModelProto) -> onnx.NodeProto:
@@ -110,11 +120,11 @@ def prepare(name: str, count: int, tmp: Path) -> tuple[Path, Path, Path, Path | 
         labels = None
     else:
         classes = model.graph.output[0].type.tensor_type.shape.dim[-1].dim_value
-        prototypes = rng.standard_normal((classes, *shape[1:])).astype(np.float32)
-        train, train_labels = class_data(shape, classes, TRAIN, rng, prototypes)
+        protos = prototypes(shape, classes, rng)
+        train, train_labels = class_data(shape, classes, TRAIN, rng, protos)
         model = refit_head(model, train, train_labels, classes, tmp)
-        calib, _ = class_data(shape, classes, count, rng, prototypes)
-        held, labels = class_data(shape, classes, count, rng, prototypes)
+        calib, _ = class_data(shape, classes, count, rng, protos)
+        held, labels = class_data(shape, classes, count, rng, protos)
     path = tmp / f"{name}.onnx"
     onnx.save(model, path)
     np.savez(tmp / "calib.npz", **{key: calib})

@@ -1507,8 +1507,8 @@ def _arith(ctx: LowerContext, node: Node, ins, style: DotStyle | None, weight: n
                                                            padded=style.raw_bytes and any(node.attrs.get("pads", (0,))))
     # AArch64 only: elsewhere the window table (16 int32 per channel of a padded 3x3 layer) costs more flash
     # than the speed it buys is worth (x86: 12 % on MobileNetV2's depthwise layers, int8 flash +35 %)
-    if quant is not None and depthwise and ins[0].dtype in ("i8", "u8") and lane_arith_applies(ctx, LaneArith.group,
-                                                                                               quant):
+    if quant is not None and depthwise and quant.x_dtype in _BYTES and lane_arith_applies(ctx, LaneArith.group,
+                                                                                          quant):
         wide = _minus_zero_point(weight, quant, axis=0)
         if _window_sums_fit(wide):
             return WideArith(ctx, quant, bias, wide, ins[0].dtype, residual, any(node.attrs.get("pads", (0,))))
