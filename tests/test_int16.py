@@ -111,6 +111,13 @@ def test_each_op_runs_on_int16_within_one_step_of_onnxruntime(op, tmp_path):
     assert aot_op in int16_ops(path), f"{aot_op} does not run on int16"
 
 
+@pytest.mark.qemu
+@pytest.mark.parametrize("target", ["cortex-m4", "cortex-m55"])
+@pytest.mark.parametrize("op", sorted(MODELS))
+def test_each_op_on_int16_on_cortex_m(op, target, tmp_path):
+    assert_checks(a16w8(MODELS[op][0](), tmp_path), target=target)
+
+
 @pytest.mark.parametrize("activation", [("Relu", ()), ("Sigmoid", ()), ("Clip", ("lo", "hi"))])
 @pytest.mark.parametrize("residual", [False, True])
 def test_activations_after_a_convolution_run_in_its_epilogue(activation, residual, tmp_path):
