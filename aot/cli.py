@@ -238,6 +238,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="keep this node, or every node of this op type, in float (repeatable)")
     p.add_argument("--input-shape", type=_shape_option, action="append", default=[], metavar="NAME=DIMS",
                    help="fix an input's symbolic dimensions, e.g. input=1x3x224x224 (repeatable)")
+    p.add_argument("--freeze", type=_freeze_option, action="append", default=[], metavar="NAME=VALUE",
+                   help="make an input a constant before quantizing: a number, a comma list or a .npy file "
+                   "(repeatable)")
     p.add_argument("--eval", metavar="DATA", help="held-out samples the report compares the two models on "
                    "(default: the first calibration samples); same forms as --calibration")
     p.add_argument("--labels", metavar="FILE", help="the class of each --eval sample (.npy of integers, or a "
@@ -303,7 +306,7 @@ def _quantize(args) -> int:
     options = dict(calibration=args.calibration, method=args.method, per_channel=not args.per_tensor,
                    exclude=tuple(args.exclude), allow_random=args.allow_random, scheme=args.scheme,
                    int16=tuple(args.int16), input_shapes=_shapes(args), evaluation=args.eval, labels=args.labels,
-                   target=_quantize_target(args), preprocess=args.preprocess)
+                   target=_quantize_target(args), preprocess=args.preprocess, freeze=_freeze(args))
     if args.auto_precision is not None:
         report = quantize_to(args.model, args.output, args.auto_precision, **options)
     else:
@@ -329,13 +332,13 @@ def _build(args) -> int:
             name = name or Path(args.model).stem
             model = Path(tmp) / f"{name}.quantized.onnx"
             report = quantize(args.model, model, args.quantize, scheme=args.scheme or "int8",
-                              input_shapes=_shapes(args))
+                              input_shapes=_shapes(args), freeze=_freeze(args))
             worst = min(report.outputs, key=lambda o: o.sqnr_db)
             print(f"quantized {report.model} ({report.scheme}): output {worst.output} SQNR {worst.sqnr_db:.1f} dB "
                   f"against the float model on {report.compared} calibration sample(s)")
         artifact = build(model, target=target, out_dir=args.output, name=name, input_shapes=_shapes(args),
                          memory=args.memory, on_pass=dump if args.dump_graph else None, knobs=_knobs(args),
-                         freeze=_freeze(args), records=args.records, emit=args.emit)
+                         freeze={} if args.quantize else _freeze(args), records=args.records, emit=args.emit)
         if args.quantize:       # beside the build only once it succeeded
             for made in Path(tmp).iterdir():
                 shutil.copyfile(made, artifact.dir / made.name)

@@ -4,7 +4,8 @@ and a report of what the quantization cost.
     aot quantize model.onnx --calibration DATA -o model_int8.onnx [--scheme int8|a16w8]
                             [--int16 NODE|OP ... | --auto-precision DB]
                             [--method minmax|entropy|percentile] [--per-tensor] [--exclude NODE|OP ...]
-                            [--input-shape NAME=DIMS ...] [--eval DATA [--labels FILE]] [--target T]
+                            [--input-shape NAME=DIMS ...] [--freeze NAME=VALUE ...]
+                            [--eval DATA [--labels FILE]] [--target T]
                             [--allow-random]
 
 onnxruntime does the work (quant_pre_process, then get_qdq_config and quantize: QDQ, symmetric int8 weights,
@@ -12,7 +13,8 @@ per channel unless --per-tensor; activations int8 with a zero point, or with --s
 TFLite's 16x8 mode has them; --int16 promotes chosen nodes' activations to int16 in an int8 model, with
 onnxruntime's mixed-precision overrides inserting the conversions). Softmax outputs get the fixed encodings
 TFLite Micro expects (1/256 and zero point -128 in int8, 1/32768 in int16). aot reads the data as a user has
-it, fixes symbolic input dimensions (--input-shape) before onnxruntime sees the model, and measures the result.
+it, binds inputs to constants (--freeze) and fixes symbolic input dimensions (--input-shape) before
+onnxruntime sees the model, and measures the result.
 
 Data (--calibration, --eval): .npz files, directories of .npz/.npy files, ONNX test sets, or images with
 --preprocess (aot/calibration.py). Random data only with --allow-random, and the report says so.
@@ -41,6 +43,7 @@ import onnx
 
 from aot.calibration import load_calibration, random_samples, read_labels
 from aot.errors import ModelError, OptionError
+from aot.frontend.onnx import freeze_inputs
 
 METHODS = ("minmax", "entropy", "percentile")
 SCHEMES = {"int8": "int8 activations", "a16w8": "int16 activations (symmetric), int8 weights"}
@@ -161,7 +164,8 @@ def quantize(model_path: str | Path, out: str | Path, calibration: str | Path | 
              method: str = "minmax", per_channel: bool = True, exclude: tuple[str, ...] = (),
              allow_random: bool = False, scheme: str = "int8", int16: tuple[str, ...] = (),
              input_shapes: dict[str, tuple[int, ...]] | None = None, evaluation: str | Path | None = None,
-             labels: str | Path | None = None, target=None, preprocess: str | None = None) -> Report:
+             labels: str | Path | None = None, target=None, preprocess: str | None = None,
+             freeze: dict | None = None) -> Report:
     """Quantize `model_path` to `out` (QDQ) and write the report beside it; see the module docstring. `target`
     (a name or a Target) adds the footprint of aot's build of the result."""
     from onnxruntime.quantization import QuantType, get_qdq_config
@@ -174,8 +178,11 @@ def quantize(model_path: str | Path, out: str | Path, calibration: str | Path | 
     with tempfile.TemporaryDirectory() as work:
         tmp = Path(work)
         float_path = model_path
+        if freeze:              # inputs bound to constants (--freeze), as `aot build --freeze` binds them
+            model = freeze_inputs(model, freeze, model_path.name)[0]
         if input_shapes:
             model = _fix_shapes(model, input_shapes, model_path)
+        if freeze or input_shapes:
             float_path = tmp / "float.onnx"
             onnx.save(model, float_path)
         feeds = _feeds(model, model_path)

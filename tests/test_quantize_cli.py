@@ -311,3 +311,29 @@ def test_a_folder_of_images_with_the_preprocessing_spelled_out(model_file, tmp_p
     proc = aot_cli("quantize", model_file, "--calibration", tmp_path / "images", "--preprocess", "size=4x4",
                    "-o", tmp_path / "o" / "q.onnx")
     assert proc.returncode == 1 and "size 4x4, the model's input is 8x8" in proc.stderr, proc.stderr
+
+
+def test_freeze_binds_an_input_before_quantizing(tmp_path):
+    """--freeze gain=VALUE: a model with a second input (a gain multiplied in) quantized with that input a
+    constant; the quantized model has one input and its output is that of the float model at that gain."""
+    import onnxruntime as ort
+
+    model = small_cnn()
+    model.graph.node[0].input[0] = "scaled"
+    model.graph.node.insert(0, helper.make_node("Mul", ["x", "gain"], ["scaled"], name="gain_mul"))
+    model.graph.input.append(helper.make_tensor_value_info("gain", onnx.TensorProto.FLOAT, [1]))
+    onnx.save(model, tmp_path / "net.onnx")
+    rng = np.random.default_rng(13)
+    np.savez(tmp_path / "calib.npz", x=rng.random((8, 3, 8, 8)).astype(np.float32))
+    report = quantize(tmp_path / "net.onnx", tmp_path / "q.onnx", tmp_path / "calib.npz", freeze={"gain": "0.5"})
+    assert report.outputs[0].sqnr_db > 20
+    quantized = onnx.load(tmp_path / "q.onnx")
+    assert [i.name for i in quantized.graph.input] == ["x"]
+    x = rng.random((1, 3, 8, 8)).astype(np.float32)
+    run = lambda m, feeds: ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, feeds)[0]
+    want, got = run(model, {"x": x, "gain": np.array([0.5], np.float32)}), run(quantized, {"x": x})
+    assert np.abs(want - got).max() < 0.1 * np.abs(want).max()
+    proc = aot_cli("quantize", tmp_path / "net.onnx", "--allow-random", "--freeze", "volume=1", "-o",
+                   tmp_path / "o" / "q.onnx")
+    assert proc.returncode == 1 and "--freeze names 'volume'" in proc.stderr and not (tmp_path / "o").exists()
