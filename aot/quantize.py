@@ -168,25 +168,12 @@ def quantize(model_path: str | Path, out: str | Path, calibration: str | Path | 
              freeze: dict | None = None) -> Report:
     """Quantize `model_path` to `out` (QDQ) and write the report beside it; see the module docstring. `target`
     (a name or a Target) adds the footprint of aot's build of the result."""
-    from onnxruntime.quantization import QuantType, get_qdq_config
-    from onnxruntime.quantization import quantize as ort_quantize
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
     model_path, out = Path(model_path), Path(out)
     _check_options(method, scheme, int16, labels, evaluation)
-    model = _load(model_path)
     with tempfile.TemporaryDirectory() as work:
         tmp = Path(work)
-        float_path = model_path
-        if freeze:              # inputs bound to constants (--freeze), as `aot build --freeze` binds them
-            model = freeze_inputs(model, freeze, model_path.name)[0]
-        if input_shapes:
-            model = _fix_shapes(model, input_shapes, model_path)
-        if freeze or input_shapes:
-            float_path = tmp / "float.onnx"
-            onnx.save(model, float_path)
+        model, float_path = _float_model(model_path, freeze, input_shapes, tmp)
         feeds = _feeds(model, model_path)
-        _check_loads(float_path, model_path)
         if calibration is None and not allow_random:
             raise OptionError(f"{model_path}: give --calibration DATA (an .npz of the inputs, samples on the first "
                               "axis, a directory of .npz/.npy files or ONNX test sets), or --allow-random to "
@@ -198,30 +185,11 @@ def quantize(model_path: str | Path, out: str | Path, calibration: str | Path | 
         truth = read_labels(Path(labels), compared) if labels else None
         nodes, ops = _selection(model, exclude, "--exclude")
         promoted_nodes, promoted_ops = _selection(model, int16, "--int16")
-        pre = tmp / "pre.onnx"
-        try:
-            quant_pre_process(str(float_path), str(pre), skip_symbolic_shape=True)
-        except Exception as err:
-            raise ModelError(f"{model_path}: onnxruntime's quant_pre_process failed: {_first_line(err)}") from None
-        pre_model = onnx.load(str(pre))
-        wide = scheme == "a16w8"
-        activations = QuantType.QInt16 if wide else QuantType.QInt8
-        promoted = _promoted(pre_model, promoted_nodes, promoted_ops)
-        overrides = _overrides(pre_model, activations, wide, promoted)
         staged = tmp / "quantized.onnx"
-        try:
-            config = get_qdq_config(
-                str(pre), _Reader(samples), calibrate_method=_method(method), activation_type=activations,
-                weight_type=QuantType.QInt8, activation_symmetric=wide, weight_symmetric=True,
-                per_channel=per_channel, tensor_quant_overrides=overrides, keep_removable_activations=bool(promoted),
-                op_types_to_quantize=sorted({n.op_type for n in pre_model.graph.node} - ops),
-                nodes_to_exclude=sorted(nodes))
-            with _quiet():
-                ort_quantize(str(pre), str(staged), config)
-        except Exception as err:    # onnxruntime's own failures: one line naming the model
-            raise ModelError(f"{model_path}: onnxruntime's quantizer failed: {_first_line(err)}") from None
+        pre, promoted = _onnxruntime_quantize(float_path, model_path, staged, samples, scheme, method, per_channel,
+                                              nodes, ops, promoted_nodes, promoted_ops)
         outputs, tensors = _errors(model, float_path, staged, compared, tmp, truth)
-        weights = _weight_errors(pre_model, onnx.load(str(staged)))
+        weights = _weight_errors(pre, onnx.load(str(staged)))
         footprint = _footprint(staged, target) if target else None
         report = Report(model_path.name, scheme, method, per_channel, tuple(sorted(nodes | ops)), len(samples),
                         calibration is None, outputs, tensors, tuple(sorted(promoted)), dict(input_shapes or {}),
@@ -232,6 +200,54 @@ def quantize(model_path: str | Path, out: str | Path, calibration: str | Path | 
     Path(f"{stem}.quantize_report.txt").write_text(report.text())
     Path(f"{stem}.quantize_report.json").write_text(json.dumps(asdict(report), indent=1) + "\n")
     return report
+
+
+def _float_model(path: Path, freeze: dict | None, input_shapes: dict | None, tmp: Path) -> tuple[onnx.ModelProto, Path]:
+    """The float model as onnxruntime calibrates it and the report compares against: inputs bound to constants
+    (--freeze, as `aot build --freeze` binds them) and symbolic dimensions fixed (--input-shape), written to
+    `tmp` where either changed it; refused in one line if onnxruntime cannot load it."""
+    model, float_path = _load(path), path
+    if freeze:
+        model = freeze_inputs(model, freeze, path.name)[0]
+    if input_shapes:
+        model = _fix_shapes(model, input_shapes, path)
+    if freeze or input_shapes:
+        float_path = tmp / "float.onnx"
+        onnx.save(model, float_path)
+    _check_loads(float_path, path)
+    return model, float_path
+
+
+def _onnxruntime_quantize(float_path: Path, model_path: Path, staged: Path, samples: list[dict], scheme: str,
+                          method: str, per_channel: bool, nodes: set[str], ops: set[str], promoted_nodes: set[str],
+                          promoted_ops: set[str]) -> tuple[onnx.ModelProto, set[str]]:
+    """onnxruntime's pre-processing and quantizer, writing `staged`: the pre-processed float model (the
+    weights the int8 codes stand for) and the nodes --int16 promoted in it. Its failures are one line."""
+    from onnxruntime.quantization import QuantType, get_qdq_config
+    from onnxruntime.quantization import quantize as ort_quantize
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    pre_path = staged.with_name("pre.onnx")
+    try:
+        quant_pre_process(str(float_path), str(pre_path), skip_symbolic_shape=True)
+    except Exception as err:
+        raise ModelError(f"{model_path}: onnxruntime's quant_pre_process failed: {_first_line(err)}") from None
+    pre = onnx.load(str(pre_path))
+    wide = scheme == "a16w8"
+    activations = QuantType.QInt16 if wide else QuantType.QInt8
+    promoted = _promoted(pre, promoted_nodes, promoted_ops)
+    try:
+        config = get_qdq_config(
+            str(pre_path), _Reader(samples), calibrate_method=_method(method), activation_type=activations,
+            weight_type=QuantType.QInt8, activation_symmetric=wide, weight_symmetric=True, per_channel=per_channel,
+            tensor_quant_overrides=_overrides(pre, activations, wide, promoted),
+            keep_removable_activations=bool(promoted),      # a signed int16 range would not clamp for Relu
+            op_types_to_quantize=sorted({n.op_type for n in pre.graph.node} - ops), nodes_to_exclude=sorted(nodes))
+        with _quiet():
+            ort_quantize(str(pre_path), str(staged), config)
+    except Exception as err:    # onnxruntime's own failures: one line naming the model
+        raise ModelError(f"{model_path}: onnxruntime's quantizer failed: {_first_line(err)}") from None
+    return pre, promoted
 
 
 class _Reader:
