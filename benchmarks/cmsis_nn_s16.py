@@ -52,7 +52,7 @@ from onnx import numpy_helper, shape_inference  # noqa: E402
 from aot.codegen.elf import functions  # noqa: E402
 from aot.errors import RunError  # noqa: E402
 from aot.run import local  # noqa: E402
-from aot.run.count import build_plugin  # noqa: E402
+from aot.run.count import build_plugin, functions_range  # noqa: E402
 from aot.target import Target, get_target  # noqa: E402
 
 MODELS = ("ds_cnn", "resnet8")
@@ -424,14 +424,8 @@ def build_library(tgt: Target, cmsis: Path, work: Path) -> tuple[Path, set[str]]
 def count_range(exe: Path, library: set[str]) -> tuple[int, int, list[tuple[str, int, int]]]:
     """[lo, hi) of CMSIS-NN's functions in the program (nothing else may lie inside) and each of them
     as (name, lo, hi), by address."""
-    funcs = functions(exe.read_bytes())
-    ours = {f: span for f, span in funcs.items() if f in library and span[1]}
-    lo = min(a for a, _ in ours.values())
-    hi = max(a + s for a, s in ours.values())
-    strangers = sorted(f for f, (a, s) in funcs.items() if f not in library and s and lo <= a < hi)
-    if strangers:
-        raise RunError(f"{exe}: functions {', '.join(strangers[:3])} lie among CMSIS-NN's; "
-                       "their instructions would be counted too")
+    lo, hi = functions_range(exe, library, "CMSIS-NN's")
+    ours = {f: span for f, span in functions(exe.read_bytes()).items() if f in library and span[1]}
     spans, seen = [], set()
     for f, (a, s) in sorted(ours.items(), key=lambda item: item[1]):
         if a not in seen:

@@ -31,15 +31,22 @@ def kernel_spans(exe: Path, name: str) -> dict[str, tuple[int, int]]:
 
 def kernel_range(exe: Path, name: str) -> tuple[int, int]:
     """[lo, hi) of the model's kernels (NAME_k<i>_<op>) in a linked program; nothing else may lie inside."""
-    funcs = functions(exe.read_bytes())
     kernels = kernel_spans(exe, name)
     if not kernels:
         raise RunError(f"{exe.name}: no kernels of {name} in its symbol table")
-    lo = min(addr for addr, _ in kernels.values())
-    hi = max(addr + size for addr, size in kernels.values())
-    strangers = sorted(f for f, (addr, size) in funcs.items() if f not in kernels and size and lo <= addr < hi)
+    return functions_range(exe, set(kernels), f"the kernels of {name}")
+
+
+def functions_range(exe: Path, chosen: set[str], what: str) -> tuple[int, int]:
+    """[lo, hi) of the `chosen` functions (`what` they are, for the error) in a linked program: the range
+    the counting plugin counts, so a function of any other name inside it is refused."""
+    funcs = functions(exe.read_bytes())
+    spans = [span for f, span in funcs.items() if f in chosen and span[1]]
+    lo = min(addr for addr, _ in spans)
+    hi = max(addr + size for addr, size in spans)
+    strangers = sorted(f for f, (addr, size) in funcs.items() if f not in chosen and size and lo <= addr < hi)
     if strangers:
-        raise RunError(f"{exe.name}: functions {', '.join(strangers[:3])} lie among the kernels of {name}; "
+        raise RunError(f"{exe.name}: functions {', '.join(strangers[:3])} lie among {what}; "
                        "their instructions would be counted too")
     return lo, hi
 
