@@ -30,7 +30,9 @@ def one_op(nodes: list, inputs: dict[str, tuple], output_shape: tuple, weights: 
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
-RNG = np.random.default_rng(16)
+def rng(*seed: int) -> np.random.Generator:
+    """A generator of its own for each use, so that a model's weights do not depend on the tests run before."""
+    return np.random.default_rng([16, *seed])
 
 
 def assert_checks(path: str, target: str = "host") -> None:
@@ -64,7 +66,7 @@ def after_matrix(node, shape: tuple, output_shape: tuple, more: list = ()) -> on
 
 
 def _w(*shape, scale=0.3):
-    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+    return (rng(*shape).standard_normal(shape) * scale).astype(np.float32)
 
 
 def after_pool(node) -> onnx.ModelProto:
@@ -169,8 +171,8 @@ def test_int16_convolution_forms_on_the_host(tmp_path):
 def test_a_sum_that_could_overflow_int32_stays_in_float(tmp_path):
     """1024 products of int16 activations and weights near +-127 can exceed int32: that Gemm runs in float
     between Dequantize and Quantize (and says so); the same shape with small weights runs on integers."""
-    big = np.where(RNG.random((1024, 8)) < 0.5, -1.0, 1.0).astype(np.float32)
-    for name, weight, integer in (("big", big, False), ("small", big * RNG.random((1024, 8)).astype(np.float32)
+    big = np.where(rng(1).random((1024, 8)) < 0.5, -1.0, 1.0).astype(np.float32)
+    for name, weight, integer in (("big", big, False), ("small", big * rng(2).random((1024, 8)).astype(np.float32)
                                                          ** 8, True)):
         path = a16w8(one_op([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], {"x": (1, 1024)},
                             (1, 8), {"w": weight}), tmp_path, name)
@@ -190,3 +192,23 @@ def test_mlperf_tiny_a16w8(name, tmp_path):
 @pytest.mark.parametrize("name", ["ds_cnn", "resnet8"])
 def test_a16w8_on_arm(name, target, tmp_path):
     assert_checks(a16w8(zoo.ZOO[name](), tmp_path), target=target)
+
+
+@pytest.mark.parametrize("target", ["host", pytest.param("cortex-m4", marks=pytest.mark.qemu)])
+def test_int16_inputs_and_outputs_reach_the_caller_as_int16(target, tmp_path):
+    """A model that takes and returns int16 codes (its input's QuantizeLinear and output's DequantizeLinear
+    cut away): int16_t in the header with SCALE and ZERO_POINT, the codes within a step of onnxruntime's."""
+    model = onnx.load(a16w8(MODELS["conv"][0](), tmp_path))
+    graph = model.graph
+    q = next(n for n in graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "x")
+    dq = next(n for n in graph.node if n.op_type == "DequantizeLinear" and n.output[0] == "y")
+    graph.node.remove(q)
+    graph.node.remove(dq)
+    graph.input[0].CopyFrom(helper.make_tensor_value_info(q.output[0], TensorProto.INT16, [1, 8, 9, 10]))
+    graph.output[0].CopyFrom(helper.make_tensor_value_info(dq.input[0], TensorProto.INT16, [1, 16, 5, 10]))
+    codes = rng(3).integers(-20000, 20000, (1, 8, 9, 10)).astype(np.int16)
+    result = aot.check(model, inputs={q.output[0]: codes}, target=target)
+    assert result.ok and all(c.max_abs <= c.step for c in result.comparisons), result.comparisons
+    artifact = aot.build(model, target=target, out_dir=tmp_path / "b")
+    header = (tmp_path / "b" / f"{artifact.name}.h").read_text()
+    assert "const int16_t *" in header and "_ZERO_POINT 0" in header
