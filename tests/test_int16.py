@@ -102,6 +102,8 @@ MODELS = {
     "sigmoid": (lambda: after_pool(helper.make_node("Sigmoid", ["p"], ["y"])), "Unary"),
     "clip": (lambda: after_pool(helper.make_node("Clip", ["p", "lo", "hi"], ["y"])), "Unary"),
     "relu": (lambda: after_pool(helper.make_node("Relu", ["p"], ["y"])), "Unary"),
+    "softmax": (lambda: after_pool(helper.make_node("Softmax", ["p"], ["y"], axis=1)), "Softmax"),
+    "softmax_last": (lambda: after_pool(helper.make_node("Softmax", ["p"], ["y"], axis=-1)), "Softmax"),
 }
 
 

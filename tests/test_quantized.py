@@ -192,7 +192,6 @@ def _qdq_around(op: str, shape: tuple[int, ...], out_shape: tuple[int, ...] | No
 
 
 NO_INTEGER_KERNEL = {
-    "Softmax": ("Softmax", {"axis": -1}),
     "LayerNormalization": ("Normalize", {"operands": {"scale": np.linspace(0.5, 1.5, 8, dtype=np.float32)}}),
     "Resize": ("Resize", {"out_shape": (1, 4, 12, 16), "mode": "nearest",
                           "operands": {"roi": np.zeros(0, np.float32),
@@ -213,7 +212,9 @@ def test_ops_without_an_integer_kernel_run_in_float_between_quantize_kernels(op,
 
 @pytest.mark.parametrize("op,attrs", [("Sigmoid", {}), ("Tanh", {}), ("LeakyRelu", {"alpha": 0.1}),
                                       ("HardSwish", {}), ("Relu", {}),
-                                      ("Clip", {"operands": {"lo": np.float32(-0.3), "hi": np.float32(0.4)}})])
+                                      ("Clip", {"operands": {"lo": np.float32(-0.3), "hi": np.float32(0.4)}}),
+                                      ("Softmax", {"axis": -1}), ("Softmax", {"axis": 1}),
+                                      ("LogSoftmax", {"axis": -1}), ("LogSoftmax", {"axis": 2})])
 def test_activations_between_quantize_kernels_run_on_the_integers(op, attrs, tmp_path):
     """An activation a quantizer keeps between Dequantize and Quantize (signed ranges keep Relu and Clip too)
     runs as one kernel from integers to integers: dequantized, the function in float32, quantized."""
