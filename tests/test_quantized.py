@@ -602,3 +602,12 @@ def test_dequantizing_by_a_power_of_two_builds_on_helium(bits, tmp_path):
 @pytest.mark.qemu
 def test_dequantizing_by_a_power_of_two_on_helium_is_right():
     assert_within_one_step(_quantize_dequantize(2.0 ** -8), target="cortex-m55")
+
+
+def test_an_opset_11_softmax_between_integer_tensors_keeps_its_encoding_through_its_2d_view():
+    """Before opset 13 Softmax normalizes the input coerced to 2-D at its axis: the view it runs on must keep
+    the integer type and encoding of its output."""
+    model = _qdq_around("Softmax", (1, 3, 4, 2), axis=1)
+    model.opset_import[0].version = 11
+    result = assert_within_one_step(model)
+    assert result.ok
