@@ -1049,7 +1049,7 @@ def make_qdq(b: Builder) -> None:
     """QuantizeLinear -> DequantizeLinear -> op -> QuantizeLinear [-> DequantizeLinear], the op's float
     operands dequantized from int8 (activations from exact tensors, weights from int8 constants)."""
     op = b.choice(["Conv", "MatMul", "Gemm", "Add", "Mul", "Relu", "AveragePool", "GlobalAveragePool", "MaxPool",
-                   "Concat", "Sigmoid", "Reshape", "Transpose"])
+                   "Concat", "Sigmoid", "Reshape", "Transpose", "Softmax"])
     rank = {"Conv": 4, "AveragePool": 4, "GlobalAveragePool": 4, "MaxPool": 4, "Gemm": 2}.get(op)
     x = b.pick(lambda t: t.dtype == FLOAT and t.exact and (rank is None or t.rank == rank) and t.rank >= 1
                and t.shape[1 % t.rank] <= 16,
@@ -1120,6 +1120,8 @@ def qdq_body(b: Builder, op: str, x: Tensor, dq: Tensor, act: str) -> Tensor | N
         return b.one(op, [dq], (*x.shape[:2], 1, 1), mag=x.mag)
     if op in ("Relu", "Sigmoid"):
         return b.one(op, [dq], x.shape, mag=x.mag if op == "Relu" else 1.0)
+    if op == "Softmax":
+        return b.one(op, [dq], x.shape, mag=1.0, axis=int(b.rng.integers(-x.rank, x.rank)))
     if op == "Reshape":
         shape = factorize(b, x.size, int(b.rng.integers(1, 4)))
         return b.one(op, [dq, b.ints(shape)], shape, mag=x.mag)
