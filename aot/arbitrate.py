@@ -34,7 +34,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from aot import reference as checks
 from aot.bisect import BisectResult, Probed, Row, compare_rows
-from aot.errors import RunError
+from aot.errors import RunError, first_line
 
 # Nodes arbitrated in one model before giving up: each one aot wins costs a run of the reference.
 MAX_NODES = 8
@@ -232,7 +232,7 @@ def _evaluate(proto: onnx.ModelProto, nodes: list[onnx.NodeProto], boundary: dic
         with np.errstate(all="ignore"):     # a log of a negative is the model's business, as in float32
             value = np.asarray(checks.reference_evaluator(model).run([tensor], feeds)[0])
     except Exception as err:        # noqa: BLE001 - the evaluator's failure on float64, said in one line
-        raise _Unevaluable(f"onnx.reference cannot evaluate it in float64: {checks.first_line(err)}") from None
+        raise _Unevaluable(f"onnx.reference cannot evaluate it in float64: {first_line(err)}") from None
     if value.dtype.kind == "f" and value.dtype != np.float64:
         raise _Unevaluable(f"onnx.reference computes it in {value.dtype}, not float64")
     return value

@@ -19,13 +19,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from aot.errors import OptionError
+from aot.errors import OptionError, first_line
 
 IMAGES = (".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".pgm")
-
-
-def _first_line(err: Exception) -> str:
-    return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
 def load_calibration(path: Path, feeds: dict[str, tuple[int, ...]], option: str = "--calibration",
@@ -68,7 +64,7 @@ def _test_set(folder: Path, feeds: dict, option: str) -> dict[str, np.ndarray]:
         try:
             tensors.append(onnx.load_tensor(str(f)))
         except Exception as err:
-            raise OptionError(f"{option} {f}: not an ONNX tensor ({_first_line(err)})") from None
+            raise OptionError(f"{option} {f}: not an ONNX tensor ({first_line(err)})") from None
     if len(tensors) != len(feeds):
         raise OptionError(f"{option} {folder}: {len(tensors)} input_N.pb file(s), the model has {len(feeds)} "
                           f"input(s) ({', '.join(feeds)})")
@@ -120,7 +116,7 @@ def read_labels(path: Path, samples: list[dict[str, np.ndarray]]) -> np.ndarray:
         labels = np.load(path, allow_pickle=False) if path.suffix == ".npy" else np.loadtxt(path, dtype=np.int64,
                                                                                              ndmin=1)
     except (OSError, ValueError) as err:
-        raise OptionError(f"--labels {path}: cannot read it: {_first_line(err)}") from None
+        raise OptionError(f"--labels {path}: cannot read it: {first_line(err)}") from None
     labels = np.asarray(labels).reshape(-1)
     if labels.size != count or not np.issubdtype(labels.dtype, np.integer):
         raise OptionError(f"--labels {path}: {labels.size} {labels.dtype} value(s), the --eval data has {count} "
@@ -218,5 +214,5 @@ def _images(files: list[Path], feeds: dict, folder: Path, option: str, spec: str
             with Image.open(f) as image:
                 samples.append({name: preprocess.apply(image)})
         except (OSError, UnidentifiedImageError) as err:
-            raise OptionError(f"{option} {f}: not an image Pillow reads ({_first_line(err)})") from None
+            raise OptionError(f"{option} {f}: not an image Pillow reads ({first_line(err)})") from None
     return samples

@@ -295,18 +295,14 @@ def _freeze(args) -> dict[str, str]:
     return frozen
 
 
-def _quantize_target(args):
-    """--target for the footprint, resolved as `aot build` resolves it (with --target-dir)."""
-    return get_target(args.target, args.target_dir) if args.target else None
-
-
 def _quantize(args) -> int:
     from aot.quantize import quantize, quantize_to
 
     options = dict(calibration=args.calibration, method=args.method, per_channel=not args.per_tensor,
                    exclude=tuple(args.exclude), allow_random=args.allow_random, scheme=args.scheme,
                    int16=tuple(args.int16), input_shapes=_shapes(args), evaluation=args.eval, labels=args.labels,
-                   target=_quantize_target(args), preprocess=args.preprocess, freeze=_freeze(args))
+                   target=get_target(args.target, args.target_dir) if args.target else None,
+                   preprocess=args.preprocess, freeze=_freeze(args))
     if args.auto_precision is not None:
         report = quantize_to(args.model, args.output, args.auto_precision, **options)
     else:

@@ -40,3 +40,9 @@ class MismatchError(AotError):
 class InternalError(AotError):
     """aot broke one of its own invariants (a pass produced an ill-formed graph, a kernel an ill-typed
     or out-of-bounds access): a bug in aot, reported with the node or kernel at fault."""
+
+
+def first_line(err: Exception) -> str:
+    """An exception's message as one line (the first of its text), or its type's name."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__

@@ -42,7 +42,7 @@ import numpy as np
 import onnx
 
 from aot.calibration import load_calibration, random_samples, read_labels
-from aot.errors import ModelError, OptionError
+from aot.errors import ModelError, OptionError, first_line
 from aot.frontend.onnx import freeze_inputs
 
 METHODS = ("minmax", "entropy", "percentile")
@@ -196,10 +196,15 @@ def quantize(model_path: str | Path, out: str | Path, calibration: str | Path | 
                         len(compared), evaluation is not None, footprint, weights)
         out.parent.mkdir(parents=True, exist_ok=True)      # only once there is something to write
         staged.replace(out)
-    stem = out.with_suffix("")
+    _write_report(report, out)
+    return report
+
+
+def _write_report(report: Report, out: Path) -> None:
+    """OUT.quantize_report.txt and .json beside the quantized model."""
+    stem = Path(out).with_suffix("")
     Path(f"{stem}.quantize_report.txt").write_text(report.text())
     Path(f"{stem}.quantize_report.json").write_text(json.dumps(asdict(report), indent=1) + "\n")
-    return report
 
 
 def _float_model(path: Path, freeze: dict | None, input_shapes: dict | None, tmp: Path) -> tuple[onnx.ModelProto, Path]:
@@ -231,7 +236,7 @@ def _onnxruntime_quantize(float_path: Path, model_path: Path, staged: Path, samp
     try:
         quant_pre_process(str(float_path), str(pre_path), skip_symbolic_shape=True)
     except Exception as err:
-        raise ModelError(f"{model_path}: onnxruntime's quant_pre_process failed: {_first_line(err)}") from None
+        raise ModelError(f"{model_path}: onnxruntime's quant_pre_process failed: {first_line(err)}") from None
     pre = onnx.load(str(pre_path))
     wide = scheme == "a16w8"
     activations = QuantType.QInt16 if wide else QuantType.QInt8
@@ -246,7 +251,7 @@ def _onnxruntime_quantize(float_path: Path, model_path: Path, staged: Path, samp
         with _quiet():
             ort_quantize(str(pre_path), str(staged), config)
     except Exception as err:    # onnxruntime's own failures: one line naming the model
-        raise ModelError(f"{model_path}: onnxruntime's quantizer failed: {_first_line(err)}") from None
+        raise ModelError(f"{model_path}: onnxruntime's quantizer failed: {first_line(err)}") from None
     return pre, promoted
 
 
@@ -322,7 +327,7 @@ def _fix_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], path
     try:
         return onnx.shape_inference.infer_shapes(model)
     except Exception as err:
-        raise ModelError(f"{path}: shape inference with --input-shape failed: {_first_line(err)}") from None
+        raise ModelError(f"{path}: shape inference with --input-shape failed: {first_line(err)}") from None
 
 
 AUTO_ROUNDS = 8        # --auto-precision: quantizations tried at most
@@ -349,9 +354,7 @@ def quantize_to(model_path: str | Path, out: str | Path, target_db: float, **opt
         promoted += candidates[:-(-len(candidates) // 4)]
     report = dataclasses.replace(report, auto_precision={"target_db": target_db, "rounds": rounds,
                                                          "reached": reached})
-    stem = Path(out).with_suffix("")
-    Path(f"{stem}.quantize_report.txt").write_text(report.text())
-    Path(f"{stem}.quantize_report.json").write_text(json.dumps(asdict(report), indent=1) + "\n")
+    _write_report(report, out)
     return report
 
 
@@ -380,11 +383,7 @@ def _check_loads(path: Path, model_path: Path) -> None:
         ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     except Exception as err:
         raise ModelError(f"{model_path}: onnxruntime cannot load it, so cannot calibrate it: "
-                         f"{_first_line(err)}") from None
-
-
-def _first_line(err: Exception) -> str:
-    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+                         f"{first_line(err)}") from None
 
 
 def _feeds(model: onnx.ModelProto, path: Path) -> dict[str, tuple[int, ...]]:

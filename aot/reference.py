@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 import onnx.version_converter
 
-from aot.errors import OptionError, RunError
+from aot.errors import OptionError, RunError, first_line
 from aot.ops.registry import op_def
 
 # fp32 tolerance: max |aot - reference| <= TOLERANCE * max|reference| for each output. An output that
@@ -169,12 +169,6 @@ def reference_evaluator(proto: onnx.ModelProto):
         except Exception:         # noqa: BLE001 - the first error is the one to report
             raise err from None
         return evaluator(converted)
-
-
-def first_line(err: Exception) -> str:
-    """An exception's message as one line (the first of its text), or its type's name."""
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
 
 
 def _session(ort, model: bytes):

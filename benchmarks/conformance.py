@@ -71,8 +71,7 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 import aot
-from aot.errors import AotError, RunError
-from aot.reference import first_line
+from aot.errors import AotError, RunError, first_line
 
 MAX_OPSET = 17
 DATA_TYPES = {TensorProto.FLOAT}

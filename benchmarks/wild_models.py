@@ -71,9 +71,8 @@ import onnx
 import tomllib
 
 import aot
-from aot.errors import AotError, InternalError
+from aot.errors import AotError, InternalError, first_line
 from aot.ops.registry import op_def
-from aot.reference import first_line
 
 CONFIG = Path(__file__).with_suffix(".toml")
 MAX_BYTES = 100 * 1024 * 1024

@@ -40,8 +40,7 @@ import onnx
 
 import aot
 from aot.arbitrate import node_f64
-from aot.errors import AotError, InternalError, PlanError, RunError
-from aot.reference import first_line
+from aot.errors import AotError, InternalError, PlanError, RunError, first_line
 
 KINDS = ("pass", "wrong", "crash", "refused", "invalid")
 # ops that only move values (and DequantizeLinear's scale survives them unchanged)
