@@ -1,5 +1,6 @@
 """int8 convolution as dot products along the rows of the window, for Helium (Armv8.1-M MVE) and
-32-bit NEON.
+32-bit NEON; int16 activations too on Helium, 8 to a vector (VMLADAVA.S16, the int8 weights widened as
+they load).
 
 In NHWC one row of a convolution window, kw pixels of c channels, is kw*c consecutive bytes of the
 input (one tap's c bytes when the window is dilated along the row). With the weights packed so that
@@ -90,15 +91,16 @@ def applies(ctx: LowerContext, quant: Quant | None, groups: int, weight: np.ndar
     dot products; for a dense convolution (geometry `g`) also window rows of at least MIN_RUN elements."""
     lanes = acc_lanes(ctx)
     vector = vector_lanes(x_dtype)
+    rows = Rows.of(g, vector) if g is not None else None
     return (lanes is not None and ctx.knobs.simd and quant is not None and groups == 1
             and (x_dtype == "i8" or (x_dtype == "i16" and lanes == 1))
             and weight.min() >= -128 and weight.max() <= 127
-            and (g is None or Rows.of(g, vector).seg_len >= MIN_RUN)
+            and (rows is None or rows.seg_len >= MIN_RUN)
             # NEON has no predicated loads (LLVM splits a masked one into lanes): a border window clips to
             # whole vectors instead, so padding needs taps of whole vectors; and rows of at least a vector
             # (a short one's sums cost more to requantize than they save).
-            and (lanes == 1 or (g is not None and Rows.of(g, vector).seg_len >= vector
-                                and (Rows.of(g, vector).tap_chunks > 0 or not any(g.pads)))))
+            and (lanes == 1 or (rows is not None and rows.seg_len >= vector
+                                and (rows.tap_chunks > 0 or not any(g.pads)))))
 
 
 @dataclass(frozen=True)
