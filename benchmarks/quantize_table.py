@@ -1,18 +1,19 @@
 """What `aot quantize` costs on the zoo's float models, int8 against a16w8 (int16 activations, int8 weights).
 
     python benchmarks/quantize_table.py [MODEL ...] [--target cortex-m4 --target cortex-m55] [--no-count]
-                                        [--samples N] [--keep DIR]
+                                        [--samples N] [--held-out N] [--keep DIR]
 
-The zoo's models (examples/zoo.py, examples/recurrent_models.py) have random weights; a classifier whose
-top class is a coin toss says nothing about agreement. So each is first made a classifier of data made
-here: every class has a pattern and amplitudes along the input's last axis, and a sample is its class's
-pattern plus noise, times the amplitudes; the model's last Gemm
-is refitted (ridge regression on the features before it, the rest of the model untouched) to put its
-class's score a margin above the others. The FC-AutoEncoder reconstructs standard-normal inputs and keeps
-its weights. Then, per scheme, `aot quantize` calibrates on N samples and compares on N other (held-out)
-samples with their labels, and aot builds the result for each target: workspace and flash from the build,
-instructions executed by one run under qemu (checked against onnxruntime). Every figure is printed as
-measured; nothing is left out for failing (a failure is a row that says so).
+Needs PyTorch to train the models (the CPU wheel: pip install torch==2.13.0).
+
+The zoo's models (examples/zoo.py, examples/recurrent_models.py) are built with random weights, and a
+quantizer's figures on random weights say little about trained ones. So each classifier is first trained
+(benchmarks/graph_training.py, PyTorch) on data made here: every class has a smooth pattern (varying over a
+few pixels or frames, as images and spectrograms do) and amplitudes along the input's last axis, and a sample
+is its class's pattern plus white noise, times the amplitudes. The FC-AutoEncoder reconstructs standard-normal
+inputs and keeps its random weights. Then, per scheme, `aot quantize` calibrates on N samples and compares on
+other (held-out) samples with their labels, and aot builds the result for each target: workspace and flash
+from the build, instructions executed by one run under qemu (checked against onnxruntime). Every figure is
+printed as measured; nothing is left out for failing (a failure is a row that says so).
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 
+import graph_training  # noqa: E402
 import recurrent_models  # noqa: E402
 import zoo  # noqa: E402
 
@@ -45,10 +46,9 @@ MODELS = {"ds_cnn": zoo.ds_cnn, "mobilenet_v1": zoo.mobilenet_v1, "resnet8": zoo
 DEFAULT = ("ds_cnn", "mobilenet_v1", "resnet8", "fc_autoencoder", "lstm_kws")
 TARGETS = ("cortex-m4", "cortex-m55")
 SCHEMES = ("int8", "a16w8")
-MARGIN = 6.0        # logit of the true class above the others, as the refitted head aims for
-NOISE = 0.3         # noise around a class prototype, in units of the prototype's standard deviation
-RIDGE = 0.01        # the head's ridge penalty, relative to the features' mean square
-TRAIN = 1024        # samples the head is fitted on: several times its features, so that the fit is well posed
+SMOOTH = 4          # a pattern varies over this many pixels or frames, as images and spectrograms do
+NOISE = 1.0         # noise around a class prototype, in units of the prototype's standard deviation
+TRAIN = 2048        # training samples
 
 
 def input_shape(model: onnx.ModelProto) -> tuple[int, ...]:
@@ -59,7 +59,18 @@ def prototypes(shape: tuple[int, ...], classes: int, rng: np.random.Generator) -
     """Each class's pattern and its amplitude along the input's last axis (an MFCC coefficient, an image
     column): pooled features tell classes apart by where their energy lies, not only by its pattern."""
     amplitude = rng.uniform(0.3, 2.0, (classes, *([1] * (len(shape) - 2)), shape[-1])).astype(np.float32)
-    return rng.standard_normal((classes, *shape[1:])).astype(np.float32), amplitude
+    pattern = rng.standard_normal((classes, *shape[1:-2], *(max(3, n // SMOOTH) for n in shape[-2:])))
+    for axis in (-2, -1):
+        pattern = upsample(pattern, axis, shape[axis])
+    return (pattern / pattern.std()).astype(np.float32), amplitude
+
+
+def upsample(array: np.ndarray, axis: int, size: int) -> np.ndarray:
+    """`array` linearly interpolated to `size` points along `axis`."""
+    points = np.linspace(0, array.shape[axis] - 1, size)
+    low = np.floor(points).astype(int).clip(0, array.shape[axis] - 2)
+    frac = (points - low).reshape([-1] + [1] * (-axis - 1))
+    return np.take(array, low, axis) * (1 - frac) + np.take(array, low + 1, axis) * frac
 
 
 def class_data(shape: tuple[int, ...], classes: int, count: int, rng: np.random.Generator,
@@ -72,43 +83,7 @@ def class_data(shape: tuple[int, ...], classes: int, count: int, rng: np.random.
     return (amplitude[labels] * (pattern[labels] + noise)).astype(np.float32), labels
 
 
-def last_gemm(model: onnx.ModelProto) -> onnx.NodeProto:
-    return [n for n in model.graph.node if n.op_type == "Gemm"][-1]
-
-
-def refit_head(model: onnx.ModelProto, samples: np.ndarray, labels: np.ndarray, classes: int,
-               tmp: Path) -> onnx.ModelProto:
-    """The model with its last Gemm's weights and bias fitted by ridge regression so that the features
-    of `samples` map to MARGIN on their class and 0 elsewhere."""
-    import onnxruntime as ort
-
-    gemm = last_gemm(model)
-    path, features_path = tmp / "float.onnx", tmp / "features.onnx"
-    onnx.save(model, path)
-    onnx.utils.extract_model(str(path), str(features_path), [model.graph.input[0].name], [gemm.input[0]])
-    session = ort.InferenceSession(str(features_path), providers=["CPUExecutionProvider"])
-    name = model.graph.input[0].name
-    features = np.concatenate([session.run(None, {name: s[None]})[0].reshape(1, -1) for s in samples])
-    design = np.hstack([features, np.ones((len(features), 1), np.float32)]).astype(np.float64)
-    targets = MARGIN * np.eye(classes)[labels]
-    # a strong ridge keeps the weights small, as trained heads are: a near-singular fit's large weights
-    # cancel each other and amplify any error in the features (quantization's among them) past recognition
-    gram = design.T @ design
-    ridge = RIDGE * np.trace(gram) / len(gram)
-    solution = np.linalg.solve(gram + ridge * np.eye(len(gram)), design.T @ targets)
-    weight, bias = solution[:-1].T.astype(np.float32), solution[-1].astype(np.float32)   # (classes, features)
-    transposed = any(a.name == "transB" and a.i for a in gemm.attribute)
-    fitted = onnx.ModelProto()
-    fitted.CopyFrom(model)
-    for init in fitted.graph.initializer:
-        if init.name == gemm.input[1]:
-            init.CopyFrom(numpy_helper.from_array(weight if transposed else weight.T, init.name))
-        elif len(gemm.input) > 2 and init.name == gemm.input[2]:
-            init.CopyFrom(numpy_helper.from_array(bias.reshape(numpy_helper.to_array(init).shape), init.name))
-    return fitted
-
-
-def prepare(name: str, count: int, tmp: Path) -> tuple[Path, Path, Path, Path | None]:
+def prepare(name: str, count: int, held_out: int, tmp: Path) -> tuple[Path, Path, Path, Path | None]:
     """The float model (a classifier of made data, or the autoencoder as it is), calibration and held-out
     data (.npz), and the held-out labels (.npy; None for the autoencoder)."""
     model = MODELS[name]()
@@ -116,15 +91,15 @@ def prepare(name: str, count: int, tmp: Path) -> tuple[Path, Path, Path, Path | 
     rng = np.random.default_rng(7)
     key = model.graph.input[0].name
     if name == "fc_autoencoder":
-        calib, held = (rng.standard_normal((count, *shape[1:])).astype(np.float32) for _ in range(2))
+        calib, held = (rng.standard_normal((n, *shape[1:])).astype(np.float32) for n in (count, held_out))
         labels = None
     else:
         classes = model.graph.output[0].type.tensor_type.shape.dim[-1].dim_value
         protos = prototypes(shape, classes, rng)
         train, train_labels = class_data(shape, classes, TRAIN, rng, protos)
-        model = refit_head(model, train, train_labels, classes, tmp)
+        model = graph_training.train(model, train, train_labels)
         calib, _ = class_data(shape, classes, count, rng, protos)
-        held, labels = class_data(shape, classes, count, rng, protos)
+        held, labels = class_data(shape, classes, held_out, rng, protos)
     path = tmp / f"{name}.onnx"
     onnx.save(model, path)
     np.savez(tmp / "calib.npz", **{key: calib})
@@ -152,12 +127,13 @@ def measure_build(path: Path, target: str, count: bool, tmp: Path) -> dict:
     return row
 
 
-def measure(name: str, targets: tuple[str, ...], count_insns: bool, samples: int, keep: Path | None) -> list[dict]:
+def measure(name: str, targets: tuple[str, ...], count_insns: bool, samples: int, held_out: int,
+            keep: Path | None) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as work:
         tmp = keep / name if keep else Path(work)
         tmp.mkdir(parents=True, exist_ok=True)
-        path, calib, held, labels = prepare(name, samples, tmp)
+        path, calib, held, labels = prepare(name, samples, held_out, tmp)
         for scheme in SCHEMES:
             row = {"model": name, "scheme": scheme}
             try:
@@ -179,7 +155,7 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
-def print_table(rows: list[dict], targets: tuple[str, ...], samples: int) -> None:
+def print_table(rows: list[dict], targets: tuple[str, ...], samples: int, held_out: int) -> None:
     header = ["model", "scheme", "SQNR dB", "gain dB", "top-1 agree", "float acc", "quant acc"]
     for target in targets:
         header += [f"{target} workspace B", "flash B", "M insns", "check"]
@@ -200,7 +176,7 @@ def print_table(rows: list[dict], targets: tuple[str, ...], samples: int) -> Non
                      ("MISMATCH" if not t["ok"] else "ok*" if t["arbitrated"] else "ok") if "ok" in t else "-"]
         table.append(line)
     widths = [max(len(row[i]) for row in table if i < len(row)) for i in range(len(header))]
-    print(f"aot quantize (onnxruntime's quantizer): {samples} calibration and {samples} held-out samples per "
+    print(f"aot quantize (onnxruntime's quantizer): {samples} calibration and {held_out} held-out samples per "
           "model, made by this script; SQNR and agreement of the quantized model's output against the float "
           "model's on the held-out samples (onnxruntime runs both); instructions executed under qemu, not cycles; "
           "check: outputs within a step of onnxruntime (ok), or past it and found right by float64 arbitration "
@@ -218,7 +194,8 @@ def main() -> int:
                         f"(default {', '.join(DEFAULT)})")
     parser.add_argument("--target", action="append", help=f"default {', '.join(TARGETS)}")
     parser.add_argument("--no-count", action="store_true", help="skip the runs under qemu")
-    parser.add_argument("--samples", type=int, default=64, help="calibration samples, and as many held out")
+    parser.add_argument("--samples", type=int, default=64, help="calibration samples (default 64)")
+    parser.add_argument("--held-out", type=int, default=256, help="samples compared on (default 256)")
     parser.add_argument("--keep", type=Path, metavar="DIR", help="keep the models, data and builds in DIR")
     args = parser.parse_args()
     unknown = [m for m in args.models if m not in MODELS]
@@ -227,8 +204,8 @@ def main() -> int:
     logging.getLogger().setLevel(logging.ERROR)     # the quantizer's notes on opsets and BatchNorm scales
     targets = tuple(args.target or TARGETS)
     rows = [row for name in args.models for row in measure(name, targets, not args.no_count, args.samples,
-                                                             args.keep)]
-    print_table(rows, targets, args.samples)
+                                                             args.held_out, args.keep)]
+    print_table(rows, targets, args.samples, args.held_out)
     return 0 if all("error" not in r and all(r[t].get("ok", True) for t in targets) for r in rows) else 1
 
 
