@@ -170,18 +170,31 @@ def test_int16_convolution_forms_on_the_host(tmp_path):
     assert_checks(a16w8(_convolutions(), tmp_path))
 
 
-def test_a_sum_that_could_overflow_int32_stays_in_float(tmp_path):
-    """1024 products of int16 activations and weights near +-127 can exceed int32: that Gemm runs in float
-    between Dequantize and Quantize (and says so); the same shape with small weights runs on integers."""
-    big = np.where(rng(1).random((1024, 8)) < 0.5, -1.0, 1.0).astype(np.float32)
-    for name, weight, integer in (("big", big, False), ("small", big * rng(2).random((1024, 8)).astype(np.float32)
-                                                         ** 8, True)):
-        path = a16w8(one_op([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], {"x": (1, 1024)},
-                            (1, 8), {"w": weight}), tmp_path, name)
-        assert_checks(path)
-        assert bool(integer_ops(path).get("Gemm")) == integer, name
-        if not integer:
-            assert "in float between Dequantize and Quantize: Gemm mm" in aot.build(path, out_dir=None).report
+def _signs(seed: int, shape: tuple) -> np.ndarray:
+    return np.where(rng(seed).random(shape) < 0.5, -1.0, 1.0).astype(np.float32)
+
+
+@pytest.mark.parametrize("target", ["host", *(pytest.param(t, marks=pytest.mark.qemu)
+                                              for t in ("cortex-m4", "cortex-m55", "cortex-m0plus", "aarch64"))])
+def test_sums_that_could_overflow_int32_run_in_int64(target, tmp_path):
+    """Weights of +-1 (int8 codes +-127) over 1024 inputs (a MatMul) or 64 channels x 5x5 taps (a
+    convolution), fed int16 activations near their calibrated maximum with the signs of one output's
+    weights: that sum passes int32 (wrapped, it would come out at the wrong end of the range). Such nodes
+    still run on integers, summed in int64, within a step of onnxruntime."""
+    w = _signs(1, (1024, 8))
+    gemm = one_op([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], {"x": (1, 1024)}, (1, 8), {"w": w})
+    gemm_feed = {"x": 3.0 * w[None, :, 0]}
+    k = _signs(2, (16, 64, 5, 5))
+    conv = one_op([helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[2, 2, 2, 2])],
+                  {"x": (1, 64, 6, 7)}, (1, 16, 6, 7), {"w": k})
+    conv_feed = np.zeros((1, 64, 6, 7), np.float32)
+    conv_feed[0, :, 1:6, 1:6] = 3.0 * k[0]          # the window of output pixel (3, 3), signed as channel 0
+    for name, model, feed, op in (("gemm", gemm, gemm_feed, "Gemm"), ("conv", conv, {"x": conv_feed}, "Conv")):
+        path = a16w8(model, tmp_path, name)
+        assert integer_ops(path).get(op), name
+        result = aot.check(path, inputs=feed, target=target)
+        assert all(c.step > 0 for c in result.comparisons), result.comparisons
+        assert result.ok, (name, result.comparisons, result.arbitration)
 
 
 @pytest.mark.parametrize("name", ["ds_cnn", "resnet8", "mobilenet_v1", "fc_autoencoder"])

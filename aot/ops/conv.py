@@ -22,7 +22,7 @@ import numpy as np
 
 from aot.errors import ModelError
 from aot.graph.ir import Graph, Node, Rewriter
-from aot.graph.quant import Quant, fixed_point, node_quant
+from aot.graph.quant import RANGES, Quant, fixed_point, node_quant
 from aot.isa import DotStyle
 from aot.kernel.ir import (
     Broadcast,
@@ -476,6 +476,7 @@ class IntArith:
     group = 1
     scalar = False
     window = None
+    narrowing = 0
 
     def __init__(self, ctx: LowerContext, quant: Quant, bias: np.ndarray | None, residual: Buffer | None = None):
         self.q = quant
@@ -489,13 +490,14 @@ class IntArith:
             else:               # added after scaling, in units of the output scale
                 self.float_bias = ctx.const((bias / np.float32(quant.y_scale)).astype(np.float32), "fb")
                 bias = None
+        gain = 2.0 ** self.narrowing     # the sums reach the epilogue divided by it (LongArith)
         if self.fixed:
-            m0, shift = fixed_point(quant.x_scale * quant.w_scale / quant.y_scale)
+            m0, shift = fixed_point(quant.x_scale * quant.w_scale * gain / quant.y_scale)
             self.m0 = ctx.const(m0.astype(np.int32), "m")
             self.shift = ctx.const(shift.astype(np.int32), "s")
         else:
             scale = np.float32(quant.x_scale) * quant.w_scale.astype(np.float32) / np.float32(quant.y_scale)
-            self.scale = ctx.const(scale.astype(np.float32), "s")
+            self.scale = ctx.const((scale * np.float32(gain)).astype(np.float32), "s")
         self.bias = ctx.const(bias.astype(np.int32), "b") if bias is not None else None
         # vectors of 8 or 16 int32 lanes the target multiplies as 16-bit pairs (x86's VPMADDWD; see mac)
         # (int16 activations less a zero point other than 0 may not fit 16 bits)
@@ -558,6 +560,52 @@ class IntArith:
         if f is not None:
             y = quantized_function(y, f.fn, f.params, f.x_scale, f.x_zp, f.y_scale, f.y_zp, f.qmin, f.qmax, f.y_dtype)
         return y
+
+
+class LongArith(IntArith):
+    """IntArith summing in int64, for a layer whose int32 sum could overflow (`accumulator_shift`): int16
+    activations times int8 weights over a long window (a 3x3 convolution on 256 channels and more; CMSIS-NN's
+    s16 convolution switches to 64-bit sums at 512 taps). Each product is widened to 64 bits (SMLAL on
+    Arm) and the sum is brought back to int32 by a rounding shift right of `narrowing` bits before the usual
+    epilogue, whose scale is that much larger: 2**-31 of the sum's range, far below float32's precision."""
+
+    acc_dtype = "i64"
+
+    def __init__(self, ctx: LowerContext, quant: Quant, bias: np.ndarray | None, residual: Buffer | None,
+                 narrowing: int):
+        self.narrowing = narrowing
+        super().__init__(ctx, quant, bias, residual)
+        self.pair_lanes = set()
+
+    def init(self, ch: Expr, lanes: int) -> Expr:
+        return Cast(self.bias.vec(ch, lanes), "i64") if self.bias is not None else const(0, "i64", lanes)
+
+    def load_x(self, value: Expr) -> Expr:
+        return Cast(widen(value) - self.q.x_zp, "i64")
+
+    def load_w(self, value: Expr) -> Expr:
+        return Cast(widen(value), "i64")
+
+    def mac(self, acc: Expr, a: Expr, w: Expr) -> Expr:
+        return acc + a * w
+
+    def result(self, acc: Expr, ch: Expr, idx: Expr, lanes: int) -> Expr:
+        half = const(1 << (self.narrowing - 1), "i64", lanes)
+        narrowed = Cast(binop("shr", acc + half, const(self.narrowing, "i64", lanes)), "i32")
+        return super().result(narrowed, ch, idx, lanes)
+
+
+def accumulator_shift(weight: np.ndarray, quant: Quant, bias: np.ndarray | None) -> int:
+    """0 when each output channel's sum of (x - x_zp) (w - w_zp), plus its integer bias, fits int32 for every
+    input the activation type holds; else the bits by which it may pass int32 (LongArith). weight: output
+    channels first, zero points not yet subtracted."""
+    lo, hi = RANGES[quant.x_dtype]
+    x_max = max(abs(lo - quant.x_zp), abs(hi - quant.x_zp))
+    w = weight.astype(np.int64).reshape(weight.shape[0], -1)
+    bound = np.abs(w - np.asarray(quant.w_zp, np.int64).reshape(-1, 1)).sum(axis=1) * x_max
+    if bias is not None and bias.dtype == np.int32:
+        bound = bound + np.abs(bias.astype(np.int64))
+    return max(0, int(bound.max(initial=0)).bit_length() - 31)
 
 
 class LaneArith(IntArith):
@@ -889,6 +937,8 @@ def arith_form(arith: Arith) -> str:
         return f"dot{arith.group}" + ("raw" if arith.style.raw_bytes else "")
     if isinstance(arith, LaneArith):
         return f"lane{arith.group}"
+    if isinstance(arith, LongArith):
+        return "int64"
     return "int" if isinstance(arith, IntArith) else ""
 
 
@@ -1455,6 +1505,13 @@ def conv(ctx: LowerContext, node: Node, name: str) -> Kernel:
     groups = node.attrs["group"]
     style = dot_style(ctx, node, groups, g.c // groups)
     depthwise = groups == g.c and weight.shape[1] == 1 and g.m == g.c
+    long = _long_arith(ctx, node, ins, weight)
+    if long is not None:        # the other forms sum in int32
+        weight = _minus_zero_point(weight, long.q, axis=0)
+        backward, whole = node.name in ctx.backward, node.name in ctx.whole
+        if depthwise:
+            return lower_depthwise(ctx, node, name, g, weight, long, ins[0], outs[0], params, backward, whole)
+        return lower_dense(ctx, node, name, g, groups, weight, long, ins[0], outs[0], params, backward, whole)
     if not depthwise and conv_amx.applies(ctx, style, g, groups):
         bias = ctx.graph.constants[operand(node, "bias")] if operand(node, "bias") else None
         arith = DotArith(ctx, style, node_quant(ctx.graph.values, node), bias, weight, ins[0].dtype,
@@ -1489,6 +1546,16 @@ def conv(ctx: LowerContext, node: Node, name: str) -> Kernel:
                                          whole)
         return lower_depthwise(ctx, node, name, g, weight, arith, ins[0], outs[0], params, backward, whole)
     return lower_dense(ctx, node, name, g, groups, weight, arith, ins[0], outs[0], params, backward, whole)
+
+
+def _long_arith(ctx: LowerContext, node: Node, ins, weight: np.ndarray) -> LongArith | None:
+    """A LongArith for a quantized node whose int32 sums could overflow, else None. weight: OIHW."""
+    quant = node_quant(ctx.graph.values, node)
+    if quant is None:
+        return None
+    bias = ctx.graph.constants[operand(node, "bias")] if operand(node, "bias") else None
+    narrowing = accumulator_shift(weight, quant, bias)
+    return LongArith(ctx, quant, bias, _residual(node, ins), narrowing) if narrowing else None
 
 
 def _arith(ctx: LowerContext, node: Node, ins, style: DotStyle | None, weight: np.ndarray,

@@ -10,7 +10,7 @@ from aot.graph.ir import Graph, Node, Rewriter
 from aot.graph.quant import node_quant
 from aot.kernel.ir import Kernel
 from aot.ops import LowerContext, conv_amx
-from aot.ops.conv import Geometry, _arith, _minus_zero_point, dot_style, lower_dense
+from aot.ops.conv import Geometry, _arith, _long_arith, _minus_zero_point, dot_style, lower_dense
 from aot.ops.registry import MATRIX_OPERANDS, Fusion, QuantForm, define
 
 
@@ -28,6 +28,10 @@ def gemm(ctx: LowerContext, node: Node, name: str) -> Kernel:
     g = Geometry(1, 1, rows, k, 1, rows, n, 1, 1, (1, 1), (1, 1), (0, 0, 0, 0))
     oihw = weight.T.reshape(n, k, 1, 1)
     style = dot_style(ctx, node, 1, k)
+    long = _long_arith(ctx, node, ins, oihw)
+    if long is not None:        # the other forms sum in int32
+        return lower_dense(ctx, node, name, g, 1, _minus_zero_point(oihw, long.q, axis=0), long, ins[0], outs[0],
+                           params)
     arith = _arith(ctx, node, ins, style, oihw)
     if conv_amx.applies(ctx, style, g, 1):
         return conv_amx.lower_amx(ctx, node, name, g, oihw, arith, ins[0], outs[0], params)

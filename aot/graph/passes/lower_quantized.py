@@ -17,7 +17,7 @@ import numpy as np
 
 from aot.graph.ir import Graph, Node, Rewriter
 from aot.graph.passes.fold_constants import folds
-from aot.graph.quant import RANGES, QuantParams
+from aot.graph.quant import QuantParams
 from aot.ops.registry import Fusion, QuantForm, op_def, operand
 
 
@@ -239,7 +239,7 @@ def _match_matrix(chains: _Chains, rw: Rewriter, node: Node, y: str, swallowed: 
     if op == "Gemm" and len(rw.values[xq].shape) != 2:
         return None
     bias = _bias(chains, node, x_params.scale, w_scale)
-    if bias is False or not _sums_fit(weights, w_zp, channel_axis, rw.values[xq].dtype, x_params.zero_point, bias):
+    if bias is False:
         return None
     w_name = rw.constant(node.name + "_wq", weights, QuantParams(w_scale, w_zp, channel_axis))
     b_name = ""
@@ -248,21 +248,6 @@ def _match_matrix(chains: _Chains, rw: Rewriter, node: Node, y: str, swallowed: 
         b_name = rw.constant(node.name + "_bq", bias, b_params)
     attrs = {k: v for k, v in node.attrs.items() if k not in ("alpha", "beta", "transA", "transB")}
     return Node(op, node.name, (xq, w_name, b_name), (y,), attrs), swallowed
-
-
-def _sums_fit(weights: np.ndarray, w_zp: np.ndarray, channel_axis: int, x_dtype: str, x_zp: int,
-              bias: np.ndarray | None) -> bool:
-    """Whether each output channel's sum of (x - x_zp) (w - w_zp), plus its integer bias, fits the kernels'
-    int32 accumulator for every input the activation type holds. 16-bit activations make products 2**8
-    times larger than 8-bit ones, so a long sum can overflow; such a node stays in float."""
-    lo, hi = RANGES[x_dtype]
-    x_max = max(abs(lo - x_zp), abs(hi - x_zp))
-    w = np.moveaxis(weights.astype(np.int64), channel_axis, 0)
-    w = np.abs(w.reshape(w.shape[0], -1) - np.asarray(w_zp, np.int64).reshape(-1, 1))
-    bound = w.sum(axis=1) * x_max
-    if bias is not None and bias.dtype == np.int32:
-        bound = bound + np.abs(bias.astype(np.int64))
-    return bound.size == 0 or int(bound.max()) < 2**31
 
 
 def _bias(chains: _Chains, node: Node, x_scale: float, w_scale: np.ndarray):
