@@ -38,6 +38,9 @@ class Knobs:
     share_memory: bool = True   # outputs may overlap dying inputs where kernels allow it (false: the plain plan)
     reorder: bool = True        # run the kernels in the order searched for the smallest workspace (false: graph order)
     border_tiles: bool = True   # dense convolutions take their border columns in tiles (false: one at a time)
+    # recurrent layers keep quantized weights as their int8/int16 codes, dequantized as loaded: flash 2-4x
+    # smaller, each multiply-add a load, a convert and an FMA (false: float weights, dequantized now)
+    weight_codes: bool = False
     # tuning records apply only where they do not grow the workspace (false: wherever they match)
     records_keep_workspace: bool = True
     schedules: Overrides = Overrides()  # per node, per workload, from tuning records (aot/schedule.py)

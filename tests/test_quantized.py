@@ -8,6 +8,7 @@ import re
 import numpy as np
 import onnx
 import pytest
+import recurrent_models
 import zoo
 from onnxruntime.quantization import QuantType
 from quantize import quantize_model
@@ -15,6 +16,7 @@ from quantize import quantize_model
 import aot
 from aot.graph.quant import node_quant
 from aot.ops.registry import op_def
+from aot.quantize import quantize as aot_quantize
 
 
 def quantized(model: onnx.ModelProto, tmp_path, fmt: str, per_channel: bool,
@@ -611,3 +613,33 @@ def test_an_opset_11_softmax_between_integer_tensors_keeps_its_encoding_through_
     model.opset_import[0].version = 11
     result = assert_within_one_step(model)
     assert result.ok
+
+
+def _quantized_recurrent(model: onnx.ModelProto, tmp_path, scheme: str = "int8") -> str:
+    """`model` quantized by `aot quantize` (onnxruntime's get_qdq_config, which puts DequantizeLinear on an
+    LSTM's weights) on random calibration data."""
+    src, out = tmp_path / f"{model.graph.name}.onnx", tmp_path / f"{model.graph.name}_{scheme}.onnx"
+    onnx.save(model, src)
+    aot_quantize(src, out, allow_random=True, scheme=scheme)
+    return str(out)
+
+
+@pytest.mark.parametrize("scheme", ["int8", "a16w8"])
+def test_quantized_recurrent_layers_keep_their_weight_codes(scheme, tmp_path):
+    """onnxruntime's quantizer leaves an LSTM in float with dequantized weights: with the `weight_codes`
+    knob (the Cortex-M default) the layer reads the codes and dequantizes them as it loads them, in a
+    quarter (int8) or half (int16) of the bytes, and computes what onnxruntime does either way."""
+    for model in (recurrent_models.lstm_kws(), recurrent_models.crnn()):
+        path = _quantized_recurrent(model, tmp_path, scheme)
+        weights = {}
+        for codes in (False, True):
+            result = aot.check(path, knobs={"weight_codes": codes})
+            assert result.ok, (path, codes, result.comparisons)
+            weights[codes] = aot.build(path, out_dir=None, knobs={"weight_codes": codes}).metadata["memory"]["weights"]
+        assert weights[True] < 0.75 * weights[False], (path, weights)
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("target", ["cortex-m4", "cortex-m55", "cortex-m0plus"])
+def test_quantized_recurrent_layers_on_cortex_m(target, tmp_path):
+    assert aot.check(_quantized_recurrent(recurrent_models.crnn(), tmp_path), target=target).ok

@@ -31,11 +31,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from aot.graph.ir import Graph, Node, Rewriter
+from aot.graph.quant import QuantParams
 from aot.kernel import math as kmath
 from aot.kernel.ir import Buffer, Builder, Cast, Expr, Kernel, binop, const, fma, maximum, minimum, select
 from aot.ops import LowerContext
 from aot.ops.conv import channel_blocks
 from aot.ops.epilogue import activation
+from aot.ops.quantized import widen
 from aot.ops.registry import FLOAT, define
 from aot.ops.rewrite import refuse
 
@@ -170,6 +172,9 @@ def _weight(rw: Rewriter, node: Node, index: int, what: str) -> str:
     name = node.inputs[index] if len(node.inputs) > index else ""
     if not name:
         raise refuse(node, "W and R are required")
+    if name in rw.constants and rw.values[name].quant is not None:     # codes (lower_quantized), kept so
+        codes = rw.constants[name]
+        return rw.constant(f"{node.name}_{what}", codes.transpose(0, 2, 1).copy(), rw.values[name].quant)
     if name in rw.constants:
         return rw.constant(f"{node.name}_{what}", rw.constants[name].astype(np.float32).transpose(0, 2, 1))
     _check_float(rw, node, (index,))
@@ -261,6 +266,7 @@ class Panel:
     offsets: tuple[int, ...]
     stride: int = 0
     base: int = 0
+    codes: QuantParams | None = None    # integer codes, dequantized as loaded: (code - zero point) * scale
 
     def block_start(self, index: int, blk, jb: Expr) -> Expr:
         """Where row 0 of block `jb` of the index-th run of blocks starts."""
@@ -272,7 +278,7 @@ class Panel:
         return self.stride or blk.width
 
 
-def pack_panel(ctx: LowerContext, matrix: np.ndarray, j0: int, j1: int) -> Panel:
+def pack_panel(ctx: LowerContext, matrix: np.ndarray, j0: int, j1: int, codes: QuantParams | None = None) -> Panel:
     k = matrix.shape[0]
     blocks = tuple(channel_blocks(j1 - j0, ctx.target.lanes, max(1, ctx.knobs.nr)))
     parts, offsets, offset = [], [], 0
@@ -282,7 +288,7 @@ def pack_panel(ctx: LowerContext, matrix: np.ndarray, j0: int, j1: int) -> Panel
             lo = j0 + blk.start + jb * blk.width
             parts.append(matrix[:, lo:lo + blk.width].reshape(-1))
             offset += k * blk.width
-    return Panel(ctx.const(np.concatenate(parts), "rnn_w"), k, blocks, tuple(offsets))
+    return Panel(ctx.const(np.concatenate(parts), "rnn_w"), k, blocks, tuple(offsets), codes=codes)
 
 
 def buffer_panel(ctx: LowerContext, buf: Buffer, k: int, n: int, offset: int, j0: int, j1: int) -> Panel:
@@ -305,8 +311,12 @@ def matvec(b: Builder, dst: Buffer, dst_off: Expr | int, bias: Buffer, bias_off:
                 base = b.let("wp", panel.block_start(index, blk, jb))
                 with b.loop("k", 0, panel.k) as kk:
                     s = b.let("s", src[src_off + kk])
+                    if panel.codes is not None:     # the codes' scale, on the input rather than on each weight
+                        s = b.let("s", s * np.float32(panel.codes.scale))
                     for r, acc in enumerate(accs):
                         w = panel.buf.vec(base + kk * panel.row_step(blk) + r * blk.lanes, blk.lanes)
+                        if panel.codes is not None:
+                            w = Cast(widen(w) - panel.codes.zero_point, "f32")
                         b.assign(acc, fma(s, w, acc))
             for r, acc in enumerate(accs):
                 b.store(dst, dst_off + col + r * blk.lanes, acc)
@@ -419,7 +429,11 @@ def _panels(ctx: LowerContext, node: Node, d: int, wx_buf: Buffer, wh_buf: Buffe
     def panel(index: int, buf: Buffer, j0: int, j1: int) -> Panel:
         name = node.inputs[index]
         if name in ctx.graph.constants:
-            return pack_panel(ctx, ctx.graph.constants[name][d], j0, j1)
+            matrix, codes = ctx.graph.constants[name][d], ctx.graph.values[name].quant
+            if codes is not None and not ctx.knobs.weight_codes:     # dequantized now, as DequantizeLinear does
+                matrix, codes = (matrix.astype(np.int32) - codes.zero_point).astype(np.float32) \
+                    * np.float32(codes.scale), None
+            return pack_panel(ctx, matrix, j0, j1, codes)
         _, k, n = ctx.graph.shape(name)
         return buffer_panel(ctx, buf, k, n, d * k * n, j0, j1)
 

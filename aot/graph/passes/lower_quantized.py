@@ -148,7 +148,7 @@ def _fuse(graph: Graph) -> Graph:
     absorbed: set[str] = set()
     replacement: dict[str, Node] = {}
     for node in graph.nodes:
-        fused = _match(chains, rw, node) or _requantize(chains, node)
+        fused = _match(chains, rw, node) or _requantize(chains, node) or _recurrent_codes(chains, rw, node)
         if fused is not None:
             new, swallowed = fused
             replacement[node.name] = new
@@ -204,6 +204,32 @@ def _requantize(chains: _Chains, node: Node) -> tuple[Node, list[Node]] | None:
     return Node("Requantize", node.name, (x,), node.outputs, {"from_scale": params.scale, "from_zero_point":
                                                               params.zero_point, "scale": y.scale,
                                                               "zero_point": y.zero_point}), []
+
+
+def _recurrent_codes(chains: _Chains, rw: Rewriter, node: Node) -> tuple[Node, list[Node]] | None:
+    """An LSTM, GRU or RNN whose W or R is a DequantizeLinear of constant codes with one scale (what
+    onnxruntime's QDQ quantizer makes of them): the layer runs in float as the model says, but reads the
+    codes (their QuantParams on the constant) and dequantizes them as it loads them, so the weights keep
+    the one or two bytes of their codes in flash instead of four."""
+    if node.op not in ("LSTM", "GRU", "RNN"):
+        return None
+    inputs, swallowed = list(node.inputs), []
+    for index in (1, 2):
+        name = inputs[index] if len(inputs) > index else ""
+        dq = chains.producers.get(name)
+        if dq is None or dq.op != "DequantizeLinear" or dq.inputs[0] not in chains.graph.constants:
+            continue
+        codes = chains.graph.constants[dq.inputs[0]]
+        scale, zp = chains.const(dq.inputs[1]), chains.const(dq.inputs[2] if len(dq.inputs) > 2 else "")
+        if scale is None or scale.size != 1 or codes.dtype.name not in ("int8", "uint8", "int16"):
+            continue
+        params = QuantParams.per_tensor(float(scale.reshape(())), int(zp.reshape(())) if zp is not None else 0)
+        inputs[index] = rw.constant(f"{name}_codes", codes, params)
+        if len(chains.users.get(name, [])) == 1 and name not in chains.graph.outputs:
+            swallowed.append(dq)
+    if inputs == list(node.inputs):
+        return None
+    return node.with_(inputs=tuple(inputs)), swallowed
 
 
 def _match_matrix(chains: _Chains, rw: Rewriter, node: Node, y: str, swallowed: list[Node]) \
