@@ -9,7 +9,8 @@ model; see aot.reference) on the same inputs. A mismatch is not arbitrated here:
 
 On a microcontroller each timed run is counted in the ticks of the core's cycle counter (or SysTick at
 the core clock): cycles, shown also in microseconds at the board's clock. Under qemu the counters count
-instructions, and the figures say "instructions (emulated)", never cycles or time.
+instructions, and the figures say "instructions (emulated)", never cycles or time; beside them go the
+kernels' cycles estimated from a profiled run (aot/run/cycles.py), labelled as an estimate.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from aot.ops import macs as node_macs
 from aot.remote.board import Board, load_board
 from aot.remote.ssh import Session
 from aot.report import describe
-from aot.run import local
+from aot.run import cycles, local
 from aot.target import Target, get_target
 
 
@@ -88,6 +89,13 @@ class DeviceFigures:
     timer: str                  # the counter that counted: dwt, pmu or systick
     timer_note: str             # why it is not the one the board file asked for
     kernel_instructions: int | None = None     # qemu: the model's kernels' instructions per run, exactly
+    estimated_cycles: int | None = None        # qemu: the kernels' cycles per run on the core, estimated
+                                               # (aot/run/cycles.py) from a profiled run
+
+    @property
+    def estimated_micros(self) -> float | None:
+        """The estimated kernel cycles in microseconds at the board's clock."""
+        return None if self.estimated_cycles is None else self.estimated_cycles * 1e6 / self.clock_hz
 
     @property
     def micros(self) -> Stats | None:
@@ -244,6 +252,9 @@ def _bench_on_device(model, brd: DeviceBoard, tgt: Target, repeat: int, warmup: 
             raise PlanError(f"on board {brd.name} (its [flash], and its [ram] less the stack): {err}") from None
         feeds = checks.random_inputs(artifact.model.proto, seed)
         run = run_on_device(artifact, brd, feeds, warmup, repeat, timeout, count, accept_new_host_key)
+        estimate = None
+        if run.kernel_instructions is not None and cycles.available(tgt):     # emulated: price the kernels' run
+            estimate = cycles.estimate_cycles(artifact, feeds, timeout)[1].cycles
         comparisons, used, reason = [], "none", ""
         if reference != "none":
             proto, frozen = artifact.model.reference()
@@ -252,12 +263,14 @@ def _bench_on_device(model, brd: DeviceBoard, tgt: Target, repeat: int, warmup: 
             used, reason = ref.used, ref.fallback_reason
         macs = sum(node_macs(artifact.program.graph, c.node) for c in artifact.program.calls)
         label, sha = artifact.model.label, artifact.model.sha256
-    return BenchResult.on_device(label, sha, brd, tgt.name, device_figures(run, brd), comparisons=comparisons,
+    return BenchResult.on_device(label, sha, brd, tgt.name, device_figures(run, brd, estimate),
+                                 comparisons=comparisons,
                                  macs=macs, reference=used, fallback_reason=reason)
 
 
-def device_figures(run, brd: DeviceBoard) -> DeviceFigures:
-    """A device run's laps in the unit they mean: cycles, or under qemu instructions."""
+def device_figures(run, brd: DeviceBoard, estimated_cycles: int | None = None) -> DeviceFigures:
+    """A device run's laps in the unit they mean: cycles, or under qemu instructions (with the kernels'
+    estimated cycles, if they were estimated)."""
     timer = run.timer
     why = "qemu models neither DWT nor the PMU" if brd.emulated else "absent on this core, or held by the debugger"
     note = "" if timer.used == timer.asked else \
@@ -267,7 +280,8 @@ def device_figures(run, brd: DeviceBoard) -> DeviceFigures:
         per_run, unit = [round(ticks * 1e9 / timer.hz) for ticks in run.laps], "instructions (emulated)"
     else:
         per_run, unit = list(run.laps), "cycles"
-    return DeviceFigures(unit, per_run, Stats.of(per_run), brd.clock_hz, timer.used, note, run.kernel_instructions)
+    return DeviceFigures(unit, per_run, Stats.of(per_run), brd.clock_hz, timer.used, note, run.kernel_instructions,
+                         estimated_cycles)
 
 
 def run_on_board(brd: Board, files: list[Path], args: list[str], out_names: list[str], work: Path,

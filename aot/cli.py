@@ -591,25 +591,30 @@ def _check(r) -> str:
 def _print_device_results(results) -> None:
     """Microcontroller boards: each run counted, in cycles (and µs at the board's clock) or, under qemu,
     in instructions, never shown as time."""
+    from aot.run.cycles import ESTIMATE
+
     for unit in ("cycles", "instructions (emulated)"):
         group = [r for r in results if r.device.unit == unit]
         if not group:
             continue
         short = "cycles" if unit == "cycles" else "insns"
         head = ("model", "board", "target", "runs", f"min {short}", f"median {short}", f"p90 {short}", f"max {short}")
-        head += ("median µs", "MHz") if unit == "cycles" else ("kernel insns",)
+        head += ("median µs", "MHz") if unit == "cycles" else ("kernel insns", "est. kernel cycles", "est. µs", "MHz")
         rows = [head + ("timer", "check")]
         for r in group:
             d = r.device
             row = (r.model, r.where, r.target, str(len(d.per_run)),
                    *(f"{v:,.0f}" for v in (d.stats.min, d.stats.median, d.stats.p90, d.stats.max)))
-            row += (f"{d.micros.median:,.1f}", f"{d.clock_hz / 1e6:g}") if unit == "cycles" else \
-                (f"{d.kernel_instructions:,}" if d.kernel_instructions is not None else "-",)
+            row += (f"{d.micros.median:,.1f}", f"{d.clock_hz / 1e6:g}") if unit == "cycles" else (
+                f"{d.kernel_instructions:,}" if d.kernel_instructions is not None else "-",
+                f"{d.estimated_cycles:,}" if d.estimated_cycles is not None else "-",
+                f"{d.estimated_micros:,.1f}" if d.estimated_micros is not None else "-", f"{d.clock_hz / 1e6:g}")
             rows.append(row + (d.timer, _check(r)))
         _table(rows)
         if unit != "cycles":
             print("(emulated: qemu counts instructions, one per virtual nanosecond, not cycles or time; the timer "
-                  "counts the whole run call, kernel insns the model's kernels alone)")
+                  "counts the whole run call, kernel insns the model's kernels alone; est. kernel cycles and µs are "
+                  f"an estimate, not a measurement: {ESTIMATE}; - where the core has no model or llvm-19 is missing)")
     for r in results:
         if r.device.timer_note:
             print(f"note: {r.where}: {r.device.timer_note}")
@@ -651,6 +656,7 @@ def _device_json(d) -> dict:
     micros = d.micros
     return {"unit": d.unit, "per_run": d.per_run, "stats": dataclasses.asdict(d.stats), "clock_hz": d.clock_hz,
             "timer": d.timer, "timer_note": d.timer_note, "kernel_instructions": d.kernel_instructions,
+            "estimated_kernel_cycles": d.estimated_cycles,
             **({"stats_us": dataclasses.asdict(micros)} if micros is not None else {})}
 
 

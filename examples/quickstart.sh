@@ -12,7 +12,8 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends gcc libc6-dev binutils python3 python3-venv \
     gcc-aarch64-linux-gnu libc6-dev-arm64-cross gcc-arm-linux-gnueabihf libc6-dev-armhf-cross \
-    gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-user qemu-system-arm openssh-server openssh-client >/dev/null
+    gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-user qemu-system-arm openssh-server openssh-client \
+    llvm-19 >/dev/null
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip

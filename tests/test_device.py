@@ -107,6 +107,8 @@ def test_bench_ds_cnn_int8_on_the_qemu_boards(ds_cnn_int8, board, target, own_tm
     per_tick = 1e9 / load_board(board).clock_hz
     for n in figures.per_run:
         assert figures.kernel_instructions - per_tick <= n <= figures.kernel_instructions * 1.01 + 2 * per_tick
+    # beside them, the kernels' cycles estimated on the core (aot/run/cycles.py)
+    assert 0.5 * figures.kernel_instructions < figures.estimated_cycles < 3 * figures.kernel_instructions
     assert not running_under(own_tmp)
 
 
@@ -127,11 +129,12 @@ def test_cli_bench_on_a_microcontroller_prints_instructions_and_writes_json(tmp_
     out = tmp_path / "bench.json"
     assert main(["bench", str(model), "--board", "qemu-m4-uart", "--repeat", "2", "--json", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "median insns" in text and "qemu-m4-uart" in text and " ok" in text
+    assert "median insns" in text and "qemu-m4-uart" in text and " ok" in text and "est. kernel cycles" in text
     assert "ms" not in text.split("\n")[0] and "emulated" in text
     result = json.loads(out.read_text())["results"][0]
     assert result["stats_ms"] is None and result["device"]["unit"] == "instructions (emulated)"
     assert len(result["device"]["per_run"]) == 2 and result["device"]["kernel_instructions"] > 0
+    assert result["device"]["estimated_kernel_cycles"] > 0
 
 
 # ---- what goes wrong, said in one line ----------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,8 @@ from aot.codegen.elf import functions
 from aot.data import runtime_files
 from aot.errors import RunError
 from aot.run import local
+
+LLVM_OBJDUMP = "llvm-objdump-19"
 
 
 def kernel_spans(exe: Path, name: str) -> dict[str, tuple[int, int]]:
@@ -79,8 +82,67 @@ def count_kernel_instructions(artifact: Artifact, inputs: dict[str, np.ndarray],
     return outputs, per_kernel
 
 
-def _count(artifact: Artifact, inputs: dict[str, np.ndarray], timeout: float, per_kernel: bool
-           ) -> tuple[dict[str, np.ndarray], int, dict[str, int]]:
+@dataclass(frozen=True)
+class Profile:
+    """One run's instructions in the model's kernels: per address, how often it executed and how often it
+    transferred control (a taken branch, call or return); the kernels' (address, size) by name; and the
+    linked program's kernels disassembled by LLVM (address -> instruction text), for pricing them."""
+
+    counts: dict[int, int]
+    taken: dict[int, int]
+    kernels: dict[str, tuple[int, int]]
+    disassembly: dict[int, str]
+
+
+def profile_instructions(artifact: Artifact, inputs: dict[str, np.ndarray], timeout: float = 600.0
+                         ) -> tuple[dict[str, np.ndarray], Profile]:
+    """Run the model once under the target's emulator with per-instruction counts (aot/run/cycles.py
+    prices them)."""
+    found: dict = {}
+
+    def options(exe: Path, workdir: Path, lo: int, hi: int) -> str:
+        found.update(path=workdir / "profile.txt", lo=lo, kernels=kernel_spans(exe, artifact.name),
+                     disassembly=disassemble(exe, artifact.target, lo, hi))
+        return f",profile={found['path']}"
+
+    def collect(workdir: Path) -> None:
+        path = found["path"]
+        if not path.exists():
+            raise RunError(f"{artifact.name} on {artifact.target.name}: the emulator wrote no profile")
+        found["text"] = path.read_text()
+
+    outputs, _, _ = _count(artifact, inputs, timeout, per_kernel=False, more_options=options, collect_from=collect)
+    counts, taken = {}, {}
+    for line in found["text"].splitlines():
+        offset, count, transfers = line.split()
+        pc = found["lo"] + int(offset, 16)
+        counts[pc] = int(count)
+        if int(transfers):
+            taken[pc] = int(transfers)
+    return outputs, Profile(counts, taken, found["kernels"], found["disassembly"])
+
+
+def disassemble(exe: Path, target, lo: int, hi: int) -> dict[int, str]:
+    """[lo, hi) of a linked program as LLVM disassembles it for the target: address -> "mnemonic operands"
+    (comments dropped)."""
+    tool = shutil.which(LLVM_OBJDUMP)
+    if tool is None:
+        raise RunError(f"estimating cycles needs {LLVM_OBJDUMP} and llvm-mca-19 (Debian's llvm-19 package)")
+    proc = subprocess.run([tool, "-d", "--no-show-raw-insn", f"--triple={target.triple}", f"--mcpu={target.cpu}",
+                           f"--mattr={target.features}", f"--start-address={lo:#x}", f"--stop-address={hi:#x}",
+                           str(exe)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RunError(f"{LLVM_OBJDUMP} failed on {exe.name}: {proc.stderr.strip()[-300:]}")
+    found = {}
+    for line in proc.stdout.splitlines():
+        match = re.match(r"^\s*([0-9a-f]+):\s+(.*)$", line)
+        if match:
+            found[int(match.group(1), 16)] = match.group(2).split("@")[0].strip()
+    return found
+
+
+def _count(artifact: Artifact, inputs: dict[str, np.ndarray], timeout: float, per_kernel: bool,
+           more_options=None, collect_from=None) -> tuple[dict[str, np.ndarray], int, dict[str, int]]:
     tgt = artifact.target
     if not tgt.run_command:
         raise RunError(f"target {tgt.name} runs natively; instructions are counted under an emulator "
@@ -90,13 +152,16 @@ def _count(artifact: Artifact, inputs: dict[str, np.ndarray], timeout: float, pe
     def instrument(exe: Path, workdir: Path) -> tuple[str, ...]:
         lo, hi = kernel_range(exe, artifact.name)
         options = f"{build_plugin(workdir)},lo={lo:#x},hi={hi:#x}"
+        if more_options is not None:
+            options += more_options(exe, workdir, lo, hi)
         if per_kernel:
             spans.extend(sorted(((f, addr, addr + size) for f, (addr, size) in
                                  kernel_spans(exe, artifact.name).items() if size), key=lambda s: s[1]))
             options += "".join(f",range={a:#x}-{b:#x}" for _, a, b in spans)
         return ("-plugin", options, "-d", "plugin")
 
-    outputs, proc = local.run_program(artifact, inputs, timeout, static=True, instrument=instrument)
+    outputs, proc = local.run_program(artifact, inputs, timeout, static=True, instrument=instrument,
+                                      collect=collect_from)
     found = re.findall(r"^insns: (\d+)$", proc.stderr, re.M)
     if len(found) != 1:
         raise RunError(f"{artifact.name} on {tgt.name}: the emulator printed no instruction count "

@@ -128,10 +128,12 @@ def run(artifact: Artifact, inputs: dict[str, np.ndarray], timeout: float = 600.
 
 
 def run_program(artifact: Artifact, inputs: dict[str, np.ndarray], timeout: float = 600.0, static: bool = False,
-                instrument: Callable[[Path, Path], tuple[str, ...]] | None = None
+                instrument: Callable[[Path, Path], tuple[str, ...]] | None = None,
+                collect: Callable[[Path], None] | None = None
                 ) -> tuple[dict[str, np.ndarray], subprocess.CompletedProcess]:
     """Run the model once through the harness: its outputs by ONNX name, and the finished process.
-    `instrument(exe, workdir)` gives options for the target's emulator."""
+    `instrument(exe, workdir)` gives options for the target's emulator; `collect(workdir)` reads what
+    they made there before the directory goes."""
     tgt = artifact.target
     ins, outs = wrapper.io_tensors(artifact.program)
     with tempfile.TemporaryDirectory(prefix="aot-run-") as tmp:
@@ -142,6 +144,8 @@ def run_program(artifact: Artifact, inputs: dict[str, np.ndarray], timeout: floa
             array.tofile(work / f"input_{t.index}.bin")
         options = instrument(exe, work) if instrument else ()
         proc = execute(tgt, exe, work, timeout, artifact.name, emulator_options=options)
+        if collect is not None:
+            collect(work)
         results = {}
         for t in outs:
             path = work / f"output_{t.index}.bin"
