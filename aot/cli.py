@@ -188,8 +188,9 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tune", help="measure candidate schedules per layer and log them as records for "
                        "--records", description="Cuts each distinct workload (a convolution's template, shapes "
                        "and type) out of the model and measures the schedules its template allows, alone: "
-                       "timed on the host, counted in executed instructions under the target's emulator, or "
-                       "timed on --board. Every candidate's outputs must equal the default schedule's. One "
+                       "timed on the host, under the target's emulator in cycles estimated for its core "
+                       "(Cortex-M4, M7, M55) or in executed instructions, or timed on --board. Every candidate's "
+                       "outputs must equal the default schedule's. One "
                        "JSON record per measurement is appended to -o as it ends; a second run with the same "
                        "file skips what is measured. Then: aot build MODEL --records FILE.")
     p.add_argument("model", help="ONNX model file")
@@ -202,6 +203,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", default="10m", help="stop after this long, e.g. 90s, 10m, 1h (default 10m)")
     p.add_argument("--trials", type=int, help="at most this many measurements per workload")
     p.add_argument("--jobs", type=int, help="measurements at once (default: 2 under an emulator, 1 when timing)")
+    p.add_argument("--unit", choices=["cycles", "instructions"], help="under an emulator, rank schedules by "
+                   "cycles estimated for the core (the default on the Cortex-M4, M7 and M55) or by instructions")
     p.add_argument("--search", choices=["climb", "random"], default="climb", help="climb: from the default "
                    "schedule to better neighbours (default); random: the space in a shuffled order")
     p.add_argument("--accept-new-host-key", action="store_true", help="trust and record an unknown host key")
@@ -493,17 +496,17 @@ def _tune(args) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise OptionError(f"--jobs must be at least 1, not {args.jobs}")
     budget = parse_budget(args.budget)
-    from aot.tune import Method
+    from aot.tune import Method, emulated_method
 
     boards = [load_board(b, args.board_dir) for b in args.board]
     target = get_target(boards[0].target if boards else args.target, args.target_dir)
     results = tune(args.model, target, boards or None, args.output, budget, args.trials, args.jobs, _shapes(args),
                    _freeze(args), _knobs(args), args.accept_new_host_key, search=args.search,
-                   report=lambda line: print(f"aot: {line}", file=sys.stderr))
+                   report=lambda line: print(f"aot: {line}", file=sys.stderr), unit=args.unit)
     if boards:
         unit = Method("device" if isinstance(boards[0], DeviceBoard) else "time", boards[0]).unit
     else:
-        unit = "instructions" if target.run_command else "ms"
+        unit = emulated_method(target, args.unit).unit if target.run_command else "ms"
     rows = [("workload", "nodes", "trials", f"default {unit}", f"best {unit}", "best/default", "best schedule")]
     before = after = 0.0
     for r in results:

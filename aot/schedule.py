@@ -264,10 +264,13 @@ RANKED = 4     # records kept per workload, best first: the build may step down 
 
 def best_records(records: list[dict], target: str) -> dict[str, list[dict]]:
     """Per workload of `target`, the schedules measured without error, by the median of each one's
-    costs, best first (ties: a fixed order, so the same records always give the same build)."""
+    costs, best first (ties: a fixed order, so the same records always give the same build). Costs in
+    different units are not compared: a workload's are those in the unit of its last record."""
     costs: dict[str, dict[str, list[float]]] = {}
+    unit = {r["workload"]: r.get("unit") for r in records if r["target"] == target}
     for record in records:
-        if record["target"] != target or record.get("error") or record.get("cost") is None:
+        if record["target"] != target or record.get("error") or record.get("cost") is None \
+                or record.get("unit") != unit[record["workload"]]:
             continue
         schedule = json.dumps(record["schedule"], sort_keys=True)
         costs.setdefault(record["workload"], {}).setdefault(schedule, []).append(float(record["cost"]))

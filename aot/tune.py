@@ -2,8 +2,9 @@
 
 The model is compiled as for a build; each distinct workload (aot/schedule.py: template, shapes, type)
 is cut out as a program of its one kernel, with its own inputs, and measured alone with the schedules
-its template allows: timed natively on the host (the timing harness of `aot bench`), counted in
-executed instructions under the target's emulator (aot/run/count.py), timed on a board over SSH, or
+its template allows: timed natively on the host (the timing harness of `aot bench`), under the target's
+emulator priced in cycles estimated for its core (aot/run/cycles.py; the Cortex-M4, M7 and M55) or counted
+in executed instructions (aot/run/count.py; other cores, or `unit="instructions"`), timed on a board over SSH, or
 counted in cycles on a microcontroller board (aot/device/; under qemu its kernel's exact instruction
 count). Several boards of one target form a farm: measurements spread over them, one at a time on each.
 The default schedule is measured first; every candidate's outputs must equal the default's (to the
@@ -56,6 +57,7 @@ from aot.knobs import Knobs, resolve, scalar_variant
 from aot.ops import macs as node_macs
 from aot.program import Program, build_program
 from aot.remote.board import Board, load_board
+from aot.run import cycles
 from aot.schedule import TEMPLATES, Overrides, Schedule, check
 from aot.target import Target, get_target
 from aot.version import __version__
@@ -139,7 +141,8 @@ def neighbours(schedule: Schedule, target: Target) -> list[Schedule]:
 @dataclass(frozen=True)
 class Method:
     """How a cost is measured: "time" (ms, natively or on a Linux `board`), "count" (instructions,
-    emulated) or "device" (a microcontroller `board`: cycles, or instructions when qemu stands in)."""
+    emulated), "cycles" (cycles estimated from an emulated run, aot/run/cycles.py) or "device" (a
+    microcontroller `board`: cycles, or instructions when qemu stands in)."""
     kind: str
     board: Board | DeviceBoard | None = None
     accept_new_host_key: bool = False
@@ -149,7 +152,7 @@ class Method:
     def unit(self) -> str:
         if self.kind == "device":
             return "instructions" if self.board.emulated else "cycles"
-        return "instructions" if self.kind == "count" else "ms"
+        return {"count": "instructions", "cycles": "estimated cycles"}.get(self.kind, "ms")
 
     @property
     def noisy(self) -> bool:
@@ -205,6 +208,9 @@ def measure(job: Job) -> Outcome:
                 from aot.run.count import count_instructions
                 outputs, insns = count_instructions(artifact, job.inputs, job.method.timeout)
                 return Outcome(float(insns), None, outputs)
+            if job.method.kind == "cycles":
+                outputs, estimate = cycles.estimate_cycles(artifact, job.inputs, job.method.timeout)
+                return Outcome(float(estimate.cycles), None, outputs)
             if job.method.kind == "device":
                 from aot.device.run import run_on_board as run_on_device
                 board = job.method.board
@@ -376,16 +382,29 @@ class WorkloadResult:
     best: Schedule | None
 
 
+def emulated_method(target: Target, unit: str | None = None) -> Method:
+    """How a run under `target`'s emulator is measured: in estimated cycles where the core has a model (or
+    as `unit` says, "cycles" or "instructions")."""
+    if unit not in (None, "cycles", "instructions"):
+        raise OptionError(f"--unit must be cycles or instructions, not {unit!r}")
+    if unit == "cycles" and not cycles.available(target):
+        raise OptionError(f"target {target.name}: no cycle estimate here (a model for {', '.join(cycles.REFILL)}, "
+                          "and llvm-19's llvm-mca); use --unit instructions")
+    return Method("cycles" if unit == "cycles" or (unit is None and cycles.available(target)) else "count")
+
+
 def tune(model, target: str | Target = "host", board: str | Board | DeviceBoard | list | None = None,
          records: str | os.PathLike = "records.json", budget_s: float = 600.0, trials: int | None = None,
          jobs: int | None = None, input_shapes: dict[str, tuple[int, ...]] | None = None,
          freeze: dict[str, FreezeValue] | None = None, knobs: dict | None = None,
          accept_new_host_key: bool = False, seed: int = 0, search: str = "climb",
-         report: Callable[[str], None] | None = None) -> list[WorkloadResult]:
+         report: Callable[[str], None] | None = None, unit: str | None = None) -> list[WorkloadResult]:
     """Tune `model`'s workloads for `target` (or `board`'s), appending records to `records`, for at most
     `budget_s` seconds and `trials` measurements per workload. `board` may be a list: boards of one target,
     each measuring one candidate at a time. `search` is "climb" (from the default, see above) or "random"
-    (the space in a shuffled order, for comparison). Returns each workload's outcome."""
+    (the space in a shuffled order, for comparison). Under an emulator `unit` is "cycles" (estimated;
+    the default where the core has a model, aot/run/cycles.py) or "instructions". Returns each workload's
+    outcome."""
     if search not in SEARCHES:
         raise OptionError(f"--search must be one of {', '.join(SEARCHES)}, not {search!r}")
     given = board if isinstance(board, (list, tuple)) else [board] if board is not None else []
@@ -402,7 +421,7 @@ def tune(model, target: str | Target = "host", board: str | Board | DeviceBoard 
         methods = [Method("device" if isinstance(b, DeviceBoard) else "time", b, accept_new_host_key)
                    for b in boards][:jobs or None]
     elif tgt.run_command:
-        methods = [Method("count")] * (jobs or 2)
+        methods = [emulated_method(tgt, unit)] * (jobs or 2)
     else:
         if not tgt.runs_natively():
             raise OptionError(f"target {tgt.name} cannot run on this machine and has no emulator: "
@@ -429,7 +448,8 @@ def tune(model, target: str | Target = "host", board: str | Board | DeviceBoard 
         state.shuffled = cands[1:]
         rng.shuffle(state.shuffled)
         state.shuffled.reverse()
-        state.resume([r for r in earlier if r["workload"] == w.key and r["target"] == tgt.name])
+        state.resume([r for r in earlier if r["workload"] == w.key and r["target"] == tgt.name
+                      and r.get("unit", method.unit) == method.unit])
         states.append(state)
     say = report or (lambda line: None)
     bar = _Bar(sum(min(len(s.candidates), trials or len(s.candidates)) for s in states), budget_s)

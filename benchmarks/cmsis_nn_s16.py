@@ -51,8 +51,8 @@ from onnx import numpy_helper, shape_inference  # noqa: E402
 
 from aot.codegen.elf import functions  # noqa: E402
 from aot.errors import RunError  # noqa: E402
-from aot.run import local  # noqa: E402
-from aot.run.count import build_plugin, functions_range  # noqa: E402
+from aot.run import cycles, local  # noqa: E402
+from aot.run.count import Profile, build_plugin, disassemble, functions_range, read_profile  # noqa: E402
 from aot.target import Target, get_target  # noqa: E402
 
 MODELS = ("ds_cnn", "resnet8")
@@ -435,8 +435,9 @@ def count_range(exe: Path, library: set[str]) -> tuple[int, int, list[tuple[str,
 
 
 def measure(tgt: Target, layer: Layer, index: int, library: Path, names: set[str], cmsis: Path, plugin: Path,
-            work: Path, conv_bias: str) -> tuple[int, dict[str, int]]:
-    """Instructions CMSIS-NN executes for `layer` on `tgt`, and by function."""
+            work: Path, conv_bias: str) -> tuple[int, dict[str, int], int | None]:
+    """Instructions CMSIS-NN executes for `layer` on `tgt`, by function, and (where the core has a model) the
+    cycles estimated from the same run as aot's are (aot/run/cycles.py)."""
     work.mkdir(parents=True, exist_ok=True)
     source = work / "main.c"
     source.write_text(program(layer, conv_bias, seed=2463534242 + index))
@@ -447,6 +448,9 @@ def measure(tgt: Target, layer: Layer, index: int, library: Path, names: set[str
     local.link(tgt, [], [obj, library], work, exe, f"the program of {layer.model} {layer.name}")
     lo, hi, spans = count_range(exe, names)
     options = f"{plugin},lo={lo:#x},hi={hi:#x}" + "".join(f",range={a:#x}-{b:#x}" for _, a, b in spans)
+    priced = cycles.available(tgt)
+    if priced:
+        options += f",profile={work / 'profile.txt'}"
     what = f"{layer.model} {layer.name} on {tgt.name}"
     try:
         proc = subprocess.run(local.run_command(tgt, exe, ("-plugin", options, "-d", "plugin")), cwd=work,
@@ -463,7 +467,13 @@ def measure(tgt: Target, layer: Layer, index: int, library: Path, names: set[str
         raise RunError(f"{what}: the emulator printed no instruction counts: {proc.stderr.strip()[-300:]}")
     by_function = {name: counts[i] for i, (name, _, _) in enumerate(spans) if counts[i]}
     setup = sum(n for f, n in by_function.items() if "_get_buffer_size" in f)
-    return int(total[0]) - setup, {f: n for f, n in by_function.items() if "_get_buffer_size" not in f}
+    estimated = None
+    if priced:
+        executed, taken = read_profile((work / "profile.txt").read_text(), lo)
+        profile = Profile(executed, taken, {f: (a, b - a) for f, a, b in spans}, disassemble(exe, tgt, lo, hi))
+        by_kernel = cycles.price(profile, tgt).per_kernel
+        estimated = sum(n for f, n in by_kernel.items() if "_get_buffer_size" not in f)
+    return int(total[0]) - setup, {f: n for f, n in by_function.items() if "_get_buffer_size" not in f}, estimated
 
 
 # ---- the report ---------------------------------------------------------------------------------
@@ -491,27 +501,35 @@ def per_mac(insns: int, macs: int) -> str:
     return f"{insns / macs:.2f}" if macs else "-"
 
 
+def _estimate(cycles_: int | None) -> str:
+    return "-" if cycles_ is None else f"{cycles_}"
+
+
 def report(layers: dict[str, list[Layer]], targets: list[Target], results: dict, functions_too: bool) -> None:
     for model, model_layers_ in layers.items():
         print(f"\n{model}")
         rows = [("layer", "kind", "shape", "MACs",
-                 *(col for t in targets for col in (f"{t.name} insns", "insns/MAC")))]
+                 *(col for t in targets for col in (f"{t.name} insns", "insns/MAC", "est. cycles")))]
         for layer in model_layers_:
             rows.append((layer.name, layer.kind, layer.shape, f"{layer.macs}",
                          *(col for t in targets for col in (f"{results[t.name, layer][0]}",
-                                                            per_mac(results[t.name, layer][0], layer.macs)))))
+                                                            per_mac(results[t.name, layer][0], layer.macs),
+                                                            _estimate(results[t.name, layer][2])))))
         for label, subset in ((f"total {'/'.join(LINKED)}", [x for x in model_layers_ if x.kind in LINKED]),
                               ("total all layers", model_layers_)):
             macs = sum(x.macs for x in subset)
             sums = [sum(results[t.name, x][0] for x in subset) for t in targets]
-            rows.append((label, "", "", f"{macs}", *(col for s in sums for col in (f"{s}", per_mac(s, macs)))))
+            estimates = [None if any(results[t.name, x][2] is None for x in subset)
+                         else sum(results[t.name, x][2] for x in subset) for t in targets]
+            rows.append((label, "", "", f"{macs}", *(col for s, e in zip(sums, estimates)
+                                                     for col in (f"{s}", per_mac(s, macs), _estimate(e)))))
         table(rows, 3)
     if functions_too:
         for t in targets:
             print(f"\nwhere the instructions went on {t.name} (functions with at least 1%)")
             for model_layers_ in layers.values():
                 for layer in model_layers_:
-                    total, by_function = results[t.name, layer]
+                    total, by_function, _ = results[t.name, layer]
                     parts = [f"{f} {100 * n / total:.0f}%" for f, n in sorted(by_function.items(), key=lambda i: -i[1])
                              if n >= total / 100]
                     print(f"  {layer.model} {layer.name}: {', '.join(parts)}")
@@ -540,7 +558,8 @@ def main() -> int:
             parser.error(f"target {t.name} is not a bare-metal target run under an emulator")
     layers = {m: model_layers(m) for m in args.models}
 
-    print("CMSIS-NN s16 kernels: instructions executed under qemu-system-arm (exact; not cycles)")
+    print("CMSIS-NN s16 kernels: instructions executed under qemu-system-arm (exact; not cycles), and on the "
+          f"Cortex-M cores cycles estimated from the same run (an estimate: {cycles.ESTIMATE})")
     print(f"CMSIS-NN {describe(cmsis)}")
     print(f"conv bias {args.conv_bias}; {targets[0].cc}: "
           f"{run([targets[0].cc, '--version'], 'the compiler').stdout.splitlines()[0]}")
@@ -548,7 +567,7 @@ def main() -> int:
         work = args.keep.resolve() if args.keep else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         plugin = build_plugin(work)
-        results: dict[tuple[str, Layer], tuple[int, dict[str, int]]] = {}
+        results: dict[tuple[str, Layer], tuple[int, dict[str, int], int | None]] = {}
         try:
             for t in targets:
                 print(f"{t.name}: {' '.join(library_flags(t))}; {', '.join(cmsis_features(t, cmsis)) or 'plain C'}")

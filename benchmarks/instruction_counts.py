@@ -4,15 +4,15 @@ and against Arm's CMSIS-NN.
     python benchmarks/instruction_counts.py [MODEL ...] [--target aarch64 ...] [--precision fp32|int8|a16w8 ...]
                                             [--no-scalar] [--layers] [--records DIR [--tune 10m]]
 
-Each model is built twice per target: with the target's knobs, and with `simd = false` (one lane, no
-integer SIMD, LLVM's vectorizers off; --no-scalar skips it). Both run once under qemu with the
-instruction-counting plugin (aot/run/count.py); both outputs are checked against onnxruntime. The
-table gives the instructions the kernels executed, per multiply-accumulate, how many times fewer the
-SIMD build needs, the ratio to CMSIS-NN's published count where there is one (REFERENCE), and the
-code size of the kernels (text bytes of the object). --layers adds the instructions of each kernel.
---records DIR adds the build from the tuning records DIR/<model>_<precision>_<target>.json (made first
-with --tune DURATION where missing: `aot tune` counting instructions per kernel) and its ratio to the
-default schedules' count.
+Each model is built twice per target: with the target's knobs, and with `simd = false` (one lane, no integer
+SIMD, LLVM's vectorizers off; --no-scalar skips it). Both run once under qemu with the instruction-counting
+plugin (aot/run/count.py); both outputs are checked against onnxruntime. The table gives the instructions the
+kernels executed, per multiply-accumulate, on the Cortex-M cores the cycles estimated from the same kind of
+run (aot/run/cycles.py: LLVM's model of the core, an estimate), how many times fewer the SIMD build needs, the
+ratio to CMSIS-NN's published count where there is one (REFERENCE), and the code size of the kernels (text
+bytes of the object). --layers adds the instructions of each kernel. --records DIR adds the build from the
+tuning records DIR/<model>_<precision>_<target>.json (made first with --tune DURATION where missing: `aot
+tune` counting instructions per kernel) and its ratio to the default schedules' count.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from aot import reference  # noqa: E402
 from aot.api import quantization_steps  # noqa: E402
 from aot.codegen.elf import functions  # noqa: E402
 from aot.ops import macs  # noqa: E402
+from aot.run import cycles  # noqa: E402
 from aot.run.count import count_instructions, count_kernel_instructions  # noqa: E402
 from aot.target import get_target  # noqa: E402
 
@@ -66,10 +67,12 @@ def _count(model: onnx.ModelProto, target: str, knobs: dict, tmp: Path, layers: 
         outputs, insns = count_instructions(artifact, feeds)
     comparisons = reference.compare(outputs, reference.reference_outputs(model, feeds),
                                     quantization_steps(artifact.program))
+    estimated = cycles.estimate_cycles(artifact, feeds)[1].cycles if cycles.available(artifact.target) else None
     graph = artifact.program.graph
     kernel_macs = {c.kernel.name: macs(graph, c.node) for c in artifact.program.calls}
     text = sum(size for _, size in functions(artifact.object.read_bytes()).values())
-    return {"insns": sum(per_kernel.values()) if layers else insns, "macs": sum(kernel_macs.values()),
+    return {"insns": sum(per_kernel.values()) if layers else insns, "cycles": estimated,
+            "macs": sum(kernel_macs.values()),
             "text": text, "ok": all(c.ok for c in comparisons),
             "layers": [(k, n, kernel_macs.get(k, 0)) for k, n in per_kernel.items()]}
 
@@ -112,10 +115,10 @@ def insns_table(models: dict[str, onnx.ModelProto], knobs: dict | None = None,
                 targets: tuple[str, ...] = TARGETS, scalar: bool = True, layers: bool = False,
                 records: Path | None = None) -> bool:
     """Print the table; True if every output matched."""
-    rows = [("target", "model", "MMACs", "M insns", "insns/MAC", "scalar M insns", "scalar/SIMD", "CMSIS-NN M",
-             "vs CMSIS-NN", "text B", "check")]
+    rows = [("target", "model", "MMACs", "M insns", "insns/MAC", "est. M cycles", "scalar M insns", "scalar/SIMD",
+             "CMSIS-NN M", "vs CMSIS-NN", "text B", "check")]
     if records is not None:
-        rows[0] = rows[0][:5] + ("tuned M insns", "tuned/default", "tuned vs CMSIS-NN") + rows[0][5:]
+        rows[0] = rows[0][:6] + ("tuned M insns", "tuned/default", "tuned vs CMSIS-NN") + rows[0][6:]
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
         for target in targets:
@@ -124,7 +127,7 @@ def insns_table(models: dict[str, onnx.ModelProto], knobs: dict | None = None,
                     run = _count(model, target, dict(knobs or {}), Path(tmp), layers)
                     base = _count(model, target, {**(knobs or {}), "simd": False}, Path(tmp)) if scalar else None
                 except aot.PlanError as err:        # does not fit the board
-                    rows.append((target, label, *["-"] * 8, str(err)[:50]))
+                    rows.append((target, label, *["-"] * 9, str(err)[:50]))
                     continue
                 both_ok = run["ok"] and (base is None or base["ok"])
                 insns, ref = run["insns"], REFERENCE.get((target, label))
@@ -141,14 +144,17 @@ def insns_table(models: dict[str, onnx.ModelProto], knobs: dict | None = None,
                             _layer_table(target, f"{label} tuned", best)
                 ok &= both_ok
                 rows.append((target, label, f"{run['macs'] / 1e6:.2f}", f"{insns / 1e6:.2f}",
-                             f"{insns / run['macs']:.2f}", *tuned, f"{base['insns'] / 1e6:.2f}" if base else "-",
+                             f"{insns / run['macs']:.2f}",
+                             f"{run['cycles'] / 1e6:.2f}" if run["cycles"] is not None else "-", *tuned,
+                             f"{base['insns'] / 1e6:.2f}" if base else "-",
                              f"{base['insns'] / insns:.2f}x" if base else "-", f"{ref / 1e6:.2f}" if ref else "-",
                              f"{insns / ref:.3f}" if ref else "-", f"{run['text']}",
                              "ok" if both_ok else "MISMATCH"))
                 if layers:
                     _layer_table(target, label, run)
-    _print("instructions executed in the kernels under qemu (exact; not cycles); "
-           f"CMSIS-NN: {REFERENCE_VERSION}; text: kernel code bytes", rows, 2)
+    _print("instructions executed in the kernels under qemu (exact; not cycles); est. M cycles on the Cortex-M "
+           f"cores: an estimate ({cycles.ESTIMATE}); CMSIS-NN (instructions): {REFERENCE_VERSION}; "
+           "text: kernel code bytes", rows, 2)
     return ok
 
 

@@ -112,14 +112,21 @@ def profile_instructions(artifact: Artifact, inputs: dict[str, np.ndarray], time
         found["text"] = path.read_text()
 
     outputs, _, _ = _count(artifact, inputs, timeout, per_kernel=False, more_options=options, collect_from=collect)
+    counts, taken = read_profile(found["text"], found["lo"])
+    return outputs, Profile(counts, taken, found["kernels"], found["disassembly"])
+
+
+def read_profile(text: str, lo: int) -> tuple[dict[int, int], dict[int, int]]:
+    """The plugin's profile file (lines "OFFSET COUNT TAKEN", hex offsets from `lo`): executions and control
+    transfers per address."""
     counts, taken = {}, {}
-    for line in found["text"].splitlines():
+    for line in text.splitlines():
         offset, count, transfers = line.split()
-        pc = found["lo"] + int(offset, 16)
+        pc = lo + int(offset, 16)
         counts[pc] = int(count)
         if int(transfers):
             taken[pc] = int(transfers)
-    return outputs, Profile(counts, taken, found["kernels"], found["disassembly"])
+    return counts, taken
 
 
 def disassemble(exe: Path, target, lo: int, hi: int) -> dict[int, str]:
