@@ -79,6 +79,19 @@ class StepTime:
 
 
 @dataclass(frozen=True)
+class StepCycles:
+    """One kernel call of a run on an emulated microcontroller: its cycles per run, estimated
+    (aot/run/cycles.py)."""
+
+    step: int
+    kernel: str
+    op: str
+    node: str
+    macs: int
+    cycles: int
+
+
+@dataclass(frozen=True)
 class DeviceFigures:
     """A microcontroller's count of each timed run."""
 
@@ -117,6 +130,7 @@ class BenchResult:
     stats: Stats
     comparisons: list = field(default_factory=list)
     profile: list[StepTime] = field(default_factory=list)
+    cycle_profile: list[StepCycles] = field(default_factory=list)     # emulated microcontroller, --profile
     macs: int = 0
     reference: str = "onnxruntime"      # what the outputs were compared with: onnxruntime, onnx or none
     fallback_reason: str = ""           # why onnxruntime, asked for, could not run the model
@@ -187,13 +201,17 @@ def bench(model, board: str | Board | DeviceBoard | None = None, target: str | T
     brd = load_board(board, board_dirs) if isinstance(board, str) else board
     tgt = get_target(brd.target if brd else (target or "host"), target_dirs)
     if isinstance(brd, DeviceBoard):
-        if profile:
-            raise OptionError(f"board {brd.name}: --profile is not available on microcontroller boards yet")
+        if profile and not brd.emulated:
+            raise OptionError(f"board {brd.name}: --profile is not available on microcontroller hardware yet "
+                              "(under qemu it prices each kernel in estimated cycles)")
+        if profile and not cycles.available(tgt):
+            raise OptionError(f"board {brd.name}: --profile prices each kernel in estimated cycles, and there is "
+                              f"no estimate for {tgt.name} here (a model of its core, and llvm-19's llvm-mca)")
         if number != 1 or min_repeat_ms:
             raise OptionError(f"board {brd.name}: a microcontroller counts every run on its own (--repeat runs after "
                               "--warmup); --number and --min-repeat-ms do not apply")
         return _bench_on_device(model, brd, tgt, repeat, warmup, build_dir, timeout, accept_new_host_key, seed,
-                                knobs, input_shapes, freeze, memory, records, reference, count)
+                                knobs, input_shapes, freeze, memory, records, reference, count, profile)
     if brd and brd.regions:
         tgt = dataclasses.replace(tgt, regions=brd.regions)
     if tgt.os == "none":
@@ -240,7 +258,7 @@ def bench(model, board: str | Board | DeviceBoard | None = None, target: str | T
 
 def _bench_on_device(model, brd: DeviceBoard, tgt: Target, repeat: int, warmup: int, build_dir, timeout: float,
                      accept_new_host_key: bool, seed: int, knobs, input_shapes, freeze, memory, records,
-                     reference: str, count: bool) -> BenchResult:
+                     reference: str, count: bool, profile: bool = False) -> BenchResult:
     from aot.device.run import run_on_board as run_on_device
 
     with tempfile.TemporaryDirectory(prefix="aot-bench-") as tmp:
@@ -252,9 +270,14 @@ def _bench_on_device(model, brd: DeviceBoard, tgt: Target, repeat: int, warmup: 
             raise PlanError(f"on board {brd.name} (its [flash], and its [ram] less the stack): {err}") from None
         feeds = checks.random_inputs(artifact.model.proto, seed)
         run = run_on_device(artifact, brd, feeds, warmup, repeat, timeout, count, accept_new_host_key)
-        estimate = None
-        if run.kernel_instructions is not None and cycles.available(tgt):     # emulated: price the kernels' run
-            estimate = cycles.estimate_cycles(artifact, feeds, timeout)[1].cycles
+        estimate, steps = None, []
+        if (run.kernel_instructions is not None or profile) and cycles.available(tgt):  # emulated: price the run
+            priced = cycles.estimate_cycles(artifact, feeds, timeout)[1]
+            estimate = priced.cycles
+            graph = artifact.program.graph
+            steps = [StepCycles(i, call.kernel.name, describe(graph, call.node), call.node.name,
+                                node_macs(graph, call.node), priced.per_kernel.get(call.kernel.name, 0))
+                     for i, call in enumerate(artifact.program.calls)] if profile else []
         comparisons, used, reason = [], "none", ""
         if reference != "none":
             proto, frozen = artifact.model.reference()
@@ -264,8 +287,8 @@ def _bench_on_device(model, brd: DeviceBoard, tgt: Target, repeat: int, warmup: 
         macs = sum(node_macs(artifact.program.graph, c.node) for c in artifact.program.calls)
         label, sha = artifact.model.label, artifact.model.sha256
     return BenchResult.on_device(label, sha, brd, tgt.name, device_figures(run, brd, estimate),
-                                 comparisons=comparisons,
-                                 macs=macs, reference=used, fallback_reason=reason)
+                                 comparisons=comparisons, macs=macs, reference=used, fallback_reason=reason,
+                                 cycle_profile=steps)
 
 
 def device_figures(run, brd: DeviceBoard, estimated_cycles: int | None = None) -> DeviceFigures:

@@ -181,7 +181,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--accept-new-host-key", action="store_true", help="trust and record an unknown host key")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds the remote program may take")
     p.add_argument("--profile", action="store_true", help="also time each kernel call (a build with the "
-                   "wrapper's profiling hooks) and print a per-node table")
+                   "wrapper's profiling hooks) and print a per-node table; on a qemu microcontroller board, each "
+                   "kernel's estimated cycles")
     _input_options(p)
     _knobs_option(p)
 
@@ -569,7 +570,10 @@ def _bench(args) -> int:
             print(f"note: {r.model}: onnxruntime cannot run it ({_printable(r.fallback_reason, keep_lines=False)}); "
                   "its outputs were compared with onnx.reference")
     for r in results if args.profile else ():
-        _print_profile(r)
+        if r.cycle_profile:
+            _print_cycle_profile(r)
+        else:
+            _print_profile(r)
     if args.json:
         _write_json(args.json, results)
     if not all(r.ok for r in results):
@@ -623,6 +627,23 @@ def _print_device_results(results) -> None:
             print(f"note: {r.where}: {r.device.timer_note}")
 
 
+def _print_cycle_profile(result) -> None:
+    from aot.run.cycles import ESTIMATE
+
+    total = sum(s.cycles for s in result.cycle_profile)
+    print(f"\n{result.model} on {result.where} ({result.target}): per kernel call, estimated cycles per run "
+          f"(sum {total:,}; an estimate: {ESTIMATE})")
+    rows = [("#", "op", "node", "MMACs", "est. cycles", "%", "MACs/cycle")]
+    for s in result.cycle_profile:
+        rows.append((str(s.step), s.op, s.node, f"{s.macs / 1e6:.2f}", f"{s.cycles:,}",
+                     f"{100 * s.cycles / total:.1f}" if total else "", f"{s.macs / s.cycles:.3f}" if s.macs and s.cycles
+                     else ""))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(c.rjust(w) if i in (0, 3, 4, 5, 6) else c.ljust(w)
+                        for i, (c, w) in enumerate(zip(row, widths))).rstrip())
+
+
 def _print_profile(result) -> None:
     total = sum(s.ms for s in result.profile)
     print(f"\n{result.model} on {result.where} ({result.target}): per kernel call, mean ms per run "
@@ -649,6 +670,7 @@ def _write_json(path: str, results) -> None:
          "reference": r.reference,
          "check": [{"output": c.output, "max_abs": c.max_abs, "scale": c.scale, "ok": c.ok} for c in r.comparisons],
          "profile": [dataclasses.asdict(step) for step in r.profile],
+         "estimated_cycles_profile": [dataclasses.asdict(step) for step in r.cycle_profile],
          **({"device": _device_json(r.device)} if r.device is not None else {})}
         for r in results]}
     Path(path).write_text(json.dumps(data, indent=2) + "\n")

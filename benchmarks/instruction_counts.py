@@ -9,10 +9,10 @@ SIMD, LLVM's vectorizers off; --no-scalar skips it). Both run once under qemu wi
 plugin (aot/run/count.py); both outputs are checked against onnxruntime. The table gives the instructions the
 kernels executed, per multiply-accumulate, on the Cortex-M cores the cycles estimated from the same kind of
 run (aot/run/cycles.py: LLVM's model of the core, an estimate), how many times fewer the SIMD build needs, the
-ratio to CMSIS-NN's published count where there is one (REFERENCE), and the code size of the kernels (text
-bytes of the object). --layers adds the instructions of each kernel. --records DIR adds the build from the
-tuning records DIR/<model>_<precision>_<target>.json (made first with --tune DURATION where missing: `aot
-tune` counting instructions per kernel) and its ratio to the default schedules' count.
+ratio to CMSIS-NN's instructions and estimated cycles where there are figures (REFERENCE), and the code size
+of the kernels (text bytes of the object). --layers adds the instructions of each kernel. --records DIR adds
+the build from the tuning records DIR/<model>_<precision>_<target>.json (made first with --tune DURATION where
+missing: `aot tune` counting instructions per kernel) and its ratio to the default schedules' count.
 """
 
 from __future__ import annotations
@@ -40,19 +40,23 @@ from aot.target import get_target  # noqa: E402
 
 TARGETS = ("aarch64", "armv7-neon", "cortex-m4", "cortex-m55")
 TINY = ("ds_cnn", "mobilenet_v1", "resnet8", "fc_autoencoder")
-# Instructions executed by one whole inference (softmax, pooling and adds included) with Arm's
-# CMSIS-NN on the same layer shapes through its public wrappers, under qemu-system-arm with the same
-# kind of counting plugin.
+# CMSIS-NN on the same layer shapes through its public functions, one whole inference (softmax, pooling and
+# adds included), under qemu-system-arm: instructions executed, and cycles estimated from the same run as
+# aot's are (aot/run/cycles.py). benchmarks/cmsis_nn.py --precision s8 gives the int8 figures; --precision
+# s16 --conv-bias int32 the a16w8 ones (CMSIS-NN's optional int32 bias for its convolutions, as the models
+# aot compiles have it; depthwise and fully connected take int64 only; s16 softmax is not counted).
 REFERENCE_VERSION = "CMSIS-NN v7.0.0-43, gcc 12 -O3"
-REFERENCE = {
-    ("cortex-m4", "ds_cnn int8"): 7_844_910, ("cortex-m4", "mobilenet_v1 int8"): 24_710_441,
-    ("cortex-m4", "resnet8 int8"): 29_851_098,
-    ("cortex-m55", "ds_cnn int8"): 1_784_961, ("cortex-m55", "mobilenet_v1 int8"): 6_423_058,
-    ("cortex-m55", "resnet8 int8"): 4_807_984,
-    # s16 (a16w8): benchmarks/cmsis_nn_s16.py --conv-bias int32 (CMSIS-NN's optional int32 bias for its
-    # convolutions, as the models aot compiles have it; depthwise and fully connected take int64 only)
-    ("cortex-m4", "ds_cnn a16w8"): 10_217_442, ("cortex-m4", "resnet8 a16w8"): 32_505_226,
-    ("cortex-m55", "ds_cnn a16w8"): 3_107_086, ("cortex-m55", "resnet8 a16w8"): 6_598_814,
+REFERENCE = {   # (instructions, estimated cycles)
+    ("cortex-m4", "ds_cnn int8"): (7_844_769, 10_010_596),
+    ("cortex-m4", "mobilenet_v1 int8"): (24_711_523, 32_570_585),
+    ("cortex-m4", "resnet8 int8"): (29_840_806, 41_653_663),
+    ("cortex-m55", "ds_cnn int8"): (1_784_850, 2_128_837),
+    ("cortex-m55", "mobilenet_v1 int8"): (6_422_798, 7_678_477),
+    ("cortex-m55", "resnet8 int8"): (4_792_743, 5_384_327),
+    ("cortex-m4", "ds_cnn a16w8"): (10_217_442, 14_224_854),
+    ("cortex-m4", "resnet8 a16w8"): (32_505_226, 46_481_344),
+    ("cortex-m55", "ds_cnn a16w8"): (3_107_086, 4_166_080),
+    ("cortex-m55", "resnet8 a16w8"): (6_598_814, 7_715_071),
 }
 
 
@@ -116,7 +120,7 @@ def insns_table(models: dict[str, onnx.ModelProto], knobs: dict | None = None,
                 records: Path | None = None) -> bool:
     """Print the table; True if every output matched."""
     rows = [("target", "model", "MMACs", "M insns", "insns/MAC", "est. M cycles", "scalar M insns", "scalar/SIMD",
-             "CMSIS-NN M", "vs CMSIS-NN", "text B", "check")]
+             "CMSIS-NN M", "vs CMSIS-NN", "est. cycles vs CMSIS-NN", "text B", "check")]
     if records is not None:
         rows[0] = rows[0][:6] + ("tuned M insns", "tuned/default", "tuned vs CMSIS-NN") + rows[0][6:]
     ok = True
@@ -127,10 +131,10 @@ def insns_table(models: dict[str, onnx.ModelProto], knobs: dict | None = None,
                     run = _count(model, target, dict(knobs or {}), Path(tmp), layers)
                     base = _count(model, target, {**(knobs or {}), "simd": False}, Path(tmp)) if scalar else None
                 except aot.PlanError as err:        # does not fit the board
-                    rows.append((target, label, *["-"] * 9, str(err)[:50]))
+                    rows.append((target, label, *["-"] * 10, str(err)[:50]))
                     continue
                 both_ok = run["ok"] and (base is None or base["ok"])
-                insns, ref = run["insns"], REFERENCE.get((target, label))
+                insns, (ref, ref_cycles) = run["insns"], REFERENCE.get((target, label), (None, None))
                 tuned: tuple[str, ...] = ()
                 if records is not None:
                     log = records_path(records, label, target)
@@ -148,13 +152,15 @@ def insns_table(models: dict[str, onnx.ModelProto], knobs: dict | None = None,
                              f"{run['cycles'] / 1e6:.2f}" if run["cycles"] is not None else "-", *tuned,
                              f"{base['insns'] / 1e6:.2f}" if base else "-",
                              f"{base['insns'] / insns:.2f}x" if base else "-", f"{ref / 1e6:.2f}" if ref else "-",
-                             f"{insns / ref:.3f}" if ref else "-", f"{run['text']}",
+                             f"{insns / ref:.3f}" if ref else "-",
+                             f"{run['cycles'] / ref_cycles:.3f}" if ref_cycles and run["cycles"] else "-",
+                             f"{run['text']}",
                              "ok" if both_ok else "MISMATCH"))
                 if layers:
                     _layer_table(target, label, run)
     _print("instructions executed in the kernels under qemu (exact; not cycles); est. M cycles on the Cortex-M "
-           f"cores: an estimate ({cycles.ESTIMATE}); CMSIS-NN (instructions): {REFERENCE_VERSION}; "
-           "text: kernel code bytes", rows, 2)
+           f"cores: an estimate ({cycles.ESTIMATE}); CMSIS-NN: {REFERENCE_VERSION}, its instructions and its cycles "
+           "estimated the same way (benchmarks/cmsis_nn.py); text: kernel code bytes", rows, 2)
     return ok
 
 

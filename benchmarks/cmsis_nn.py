@@ -1,38 +1,43 @@
-"""Instructions Arm's CMSIS-NN executes for the int16-activation (s16) layers of aot's int16 zoo models,
-on bare-metal Cortex-M targets under qemu-system-arm: the other side of aot's a16w8 kernels.
+"""Instructions (and estimated cycles) Arm's CMSIS-NN executes for the layers of aot's integer zoo models,
+on bare-metal Cortex-M targets under qemu-system-arm: the other side of aot's int8 and a16w8 kernels.
 
-    python benchmarks/cmsis_nn_s16.py --cmsis-nn DIR [MODEL ...] [--target cortex-m4 --target cortex-m55]
-                                      [--conv-bias int64|int32] [--functions] [--keep DIR]
+    python benchmarks/cmsis_nn.py --cmsis-nn DIR [MODEL ...] [--precision s16|s8] [--target cortex-m4 ...]
+                                  [--conv-bias int64|int32] [--functions] [--keep DIR]
 
-DIR is a CMSIS-NN checkout (nothing is downloaded). The layers are those aot compiles to int16 kernels
-in the zoo models (examples/zoo.py; default ds_cnn and resnet8), read from the float ONNX graph with
-shape inference: each Conv (depthwise when group equals the input channels), Gemm, AveragePool and
-residual Add (aot fuses the Add into the convolution before it; CMSIS-NN runs it as its own kernel).
+DIR is a CMSIS-NN checkout (nothing is downloaded). The layers are those aot compiles to integer kernels
+in the zoo models (examples/zoo.py; default ds_cnn, resnet8 and mobilenet_v1), read from the float ONNX graph
+with shape inference: each Conv (depthwise when group equals the input channels), Gemm, AveragePool,
+residual Add (aot fuses the Add into the convolution before it; CMSIS-NN runs it as its own kernel) and,
+with s8, Softmax.
 
-Each layer becomes one small C program per target that fills int16 input, int8 weights, bias (int64;
---conv-bias int32 gives convolutions CMSIS-NN's optional int32 bias) and per-channel requantization with
-deterministic pseudo-random values, calls the layer's public CMSIS-NN s16 function once
-(arm_convolve_wrapper_s16, arm_depthwise_conv_wrapper_s16, arm_fully_connected_s16, arm_avgpool_s16,
-arm_elementwise_add_s16) with a scratch buffer of the size its *_get_buffer_size function asks for, and
-exits non-zero unless the call returned ARM_CMSIS_NN_SUCCESS and some output is non-zero. The bias type
-matters on Helium: with int64 bias, arm_nn_mat_mult_nt_t_s16 requantizes each output in 64-bit scalar
-code and sums the columns past MAX_COL_COUNT (512) in a scalar loop; with int32 bias it does neither.
+Each layer becomes one small C program per target that fills its input (int16 for s16, int8 for s8),
+int8 weights, bias (s16: int64, or with --conv-bias int32 CMSIS-NN's optional int32 bias for convolutions;
+s8: int32) and per-channel requantization with deterministic pseudo-random values, calls the layer's
+public CMSIS-NN function once (arm_convolve_wrapper_*, arm_depthwise_conv_wrapper_*,
+arm_fully_connected_*, arm_avgpool_*, arm_elementwise_add_*, arm_softmax_s8) with a scratch buffer of
+the size its *_get_buffer_size function asks for, and exits non-zero unless the call returned
+ARM_CMSIS_NN_SUCCESS and some output is non-zero. s8 activations have zero point -128 (offset 128) in and
+out, as after a ReLU. The bias type matters on Helium: with int64 bias, arm_nn_mat_mult_nt_t_s16
+requantizes each output in 64-bit scalar code and sums the columns past MAX_COL_COUNT (512) in a scalar
+loop; with int32 bias it does neither.
 
 CMSIS-NN's integer sources are compiled with the target's compiler and core flags (aot's target file)
 at -O3 and linked with aot's bare-metal start-up code and the board's linker script. The program runs
 under the target's qemu with aot's instruction-counting plugin (aot/run/count.py) over the address
-range of CMSIS-NN's functions. That range also holds the C library's memcpy and memset, which CMSIS-NN
-calls for im2col and padding (its Helium depthwise convolution too): copies of them are linked into
-CMSIS-NN's part of the program, renamed cmsis_nn_libc_memcpy and cmsis_nn_libc_memset, so the calls
-CMSIS-NN makes are counted and those of the start-up code and printf are not. Instructions executed in
-*_get_buffer_size functions (called by the program before the layer) are not counted. The table gives
-the instructions per layer and per multiply-accumulate and the sums per model; --functions adds where
-each layer's instructions went, by function.
+range of CMSIS-NN's functions, profiled so that the cycles of the run are estimated exactly as aot's are
+(aot/run/cycles.py). That range also holds the C library's memcpy and memset, which CMSIS-NN calls for
+im2col and padding (its Helium depthwise convolution too): copies of them are linked into CMSIS-NN's
+part of the program, renamed cmsis_nn_libc_memcpy and cmsis_nn_libc_memset, so the calls CMSIS-NN makes
+are counted and those of the start-up code and printf are not. What runs before the layer (the
+*_get_buffer_size functions, and arm_vector_sum_s8, which an interpreter's prepare step calls once) is
+not counted. The table gives the instructions per layer and per multiply-accumulate, the estimated cycles,
+and the sums per model; --functions adds where each layer's instructions went, by function.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import re
@@ -55,17 +60,41 @@ from aot.run import cycles, local  # noqa: E402
 from aot.run.count import Profile, build_plugin, disassemble, functions_range, read_profile  # noqa: E402
 from aot.target import Target, get_target  # noqa: E402
 
-MODELS = ("ds_cnn", "resnet8")
+MODELS = ("ds_cnn", "resnet8", "mobilenet_v1")
 TARGETS = ("cortex-m4", "cortex-m55")
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The C types and values of one of CMSIS-NN's integer flavours."""
+
+    act: str                # activation C type
+    in_range: int           # activations uniform in [-in_range, in_range)
+    out_std: int            # requantization shifts aim at outputs of about this spread
+    act_min: str
+    act_max: str
+    in_offset: int          # minus the input zero point
+    out_offset: int         # the output zero point
+    wide_bias_t: str        # the bias type of depthwise and fully connected layers
+    add_args: str           # arm_elementwise_add_*'s offsets, multipliers and shifts
+
+
+# Requantization as TensorFlow Lite gives an Add (CMSIS-NN's add test data): s16, both inputs scaled by
+# 2^15 * 0.5 and the sum by 0.5 * 2^-14; s8, inputs offset by 128, left shift 20, as its test data has.
+PRECISIONS = {
+    "s16": Precision("int16_t", 4096, 4096, "INT16_MIN", "INT16_MAX", 0, 0, "int64_t",
+                     "0, 1 << 30, 0, 0, 1 << 30, 0, 15, output, 0, 1 << 30, -14"),
+    "s8": Precision("int8_t", 128, 32, "-128", "127", 128, -128, "int32_t",
+                    "128, 1 << 30, -1, 128, 1 << 30, -1, 20, output, -128, 1 << 30, -19"),
+}
 # The public functions a layer program calls; the library part of each program is linked from these.
-ENTRY_POINTS = ("arm_convolve_wrapper_s16", "arm_convolve_wrapper_s16_get_buffer_size",
-                "arm_depthwise_conv_wrapper_s16", "arm_depthwise_conv_wrapper_s16_get_buffer_size",
-                "arm_fully_connected_s16", "arm_fully_connected_s16_get_buffer_size",
-                "arm_avgpool_s16", "arm_avgpool_s16_get_buffer_size", "arm_elementwise_add_s16")
+ENTRY_POINTS = tuple(f"arm_{f}_{p}{e}" for p in PRECISIONS for f in ("convolve_wrapper", "depthwise_conv_wrapper",
+                                                                      "fully_connected", "avgpool")
+                     for e in ("", "_get_buffer_size")) + ("arm_elementwise_add_s16", "arm_elementwise_add_s8",
+                                                            "arm_softmax_s8", "arm_vector_sum_s8")
+SETUP = ("_get_buffer_size", "arm_vector_sum_s8")   # called before the layer, as an interpreter's prepare step
 LIBC_PREFIX = "cmsis_nn_libc_"     # C library functions CMSIS-NN calls, renamed into its part of the program
-IN_RANGE = 4096                    # int16 inputs are uniform in [-IN_RANGE, IN_RANGE)
 W_RANGE = 127                      # int8 weights in [-W_RANGE, W_RANGE]
-OUT_STD = 4096                     # requantization shifts aim at outputs of about this spread
 TIMEOUT = 600.0
 LINKED = ("conv", "depthwise", "fc")   # the kinds summed separately per model
 
@@ -107,7 +136,7 @@ class Layer:
 # ---- the layers of a zoo model ------------------------------------------------------------------
 
 def model_layers(name: str) -> list[Layer]:
-    """The layers aot compiles to int16 kernels in zoo model `name`, in graph order."""
+    """The layers aot compiles to integer kernels in zoo model `name`, in graph order."""
     model = shape_inference.infer_shapes(zoo.ZOO[name](), strict_mode=True)
     graph = model.graph
     shapes = {v.name: tuple(d.dim_value for d in v.type.tensor_type.shape.dim)
@@ -146,6 +175,9 @@ def model_layers(name: str) -> list[Layer]:
             layers.append(Layer(name, node.name, "avgpool", (h, w, c), (oh, ow, c),
                                 (h, w) if glob else tuple(attrs["kernel_shape"]),
                                 (1, 1) if glob else tuple(attrs.get("strides", [1, 1])), (pads[0], pads[1])))
+        elif node.op_type == "Softmax":
+            layers.append(Layer(name, node.name, "softmax", (1, 1, shapes[node.input[0]][-1]),
+                                (1, 1, shapes[node.output[0]][-1])))
         elif node.op_type == "Add" and not any(x in inits for x in node.input):
             shape = shapes[node.output[0]]
             hwc = (shape[2], shape[3], shape[1]) if len(shape) == 4 else (1, 1, math.prod(shape))
@@ -156,7 +188,7 @@ def model_layers(name: str) -> list[Layer]:
 # ---- the C program of a layer -------------------------------------------------------------------
 
 PRELUDE = """\
-/* One CMSIS-NN s16 layer: {title}. */
+/* One CMSIS-NN {suffix} layer: {title}. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -173,10 +205,10 @@ static int32_t rnd(int32_t lo, int32_t hi) /* uniform in [lo, hi] */
     return lo + (int32_t)(state % ((uint32_t)hi - (uint32_t)lo + 1u));
 }}
 
-static void fill16(int16_t *p, int32_t n)
+static void fill_act({act} *p, int32_t n)
 {{
     for (int32_t i = 0; i < n; i++)
-        p[i] = (int16_t)rnd(-{in_range}, {in_range} - 1);
+        p[i] = ({act})rnd(-{in_range}, {in_range} - 1);
 }}
 
 /* fill8 and scratch are inline: not every layer uses them. */
@@ -197,7 +229,7 @@ static inline void *scratch(int32_t size)
 }}
 
 /* 0 if the call succeeded and wrote something, else 4 (an error status) or 5 (all zeros). */
-static int finish(arm_cmsis_nn_status status, const int16_t *out, int32_t n)
+static int finish(arm_cmsis_nn_status status, const {act} *out, int32_t n)
 {{
     int32_t nonzero = 0;
     for (int32_t i = 0; i < n; i++)
@@ -219,149 +251,173 @@ QUANT = """\
 """
 
 CONV = """\
-static int16_t input[{n_in}];
+static {act} input[{n_in}];
 static int8_t filter[{n_w}];
 static {bias_t} bias[{oc}];
 static int32_t mult[{oc}], shift[{oc}];
-static int16_t output[{n_out}];
+static {act} output[{n_out}];
 
 int main(void)
 {{
-    fill16(input, {n_in});
+    fill_act(input, {n_in});
     fill8(filter, {n_w});
 {quant}
     const cmsis_nn_conv_params params = {{
-        .input_offset = 0, .output_offset = 0, .stride = {{.w = {sw}, .h = {sh}}},
+        .input_offset = {in_offset}, .output_offset = {out_offset}, .stride = {{.w = {sw}, .h = {sh}}},
         .padding = {{.w = {pw}, .h = {ph}}}, .dilation = {{.w = 1, .h = 1}},
-        .activation = {{.min = INT16_MIN, .max = INT16_MAX}}}};
+        .activation = {{.min = {act_min}, .max = {act_max}}}}};
     const cmsis_nn_per_channel_quant_params quant = {{mult, shift}};
     const cmsis_nn_dims input_dims = {{1, {h}, {w}, {c}}}, filter_dims = {{{oc}, {kh}, {kw}, {c}}};
     const cmsis_nn_dims bias_dims = {{1, 1, 1, {oc}}}, output_dims = {{1, {oh}, {ow}, {oc}}};
-    const cmsis_nn_bias_data bias_data = {{{bias_ptr}, {is_int32}}};
-    const int32_t size = arm_convolve_wrapper_s16_get_buffer_size(&params, &input_dims, &filter_dims, &output_dims);
+{bias_decl}    const int32_t size = arm_convolve_wrapper_{suffix}_get_buffer_size(&params, &input_dims, &filter_dims,
+                                                                        &output_dims);
     const cmsis_nn_context ctx = {{scratch(size), size}};
-    return finish(arm_convolve_wrapper_s16(&ctx, &params, &quant, &input_dims, input, &filter_dims, filter,
-                                           &bias_dims, &bias_data, &output_dims, output), output, {n_out});
+    return finish(arm_convolve_wrapper_{suffix}(&ctx, &params, &quant, &input_dims, input, &filter_dims, filter,
+                                           &bias_dims, {bias_arg}, &output_dims, output), output, {n_out});
 }}
 """
 
 DEPTHWISE = """\
-static int16_t input[{n_in}];
+static {act} input[{n_in}];
 static int8_t filter[{n_w}];
-static int64_t bias[{oc}];
+static {wide_bias_t} bias[{oc}];
 static int32_t mult[{oc}], shift[{oc}];
-static int16_t output[{n_out}];
+static {act} output[{n_out}];
 
 int main(void)
 {{
-    fill16(input, {n_in});
+    fill_act(input, {n_in});
     fill8(filter, {n_w});
 {quant}
     const cmsis_nn_dw_conv_params params = {{
-        .input_offset = 0, .output_offset = 0, .ch_mult = {mult}, .stride = {{.w = {sw}, .h = {sh}}},
+        .input_offset = {in_offset}, .output_offset = {out_offset}, .ch_mult = {mult},
+        .stride = {{.w = {sw}, .h = {sh}}},
         .padding = {{.w = {pw}, .h = {ph}}}, .dilation = {{.w = 1, .h = 1}},
-        .activation = {{.min = INT16_MIN, .max = INT16_MAX}}}};
+        .activation = {{.min = {act_min}, .max = {act_max}}}}};
     const cmsis_nn_per_channel_quant_params quant = {{mult, shift}};
     const cmsis_nn_dims input_dims = {{1, {h}, {w}, {c}}}, filter_dims = {{1, {kh}, {kw}, {oc}}};
     const cmsis_nn_dims bias_dims = {{1, 1, 1, {oc}}}, output_dims = {{1, {oh}, {ow}, {oc}}};
-    const int32_t size = arm_depthwise_conv_wrapper_s16_get_buffer_size(&params, &input_dims, &filter_dims,
+    const int32_t size = arm_depthwise_conv_wrapper_{suffix}_get_buffer_size(&params, &input_dims, &filter_dims,
                                                                         &output_dims);
     const cmsis_nn_context ctx = {{scratch(size), size}};
-    return finish(arm_depthwise_conv_wrapper_s16(&ctx, &params, &quant, &input_dims, input, &filter_dims, filter,
+    return finish(arm_depthwise_conv_wrapper_{suffix}(&ctx, &params, &quant, &input_dims, input, &filter_dims, filter,
                                                  &bias_dims, {bias_ptr}, &output_dims, output), output, {n_out});
 }}
 """
 
 FC = """\
-static int16_t input[{k}];
+static {act} input[{k}];
 static int8_t filter[{n_w}];
-static int64_t bias[{n}];
+static {wide_bias_t} bias[{n}];
 static int32_t mult[1], shift[1];
-static int16_t output[{n}];
+static {act} output[{n}];
 
 int main(void)
 {{
-    fill16(input, {k});
+    fill_act(input, {k});
     fill8(filter, {n_w});
     for (int32_t c = 0; c < {n}; c++)
         bias[c] = rnd(-{bias_range}, {bias_range});
     mult[0] = rnd(1 << 30, INT32_MAX);
     shift[0] = {shift};
-    const cmsis_nn_fc_params params = {{0, 0, 0, {{INT16_MIN, INT16_MAX}}}};
+    const cmsis_nn_fc_params params = {{{in_offset}, 0, {out_offset}, {{{act_min}, {act_max}}}}};
     const cmsis_nn_per_tensor_quant_params quant = {{mult[0], shift[0]}};
     const cmsis_nn_dims input_dims = {{1, 1, 1, {k}}}, filter_dims = {{{k}, 1, 1, {n}}};
     const cmsis_nn_dims bias_dims = {{1, 1, 1, {n}}}, output_dims = {{1, 1, 1, {n}}};
-    const int32_t size = arm_fully_connected_s16_get_buffer_size(&filter_dims);
+    const int32_t size = arm_fully_connected_{suffix}_get_buffer_size(&filter_dims);
     const cmsis_nn_context ctx = {{scratch(size), size}};
-    return finish(arm_fully_connected_s16(&ctx, &params, &quant, &input_dims, input, &filter_dims, filter,
-                                          &bias_dims, {bias_ptr}, &output_dims, output), output, {n});
+{kernel_sums}    return finish(arm_fully_connected_{suffix}(&ctx, &params, &quant, &input_dims, input, &filter_dims,
+                                                filter, &bias_dims, {bias_ptr}, &output_dims, output), output, {n});
 }}
 """
 
 AVGPOOL = """\
-static int16_t input[{n_in}];
-static int16_t output[{n_out}];
+static {act} input[{n_in}];
+static {act} output[{n_out}];
 
 int main(void)
 {{
-    fill16(input, {n_in});
+    fill_act(input, {n_in});
     const cmsis_nn_pool_params params = {{
         .stride = {{.w = {sw}, .h = {sh}}}, .padding = {{.w = {pw}, .h = {ph}}},
-        .activation = {{.min = INT16_MIN, .max = INT16_MAX}}}};
+        .activation = {{.min = {act_min}, .max = {act_max}}}}};
     const cmsis_nn_dims input_dims = {{1, {h}, {w}, {c}}}, filter_dims = {{1, {kh}, {kw}, 1}};
     const cmsis_nn_dims output_dims = {{1, {oh}, {ow}, {c}}};
-    const int32_t size = arm_avgpool_s16_get_buffer_size({ow}, {c});
+    const int32_t size = arm_avgpool_{suffix}_get_buffer_size({ow}, {c});
     const cmsis_nn_context ctx = {{scratch(size), size}};
-    return finish(arm_avgpool_s16(&ctx, &params, &input_dims, input, &filter_dims, &output_dims, output),
+    return finish(arm_avgpool_{suffix}(&ctx, &params, &input_dims, input, &filter_dims, &output_dims, output),
                   output, {n_out});
+}}
+"""
+SOFTMAX = """\
+static {act} input[{n}];
+static {act} output[{n}];
+
+int main(void)
+{{
+    fill_act(input, {n});
+    arm_softmax_s8(input, 1, {n}, 1077952640, 19, -3968, output);    /* CMSIS-NN's softmax test data */
+    return finish(ARM_CMSIS_NN_SUCCESS, output, {n});
 }}
 """
 
 # Requantization as TensorFlow Lite gives an int16 Add (CMSIS-NN's add_s16 test data): both inputs
 # scaled by 2^15 * 0.5, the sum by 0.5 * 2^-14.
 ADD = """\
-static int16_t input1[{n}], input2[{n}];
-static int16_t output[{n}];
+static {act} input1[{n}], input2[{n}];
+static {act} output[{n}];
 
 int main(void)
 {{
-    fill16(input1, {n});
-    fill16(input2, {n});
-    return finish(arm_elementwise_add_s16(input1, input2, 0, 1 << 30, 0, 0, 1 << 30, 0, 15, output, 0, 1 << 30, -14,
-                                          INT16_MIN, INT16_MAX, {n}), output, {n});
+    fill_act(input1, {n});
+    fill_act(input2, {n});
+    return finish(arm_elementwise_add_{suffix}(input1, input2, {add_args}, {act_min}, {act_max}, {n}), output, {n});
 }}
 """
 
 
-def requant_shift(depth: int) -> int:
+def requant_shift(depth: int, precision: Precision) -> int:
     """The shift that brings a sum of `depth` products of random inputs and weights (times a multiplier
-    of about 0.75) to a spread of about OUT_STD."""
-    spread = math.sqrt(depth) * (IN_RANGE / math.sqrt(3)) * (W_RANGE / math.sqrt(3)) * 0.75
-    return -max(0, round(math.log2(spread / OUT_STD)))
+    of about 0.75) to a spread of about the precision's out_std."""
+    spread = math.sqrt(depth) * (precision.in_range / math.sqrt(3)) * (W_RANGE / math.sqrt(3)) * 0.75
+    return -max(0, round(math.log2(spread / precision.out_std)))
 
 
-def program(layer: Layer, conv_bias: str, seed: int) -> str:
-    """The C program that runs `layer` once through CMSIS-NN."""
+def program(layer: Layer, precision: str, conv_bias: str, seed: int) -> str:
+    """The C program that runs `layer` once through CMSIS-NN's `precision` (s8 or s16) functions."""
+    p = PRECISIONS[precision]
     (h, w, c), (oh, ow, oc), (kh, kw) = layer.inp, layer.out, layer.kernel
     depth = kh * kw * (c if layer.kind != "depthwise" else 1)
-    spread = math.sqrt(depth) * IN_RANGE * W_RANGE / 3
+    spread = math.sqrt(depth) * p.in_range * W_RANGE / 3
     v = dict(h=h, w=w, c=c, oh=oh, ow=ow, oc=oc, kh=kh, kw=kw, sh=layer.stride[0], sw=layer.stride[1],
-             ph=layer.pad[0], pw=layer.pad[1], n_in=h * w * c, n_out=oh * ow * oc, shift=requant_shift(depth),
-             bias_range=max(1, int(spread / 4)), bias_ptr="bias" if layer.bias else "NULL")
+             ph=layer.pad[0], pw=layer.pad[1], n_in=h * w * c, n_out=oh * ow * oc,
+             shift=requant_shift(depth, p), bias_range=max(1, int(spread / 4)),
+             bias_ptr="bias" if layer.bias else "NULL", suffix=precision, **dataclasses.asdict(p))
     v["quant"] = QUANT.format(n=oc, **v)
     if layer.kind == "conv":
-        body = CONV.format(n_w=oc * kh * kw * c, bias_t="int32_t" if conv_bias == "int32" else "int64_t",
-                           is_int32="true" if conv_bias == "int32" else "false", **v)
+        if precision == "s16":      # its bias is int64, or int32 when the struct says so
+            bias_t = "int32_t" if conv_bias == "int32" else "int64_t"
+            v.update(bias_decl=f"    const cmsis_nn_bias_data bias_data = {{{v['bias_ptr']}, "
+                               f"{'true' if conv_bias == 'int32' else 'false'}}};\n", bias_arg="&bias_data")
+        else:
+            bias_t = "int32_t"
+            v.update(bias_decl="", bias_arg=v["bias_ptr"])
+        body = CONV.format(n_w=oc * kh * kw * c, bias_t=bias_t, **v)
     elif layer.kind == "depthwise":
         body = DEPTHWISE.format(n_w=kh * kw * oc, mult=oc // c, **v)
     elif layer.kind == "fc":
-        body = FC.format(k=c, n=oc, n_w=c * oc, **v)
+        # s8 on Helium wants the weights' column sums in its buffer, made once before (arm_vector_sum_s8)
+        sums = (f"    if (size > 0)\n        arm_vector_sum_s8((int32_t *)ctx.buf, {c}, {oc}, filter, "
+                f"{p.in_offset}, 0, {v['bias_ptr']});\n") if precision == "s8" else ""
+        body = FC.format(k=c, n=oc, n_w=c * oc, kernel_sums=sums, **v)
     elif layer.kind == "avgpool":
         body = AVGPOOL.format(**v)
+    elif layer.kind == "softmax":
+        body = SOFTMAX.format(n=c, **v)
     else:
-        body = ADD.format(n=h * w * c)
+        body = ADD.format(n=h * w * c, **v)
     title = f"{layer.model} {layer.name} ({layer.kind} {layer.shape})"
-    return PRELUDE.format(title=title, seed=seed, in_range=IN_RANGE, w_range=W_RANGE) + body
+    return PRELUDE.format(title=title, seed=seed, w_range=W_RANGE, **v) + body
 
 
 # ---- building and running -----------------------------------------------------------------------
@@ -435,12 +491,12 @@ def count_range(exe: Path, library: set[str]) -> tuple[int, int, list[tuple[str,
 
 
 def measure(tgt: Target, layer: Layer, index: int, library: Path, names: set[str], cmsis: Path, plugin: Path,
-            work: Path, conv_bias: str) -> tuple[int, dict[str, int], int | None]:
+            work: Path, precision: str, conv_bias: str) -> tuple[int, dict[str, int], int | None]:
     """Instructions CMSIS-NN executes for `layer` on `tgt`, by function, and (where the core has a model) the
     cycles estimated from the same run as aot's are (aot/run/cycles.py)."""
     work.mkdir(parents=True, exist_ok=True)
     source = work / "main.c"
-    source.write_text(program(layer, conv_bias, seed=2463534242 + index))
+    source.write_text(program(layer, precision, conv_bias, seed=2463534242 + index))
     obj = work / "main.o"
     run([tgt.cc, *local.STRICT_CFLAGS, *tgt.cflags, f"-I{cmsis / 'Include'}", "-c", str(source), "-o", str(obj)],
         f"compiling the program of {layer.model} {layer.name} for {tgt.name}")
@@ -466,14 +522,19 @@ def measure(tgt: Target, layer: Layer, index: int, library: Path, names: set[str
     if len(total) != 1 or len(counts) != len(spans):
         raise RunError(f"{what}: the emulator printed no instruction counts: {proc.stderr.strip()[-300:]}")
     by_function = {name: counts[i] for i, (name, _, _) in enumerate(spans) if counts[i]}
-    setup = sum(n for f, n in by_function.items() if "_get_buffer_size" in f)
+    setup = sum(n for f, n in by_function.items() if _setup(f))
     estimated = None
     if priced:
         executed, taken = read_profile((work / "profile.txt").read_text(), lo)
         profile = Profile(executed, taken, {f: (a, b - a) for f, a, b in spans}, disassemble(exe, tgt, lo, hi))
         by_kernel = cycles.price(profile, tgt).per_kernel
-        estimated = sum(n for f, n in by_kernel.items() if "_get_buffer_size" not in f)
-    return int(total[0]) - setup, {f: n for f, n in by_function.items() if "_get_buffer_size" not in f}, estimated
+        estimated = sum(n for f, n in by_kernel.items() if not _setup(f))
+    return int(total[0]) - setup, {f: n for f, n in by_function.items() if not _setup(f)}, estimated
+
+
+def _setup(function: str) -> bool:
+    """Whether a CMSIS-NN function runs before the layer (sizes its buffer, or sums its weights once)."""
+    return any(part in function for part in SETUP)
 
 
 # ---- the report ---------------------------------------------------------------------------------
@@ -541,8 +602,10 @@ def main() -> int:
     parser.add_argument("--cmsis-nn", type=Path, required=True, metavar="DIR", help="a CMSIS-NN checkout")
     parser.add_argument("--target", action="append",
                         help=f"bare-metal target (repeatable; default {' '.join(TARGETS)})")
+    parser.add_argument("--precision", choices=list(PRECISIONS), default="s16",
+                        help="s16 (int16 activations, as aot's a16w8; default) or s8 (int8)")
     parser.add_argument("--conv-bias", choices=["int64", "int32"], default="int64",
-                        help="bias type of the convolutions (depthwise and fully connected take int64 only)")
+                        help="s16: bias type of the convolutions (depthwise and fully connected take int64 only)")
     parser.add_argument("--functions", action="store_true", help="also print each layer's instructions by function")
     parser.add_argument("--keep", type=Path, metavar="DIR", help="build in DIR and keep the files")
     args = parser.parse_args()
@@ -556,14 +619,15 @@ def main() -> int:
     for t in targets:
         if t.os != "none" or not t.run_command:
             parser.error(f"target {t.name} is not a bare-metal target run under an emulator")
-    layers = {m: model_layers(m) for m in args.models}
+    # s16 softmax needs lookup tables the program does not make; aot's a16w8 models count theirs
+    layers = {m: [x for x in model_layers(m) if args.precision == "s8" or x.kind != "softmax"] for m in args.models}
 
-    print("CMSIS-NN s16 kernels: instructions executed under qemu-system-arm (exact; not cycles), and on the "
-          f"Cortex-M cores cycles estimated from the same run (an estimate: {cycles.ESTIMATE})")
+    print(f"CMSIS-NN {args.precision} kernels: instructions executed under qemu-system-arm (exact; not cycles), "
+          f"and on the Cortex-M cores cycles estimated from the same run (an estimate: {cycles.ESTIMATE})")
     print(f"CMSIS-NN {describe(cmsis)}")
-    print(f"conv bias {args.conv_bias}; {targets[0].cc}: "
+    print(f"{'conv bias ' + args.conv_bias + '; ' if args.precision == 's16' else ''}{targets[0].cc}: "
           f"{run([targets[0].cc, '--version'], 'the compiler').stdout.splitlines()[0]}")
-    with tempfile.TemporaryDirectory(prefix="cmsis-nn-s16-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="cmsis-nn-") as tmp:
         work = args.keep.resolve() if args.keep else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         plugin = build_plugin(work)
@@ -576,7 +640,7 @@ def main() -> int:
                 with ThreadPoolExecutor(os.cpu_count()) as pool:
                     found = pool.map(lambda job: measure(t, job[0], job[1], library, names, cmsis, plugin,
                                                          work / t.name / f"{job[0].model}-{job[0].name}",
-                                                         args.conv_bias), jobs)
+                                                         args.precision, args.conv_bias), jobs)
                     results.update({(t.name, layer): r for (layer, _), r in zip(jobs, found)})
         except RunError as err:
             print(f"error: {err}", file=sys.stderr)
