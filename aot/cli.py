@@ -190,7 +190,7 @@ def _parser() -> argparse.ArgumentParser:
                        "--records", description="Cuts each distinct workload (a convolution's template, shapes "
                        "and type) out of the model and measures the schedules its template allows, alone: "
                        "timed on the host, under the target's emulator in cycles estimated for its core "
-                       "(Cortex-M4, M7, M55) or in executed instructions, or timed on --board. Every candidate's "
+                       "(Cortex-M0+, M4, M7, M55) or in executed instructions, or timed on --board. Every candidate's "
                        "outputs must equal the default schedule's. One "
                        "JSON record per measurement is appended to -o as it ends; a second run with the same "
                        "file skips what is measured. Then: aot build MODEL --records FILE.")
@@ -205,7 +205,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--trials", type=int, help="at most this many measurements per workload")
     p.add_argument("--jobs", type=int, help="measurements at once (default: 2 under an emulator, 1 when timing)")
     p.add_argument("--unit", choices=["cycles", "instructions"], help="under an emulator, rank schedules by "
-                   "cycles estimated for the core (the default on the Cortex-M4, M7 and M55) or by instructions")
+                   "cycles estimated for the core (the default on the Cortex-M0+, M4, M7 and M55) or by instructions")
     p.add_argument("--search", choices=["climb", "random"], default="climb", help="climb: from the default "
                    "schedule to better neighbours (default); random: the space in a shuffled order")
     p.add_argument("--accept-new-host-key", action="store_true", help="trust and record an unknown host key")

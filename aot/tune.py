@@ -3,7 +3,7 @@
 The model is compiled as for a build; each distinct workload (aot/schedule.py: template, shapes, type)
 is cut out as a program of its one kernel, with its own inputs, and measured alone with the schedules
 its template allows: timed natively on the host (the timing harness of `aot bench`), under the target's
-emulator priced in cycles estimated for its core (aot/run/cycles.py; the Cortex-M4, M7 and M55) or counted
+emulator priced in cycles estimated for its core (aot/run/cycles.py; the Cortex-M0+, M4, M7 and M55) or counted
 in executed instructions (aot/run/count.py; other cores, or `unit="instructions"`), timed on a board over SSH, or
 counted in cycles on a microcontroller board (aot/device/; under qemu its kernel's exact instruction
 count). Several boards of one target form a farm: measurements spread over them, one at a time on each.

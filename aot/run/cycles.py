@@ -16,8 +16,11 @@ that run with a pipeline model of the core:
     pipelined nor used at once gets one cycle more;
   - the FPU is busy three cycles for each multiply-accumulate (VFMA, VMLA and kin), one for other arithmetic,
     however independent they are (GCC's Cortex-M4 model reserves it so). A block takes at least that long.
+- **The Cortex-M0+**, which LLVM has no model of, is priced instruction by instruction from the table of its
+  manual (`_m0plus`): a two-stage pipeline without load-use stalls makes that exact up to memory.
 - **Control transfers.** llvm-mca prices a branch as one instruction issued, not the pipeline refill after it.
   The refill comes from REFILL, per core:
+  - Cortex-M0+: 1 cycle per transfer (its manual's taken branch is 2 cycles, BL 3, BX 2, POP with PC 3 + N);
   - Cortex-M4: 2 cycles per taken branch, call or return. LLVM's model says "best case branch taken cost";
     Arm's manual gives 1 to 3 by alignment and width.
   - Cortex-M7: a branch predictor hides taken branches. Each misprediction costs 4, LLVM's own figure,
@@ -67,10 +70,34 @@ class Refill:
 
 
 REFILL = {
+    "cortex-m0plus": Refill(taken=1),
     "cortex-m4": Refill(taken=2),
     "cortex-m7": Refill(mispredicted=4),
     "cortex-m55": Refill(taken=2, free=("le", "letp")),
 }
+
+
+def _m0plus(text: str) -> int:
+    """Cycles of an instruction on the Cortex-M0+, from its Technical Reference Manual's instruction summary
+    (zero wait states, the single-cycle multiplier), less the one-cycle refill a transfer adds (REFILL):
+    loads and stores 2, LDM/STM/PUSH/POP 1 + N (POP with PC 3 + N), BL 3, BX/BLX 2, barriers and MRS/MSR 3,
+    everything else 1."""
+    mnemonic = text.split()[0].split(".")[0]
+    registers = re.search(r"\{([^}]*)\}", text)
+    count = len(registers.group(1).split(",")) if registers else 0
+    if mnemonic in ("push", "pop", "ldm", "ldmia", "stm", "stmia"):
+        return 1 + count + (1 if mnemonic == "pop" and "pc" in registers.group(1) else 0)
+    if re.match(r"^(ldr|str)", mnemonic):
+        return 2
+    if mnemonic == "bl":
+        return 2
+    if mnemonic in ("dmb", "dsb", "isb", "mrs", "msr"):
+        return 3
+    return 1
+
+
+# Cores LLVM has no scheduling model for, priced by a table from their manual instead.
+TABLES = {"cortex-m0plus": _m0plus}
 
 
 @dataclass(frozen=True)
@@ -87,7 +114,8 @@ class Estimate:
 
 def available(target) -> bool:
     """Whether runs on `target` can be priced here: a model of its core, and LLVM's tools installed."""
-    return target.cpu in REFILL and shutil.which(LLVM_MCA) is not None and shutil.which(LLVM_OBJDUMP) is not None
+    return target.cpu in REFILL and (target.cpu in TABLES or shutil.which(LLVM_MCA) is not None) \
+        and shutil.which(LLVM_OBJDUMP) is not None
 
 
 def core_of(artifact: Artifact) -> str:
@@ -180,7 +208,10 @@ def assembler_lines(text: str) -> list[str]:
 
 def block_cycles(blocks: list[list[str]], target) -> tuple[list[float], list[int]]:
     """Cycles per run of each block of instruction texts on `target`'s core by llvm-mca, one code region
-    per block, in steady state; and per block the instructions llvm-mca could not price."""
+    per block, in steady state (or by the core's table, TABLES); and per block the instructions llvm-mca
+    could not price."""
+    if target.cpu in TABLES:
+        return [float(sum(TABLES[target.cpu](text) for text in block)) for block in blocks], [0] * len(blocks)
     tool = shutil.which(LLVM_MCA)
     if tool is None:
         raise RunError(f"estimating cycles needs {LLVM_MCA} (Debian's llvm-19 package)")
@@ -215,6 +246,8 @@ def block_cycles(blocks: list[list[str]], target) -> tuple[list[float], list[int
 
 _LOAD = re.compile(r"^v?ldr(b|h|sb|sh)?(\.[nw])?$|^vldr\.")
 _MEMORY = re.compile(r"^v?(ldr|str)")
+_STORE = re.compile(r"^v?str")
+_COMPARE = re.compile(r"^(cmp|cmn|tst|teq)(\.[nw])?$")
 _FP_MAC = re.compile(r"^v(fma|fms|fnma|fnms|mla|mls|nmla|nmls)\.f")
 _FP_ARITH = re.compile(r"^v(add|sub|mul|nmul|div|sqrt|abs|neg|cvt|cvtr|maxnm|minnm|cmp|cmpe|sel\w*)\.")
 
@@ -235,12 +268,17 @@ def _unpipelined_loads(block: list[str]) -> int:
         if i > 0 and _MEMORY.match(block[i - 1].split()[0]):
             continue
         loaded = _operands(text)[0] if _operands(text) else ""
-        after = block[i + 1] if i + 1 < len(block) else ""
-        if loaded and re.search(rf"\b{loaded}\b", ",".join(_operands(after)[1:])
-                                + (_operands(after)[0] if after and _MEMORY.match(after.split()[0]) else "")):
+        if loaded and re.search(rf"\b{loaded}\b", ",".join(_read(block[i + 1]) if i + 1 < len(block) else [])):
             continue
         extra += 1
     return extra
+
+
+def _read(text: str) -> list[str]:
+    """The operands an instruction reads: all but a written first one (stores and compares read theirs)."""
+    operands = _operands(text)
+    mnemonic = text.split()[0]
+    return operands if _STORE.match(mnemonic) or _COMPARE.match(mnemonic) else operands[1:]
 
 
 def _fpu_busy(block: list[str]) -> int:
