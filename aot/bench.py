@@ -278,6 +278,9 @@ def _bench_on_device(model, brd: DeviceBoard, tgt: Target, repeat: int, warmup: 
             steps = [StepCycles(i, call.kernel.name, describe(graph, call.node), call.node.name,
                                 node_macs(graph, call.node), priced.per_kernel.get(call.kernel.name, 0))
                      for i, call in enumerate(artifact.program.calls)] if profile else []
+            if steps and build_dir:     # the kept build's report gets the figures it was asked for
+                with open(artifact.dir / "report.txt", "a") as report:
+                    report.write("\n" + cycle_profile_text(steps, brd.name, tgt.name) + "\n")
         comparisons, used, reason = [], "none", ""
         if reference != "none":
             proto, frozen = artifact.model.reference()
@@ -289,6 +292,17 @@ def _bench_on_device(model, brd: DeviceBoard, tgt: Target, repeat: int, warmup: 
     return BenchResult.on_device(label, sha, brd, tgt.name, device_figures(run, brd, estimate),
                                  comparisons=comparisons, macs=macs, reference=used, fallback_reason=reason,
                                  cycle_profile=steps)
+
+
+def cycle_profile_text(steps: list[StepCycles], board: str, target: str) -> str:
+    """The per-kernel estimated cycles as a table for report.txt."""
+    total = sum(s.cycles for s in steps)
+    lines = [f"Estimated cycles per kernel on {target} (aot bench --profile on {board}; an estimate: "
+             f"{cycles.ESTIMATE})", f"  {'#':>3}  {'node':<24} {'est. cycles':>12} {'%':>6}"]
+    lines += [f"  {s.step:>3}  {s.node:<24} {s.cycles:>12,} {100 * s.cycles / total if total else 0:>6.1f}"
+              for s in steps]
+    lines.append(f"  {'':>3}  {'total':<24} {total:>12,}")
+    return "\n".join(lines)
 
 
 def device_figures(run, brd: DeviceBoard, estimated_cycles: int | None = None) -> DeviceFigures:

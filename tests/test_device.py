@@ -143,12 +143,13 @@ def test_cli_bench_profile_on_a_qemu_board_prices_each_kernel(tmp_path, capsys):
     onnx.save(tiny_model(), model)
     out = tmp_path / "bench.json"
     assert main(["bench", str(model), "--board", "qemu-m4-uart", "--repeat", "1", "--profile", "--json",
-                 str(out)]) == 0
+                 str(out), "--build-dir", str(tmp_path / "build")]) == 0
     assert "estimated cycles per run" in capsys.readouterr().out
     result = json.loads(out.read_text())["results"][0]
     steps = result["estimated_cycles_profile"]
     assert steps and all(s["cycles"] > 0 for s in steps)
     assert abs(sum(s["cycles"] for s in steps) - result["device"]["estimated_kernel_cycles"]) <= len(steps)
+    assert "Estimated cycles per kernel on cortex-m4" in (tmp_path / "build" / "report.txt").read_text()
 
 
 # ---- what goes wrong, said in one line ----------------------------------------------------------------
