@@ -638,6 +638,11 @@ def _print_cycle_profile(result) -> None:
         rows.append((str(s.step), s.op, s.node, f"{s.macs / 1e6:.2f}", f"{s.cycles:,}",
                      f"{100 * s.cycles / total:.1f}" if total else "", f"{s.macs / s.cycles:.3f}" if s.macs and s.cycles
                      else ""))
+    _print_steps(rows)
+
+
+def _print_steps(rows: list[tuple[str, ...]]) -> None:
+    """A per-kernel table: step and figures right-aligned, op and node left."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(c.rjust(w) if i in (0, 3, 4, 5, 6) else c.ljust(w)
@@ -652,10 +657,7 @@ def _print_profile(result) -> None:
     for s in result.profile:
         rows.append((str(s.step), s.op, s.node, f"{s.macs / 1e6:.2f}", f"{s.ms:.4f}", f"{100 * s.ms / total:.1f}",
                      f"{s.macs / s.ms / 1e6:.2f}" if s.macs and s.ms else ""))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print("  ".join(c.rjust(w) if i in (0, 3, 4, 5, 6) else c.ljust(w)
-                        for i, (c, w) in enumerate(zip(row, widths))).rstrip())
+    _print_steps(rows)
 
 
 def _write_json(path: str, results) -> None:

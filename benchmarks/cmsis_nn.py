@@ -250,7 +250,8 @@ QUANT = """\
     }}
 """
 
-CONV = """\
+# The start of a convolution's program: its buffers filled, and its per-channel requantization.
+WINDOW = """\
 static {act} input[{n_in}];
 static int8_t filter[{n_w}];
 static {bias_t} bias[{oc}];
@@ -261,7 +262,10 @@ int main(void)
 {{
     fill_act(input, {n_in});
     fill8(filter, {n_w});
-{quant}
+{quant}"""
+
+CONV = """\
+{window}
     const cmsis_nn_conv_params params = {{
         .input_offset = {in_offset}, .output_offset = {out_offset}, .stride = {{.w = {sw}, .h = {sh}}},
         .padding = {{.w = {pw}, .h = {ph}}}, .dilation = {{.w = 1, .h = 1}},
@@ -278,17 +282,7 @@ int main(void)
 """
 
 DEPTHWISE = """\
-static {act} input[{n_in}];
-static int8_t filter[{n_w}];
-static {wide_bias_t} bias[{oc}];
-static int32_t mult[{oc}], shift[{oc}];
-static {act} output[{n_out}];
-
-int main(void)
-{{
-    fill_act(input, {n_in});
-    fill8(filter, {n_w});
-{quant}
+{window}
     const cmsis_nn_dw_conv_params params = {{
         .input_offset = {in_offset}, .output_offset = {out_offset}, .ch_mult = {mult},
         .stride = {{.w = {sw}, .h = {sh}}},
@@ -402,9 +396,10 @@ def program(layer: Layer, precision: str, conv_bias: str, seed: int) -> str:
         else:
             bias_t = "int32_t"
             v.update(bias_decl="", bias_arg=v["bias_ptr"])
-        body = CONV.format(n_w=oc * kh * kw * c, bias_t=bias_t, **v)
+        body = CONV.format(window=WINDOW.format(n_w=oc * kh * kw * c, bias_t=bias_t, **v), **v)
     elif layer.kind == "depthwise":
-        body = DEPTHWISE.format(n_w=kh * kw * oc, mult=oc // c, **v)
+        body = DEPTHWISE.format(window=WINDOW.format(n_w=kh * kw * oc, bias_t=p.wide_bias_t, **v), mult=oc // c,
+                                **v)
     elif layer.kind == "fc":
         # s8 on Helium wants the weights' column sums in its buffer, made once before (arm_vector_sum_s8)
         sums = (f"    if (size > 0)\n        arm_vector_sum_s8((int32_t *)ctx.buf, {c}, {oc}, filter, "
