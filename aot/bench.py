@@ -130,11 +130,11 @@ class BenchResult:
     stats: Stats
     comparisons: list = field(default_factory=list)
     profile: list[StepTime] = field(default_factory=list)
-    cycle_profile: list[StepCycles] = field(default_factory=list)     # emulated microcontroller, --profile
     macs: int = 0
     reference: str = "onnxruntime"      # what the outputs were compared with: onnxruntime, onnx or none
     fallback_reason: str = ""           # why onnxruntime, asked for, could not run the model
     device: DeviceFigures | None = None  # on a microcontroller board: each run counted, in cycles or instructions
+    cycle_profile: list[StepCycles] = field(default_factory=list)     # emulated microcontroller, --profile
 
     @property
     def ok(self) -> bool:

@@ -362,7 +362,8 @@ def test_tuning_on_a_farm_of_two_boards_spreads_the_candidates(tmp_path):
     assert all(r["unit"] == "instructions" and r["error"] is None and r["cost"] > 0 for r in records)
     assert {r["where"] for r in records} == {"board qemu-m4-uart", "board second-m4"}
     # under qemu a board counts the kernel's instructions exactly: the same as counting it with the emulator
-    counted = tune(tiny_model(), target="cortex-m4", records=tmp_path / "counted.json", budget_s=120, trials=1)
+    counted = tune(tiny_model(), target="cortex-m4", records=tmp_path / "counted.json", budget_s=120, trials=1,
+                   unit="instructions")
     assert results[0].default_cost == counted[0].default_cost
 
 
