@@ -5,6 +5,8 @@ instructions executed does, and it is exact and the same on every run. The count
 range of the model's kernels in the linked program (a Linux program is linked statically so that
 range is fixed), using a small QEMU plugin (aot/data/runtime_c/qemu/insncount.c) built with the host's C
 compiler. The outputs of the counted run come back too, so a count is never taken of a wrong answer.
+A profiled run (profile_instructions) also gives each instruction's count and control transfers, with
+LLVM's disassembly of the kernels, which aot/run/cycles.py prices on the core.
 """
 
 from __future__ import annotations
