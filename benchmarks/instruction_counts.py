@@ -62,22 +62,29 @@ REFERENCE = {   # (instructions, estimated cycles)
 
 def _count(model: onnx.ModelProto, target: str, knobs: dict, tmp: Path, layers: bool = False,
            records: Path | None = None) -> dict:
-    """One build, run once: instructions, MACs, text bytes, whether the outputs match onnxruntime, and
-    with `layers` the instructions and MACs of each kernel."""
+    """One build, run once: instructions (and on a Cortex-M core the cycles estimated from the same profiled
+    run), MACs, text bytes, whether the outputs match onnxruntime, and with `layers` the instructions and
+    MACs of each kernel."""
     artifact = aot.build(model, target=target, out_dir=tmp / "build", knobs=knobs, records=records)
     feeds = reference.random_inputs(model, 0)
-    outputs, per_kernel = count_kernel_instructions(artifact, feeds) if layers else (None, {})
-    if not layers:
+    per_kernel, estimated = {}, None
+    if layers:
+        outputs, per_kernel = count_kernel_instructions(artifact, feeds)
+        insns = sum(per_kernel.values())
+    elif cycles.available(artifact.target):     # the profiled run counts the instructions too
+        outputs, estimate = cycles.estimate_cycles(artifact, feeds)
+        insns, estimated = estimate.instructions, estimate.cycles
+    else:
         outputs, insns = count_instructions(artifact, feeds)
+    if layers and cycles.available(artifact.target):
+        estimated = cycles.estimate_cycles(artifact, feeds)[1].cycles
     comparisons = reference.compare(outputs, reference.reference_outputs(model, feeds),
                                     quantization_steps(artifact.program))
-    estimated = cycles.estimate_cycles(artifact, feeds)[1].cycles if cycles.available(artifact.target) else None
     graph = artifact.program.graph
     kernel_macs = {c.kernel.name: macs(graph, c.node) for c in artifact.program.calls}
     text = sum(size for _, size in functions(artifact.object.read_bytes()).values())
-    return {"insns": sum(per_kernel.values()) if layers else insns, "cycles": estimated,
-            "macs": sum(kernel_macs.values()),
-            "text": text, "ok": all(c.ok for c in comparisons),
+    return {"insns": insns, "cycles": estimated, "macs": sum(kernel_macs.values()), "text": text,
+            "ok": all(c.ok for c in comparisons),
             "layers": [(k, n, kernel_macs.get(k, 0)) for k, n in per_kernel.items()]}
 
 
