@@ -399,7 +399,8 @@ def test_depthwise_int8_on_aarch64_widens_raw_bytes(target, attrs, tmp_path):
 
 @pytest.mark.parametrize("target,form", [pytest.param("aarch64", "widening8", marks=pytest.mark.qemu),
                                          pytest.param("aarch64-dotprod", "dot4raw", marks=pytest.mark.qemu),
-                                         ("x86-64-avx512-vnni", "dot4raw")])
+                                         ("x86-64-avx512-vnni", "dot4raw"),
+                                         pytest.param("cortex-m4", "pairs", marks=pytest.mark.qemu)])
 @pytest.mark.parametrize("channels,attrs", [
     (3, {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),   # an image network's first layer
     (1, {"kernel_shape": [5, 3], "pads": [2, 1, 2, 1]}),
@@ -409,7 +410,8 @@ def test_depthwise_int8_on_aarch64_widens_raw_bytes(target, attrs, tmp_path):
 def test_first_layers_run_by_window_rows(target, form, channels, attrs, tmp_path):
     """A convolution over 1-3 channels reads each window row's kw x C bytes as one tap's channels
     (lower_row_windows): the bytes past the row's end meet zero weights, the zero point comes off through
-    the window table where padding clips rows, and the clipped columns take plain integer arithmetic."""
+    the window table where padding clips rows (in the widening on the Arm DSP), and the clipped columns take
+    plain integer arithmetic."""
     from onnx import helper
     from oracle import make_model
 
