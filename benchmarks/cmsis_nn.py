@@ -520,8 +520,8 @@ def measure(tgt: Target, layer: Layer, index: int, library: Path, names: set[str
     setup = sum(n for f, n in by_function.items() if _setup(f))
     estimated = None
     if priced:
-        executed, taken = read_profile((work / "profile.txt").read_text(), lo)
-        profile = Profile(executed, taken, {f: (a, b - a) for f, a, b in spans}, disassemble(exe, tgt, lo, hi))
+        executed, taken, split = read_profile((work / "profile.txt").read_text(), lo)
+        profile = Profile(executed, taken, split, {f: (a, b - a) for f, a, b in spans}, disassemble(exe, tgt, lo, hi))
         by_kernel = cycles.price(profile, tgt).per_kernel
         estimated = sum(n for f, n in by_kernel.items() if not _setup(f))
     return int(total[0]) - setup, {f: n for f, n in by_function.items() if not _setup(f)}, estimated

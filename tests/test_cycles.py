@@ -3,6 +3,7 @@ manuals state for short sequences, then a whole run priced."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 
 import numpy as np
@@ -38,6 +39,13 @@ def cycles(cpu: str, *lines: str) -> float:
     (("vfma.f32 s0, s1, s2", "vfma.f32 s0, s3, s4", "vfma.f32 s0, s5, s6"), 9),         # VFMA 3 cycles
     (("vfma.f32 s0, s1, s2", "vfma.f32 s9, s3, s4", "vfma.f32 s10, s5, s6"), 9),        # the FPU is busy for them
     (("vldr s1, [r0]", "vadd.f32 s0, s0, s2"), 3),                 # VLDR 2, VADD 1
+    (("ldr r0, [r1, r2]", "str r0, [r3, #20]"), 3),                # a store pipelines after a load
+    (("str r0, [r1]", "ldr r2, [r3]", "add r4, r4, #1"), 4),       # nothing pipelines after a store
+    (("ldrd r0, r2, [r1]", "ldr r3, [r1, #8]", "add r4, r4, #1"), 6),   # LDRD 3, not pipelined either side
+    (("ldm r0, {r1, r2, r3}", "add r4, r4, #1"), 5),               # LDM 1 + N
+    (("push {r4, r5, r6, lr}",), 5),
+    (("add r1, r1, #4", "ldr r0, [r1]", "add r4, r4, #1"), 5),     # an address computed just before: a stall
+    (("add r2, r2, #4", "ldr r0, [r1]", "add r4, r4, #1"), 4),
 ])
 def test_cortex_m4_blocks_take_the_cycles_the_manual_gives(lines, expected):
     assert cycles("cortex-m4", *lines) == pytest.approx(expected, abs=0.1)
@@ -69,24 +77,24 @@ def test_branch_targets_become_labels_llvm_mca_assembles():
     assert cycles("cortex-m4", "bne.w\t0x100 <f>", "cbz\tr0, 0x100 <f>") == pytest.approx(2, abs=0.1)
 
 
-def _conv_model() -> onnx.ModelProto:
+def _conv_model(channels: int = 8) -> onnx.ModelProto:
     rng = np.random.default_rng(0)
-    w = rng.standard_normal((16, 8, 3, 3)).astype(np.float32) * 0.3
+    w = rng.standard_normal((16, channels, 3, 3)).astype(np.float32) * 0.3
     graph = helper.make_graph(
         [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])],
-        "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 12, 12])],
+        "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, 12, 12])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 12, 12])], [numpy_helper.from_array(w, "w")])
     return quantize_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
 
 
 @pytest.mark.qemu
 @pytest.mark.parametrize("target", ["cortex-m4", "cortex-m7", "cortex-m55", "cortex-m0plus"])
-def test_a_run_is_priced_from_every_instruction_it_executed(target):
+def test_a_run_is_priced_from_every_instruction_it_executed(target, tmp_path):
     """The profiled run executes the instructions the plain count gives and computes what onnxruntime
     does; each kernel's share adds up to the whole; the loops' branches add refills (mispredicted exits on
     the M7)."""
     model = _conv_model()
-    artifact = aot.build(model, target=target, out_dir=None)
+    artifact = aot.build(model, target=target, out_dir=tmp_path)
     feeds = reference.random_inputs(model, 0)
     outputs, estimate = estimate_cycles(artifact, feeds)
     _, instructions = count_instructions(artifact, feeds)
@@ -97,6 +105,26 @@ def test_a_run_is_priced_from_every_instruction_it_executed(target):
     for name, value in expected.items():
         assert np.abs(outputs[name].astype(np.int32) - value.astype(np.int32)).max() <= 1
     assert 0 < estimate.refill < 0.2 * estimate.cycles
+
+
+@pytest.mark.qemu
+def test_misaligned_words_cost_the_cortex_m4_their_extra_transfers(tmp_path):
+    """A first layer on 3 channels reads each window row as words at any byte offset (lower_row_windows):
+    the profile counts the transfers the bus splits them into, and the estimate adds a cycle for each; a
+    layer on 8 channels reads whole aligned words."""
+    from aot.run.count import profile_instructions
+    from aot.run.cycles import price
+
+    first = _conv_model(channels=3)
+    artifact = aot.build(first, target="cortex-m4", out_dir=tmp_path / "first")
+    _, profile = profile_instructions(artifact, reference.random_inputs(first, 0))
+    split = sum(profile.split.values())
+    assert split > 0
+    aligned = dataclasses.replace(profile, split={})
+    assert price(profile, artifact.target).cycles == price(aligned, artifact.target).cycles + split
+    artifact = aot.build(_conv_model(), target="cortex-m4", out_dir=tmp_path / "aligned")
+    _, profile = profile_instructions(artifact, reference.random_inputs(_conv_model(), 0))
+    assert profile.split == {}
 
 
 @pytest.mark.parametrize("lines, expected", [
@@ -111,7 +139,7 @@ def test_cortex_m0plus_instructions_take_the_cycles_of_its_manual(lines, expecte
     assert cycles("cortex-m0plus", *lines) == expected
 
 
-def test_a_target_without_a_cycle_model_is_refused():
-    artifact = aot.build(_conv_model(), target="aarch64", out_dir=None)
+def test_a_target_without_a_cycle_model_is_refused(tmp_path):
+    artifact = aot.build(_conv_model(), target="aarch64", out_dir=tmp_path)
     with pytest.raises(RunError, match="no cycle model for aarch64"):
         estimate_cycles(artifact, reference.random_inputs(_conv_model(), 0))

@@ -86,12 +86,14 @@ def count_kernel_instructions(artifact: Artifact, inputs: dict[str, np.ndarray],
 
 @dataclass(frozen=True)
 class Profile:
-    """One run's instructions in the model's kernels: per address, how often it executed and how often it
-    transferred control (a taken branch, call or return); the kernels' (address, size) by name; and the
-    linked program's kernels disassembled by LLVM (address -> instruction text), for pricing them."""
+    """One run's instructions in the model's kernels: per address, how often it executed, how often it
+    transferred control (a taken branch, call or return) and the bus transfers its misaligned data accesses
+    took beyond aligned ones; the kernels' (address, size) by name; and the linked program's kernels
+    disassembled by LLVM (address -> instruction text), for pricing them."""
 
     counts: dict[int, int]
     taken: dict[int, int]
+    split: dict[int, int]
     kernels: dict[str, tuple[int, int]]
     disassembly: dict[int, str]
 
@@ -114,21 +116,23 @@ def profile_instructions(artifact: Artifact, inputs: dict[str, np.ndarray], time
         found["text"] = path.read_text()
 
     outputs, _, _ = _count(artifact, inputs, timeout, per_kernel=False, more_options=options, collect_from=collect)
-    counts, taken = read_profile(found["text"], found["lo"])
-    return outputs, Profile(counts, taken, found["kernels"], found["disassembly"])
+    counts, taken, split = read_profile(found["text"], found["lo"])
+    return outputs, Profile(counts, taken, split, found["kernels"], found["disassembly"])
 
 
-def read_profile(text: str, lo: int) -> tuple[dict[int, int], dict[int, int]]:
-    """The plugin's profile file (lines "OFFSET COUNT TAKEN", hex offsets from `lo`): executions and control
-    transfers per address."""
-    counts, taken = {}, {}
+def read_profile(text: str, lo: int) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
+    """The plugin's profile file (lines "OFFSET COUNT TAKEN SPLIT", hex offsets from `lo`): executions,
+    control transfers and misaligned accesses' extra bus transfers per address."""
+    counts, taken, split = {}, {}, {}
     for line in text.splitlines():
-        offset, count, transfers = line.split()
+        offset, count, transfers, extra = line.split()
         pc = lo + int(offset, 16)
         counts[pc] = int(count)
         if int(transfers):
             taken[pc] = int(transfers)
-    return counts, taken
+        if int(extra):
+            split[pc] = int(extra)
+    return counts, taken, split
 
 
 def disassemble(exe: Path, target, lo: int, hi: int) -> dict[int, str]:

@@ -11,9 +11,15 @@ that run with a pipeline model of the core:
   the M4's pipelined loads, the M7's dual issue, the M55's beats across its pipes.
 - **Corrections on the Cortex-M4**, where LLVM's model is lighter than Arm's manual (checked by the tests on
   sequences whose timing the manual states):
-  - a load (LDR, VLDR) takes two cycles unless it follows a load or store, whose phases it pipelines with.
-    LLVM charges the second cycle only as a stall before an instruction using the result, so a load neither
-    pipelined nor used at once gets one cycle more;
+  - a load (LDR, VLDR) takes two cycles unless it follows a single load, whose phases it pipelines with
+    (nothing pipelines after a store, LDRD or LDM). LLVM charges the second cycle only as a stall before an
+    instruction using the result, so a load neither pipelined nor used at once gets one cycle more;
+  - LDM, STM, PUSH, POP take 1 + N cycles for N words, LDRD and STRD 3: LLVM's model issues each in one;
+  - a load or store whose address the instruction right before it computed waits a cycle (the M4 forms
+    addresses early, with no forwarding path to them);
+  - a misaligned access takes a cycle for each bus transfer beyond the aligned one (a halfword-aligned word
+    one, a byte-aligned word two). The profiled run counts them per instruction from the addresses it
+    accessed (MISALIGNED);
   - the FPU is busy three cycles for each multiply-accumulate (VFMA, VMLA and kin), one for other arithmetic,
     however independent they are (GCC's Cortex-M4 model reserves it so). A block takes at least that long.
 - **The Cortex-M0+**, which LLVM has no model of, is priced instruction by instruction from the table of its
@@ -32,6 +38,8 @@ that run with a pipeline model of the core:
 Blind spots, said wherever a figure is printed (ESTIMATE):
 - Memory is taken as zero-wait-state SRAM/TCM, as on the qemu boards (mps2/mps3 run from SSRAM). Flash wait
   states, caches and bus contention are not modelled.
+- Misaligned accesses are priced on the Cortex-M4 only; the M7 and M55 handle them in hardware at costs
+  their manuals do not state (the M0+ faults on them).
 - Effects across block boundaries are not counted: a load at a block's end feeding the next block's first
   instruction, and steady-state overlap of a block with itself that real runs lack when it runs once.
 - LLVM's models are incomplete (CompleteModel = 0): an instruction they lack is priced at one cycle and
@@ -96,6 +104,10 @@ def _m0plus(text: str) -> int:
     return 1
 
 
+# Cycles per bus transfer a misaligned access takes beyond an aligned one: on the Cortex-M4 a halfword-aligned
+# word costs one more, a byte-aligned word two (its manual's load/store timings). Not modelled elsewhere.
+MISALIGNED = {"cortex-m4": 1}
+
 # Cores LLVM has no scheduling model for, priced by a table from their manual instead.
 TABLES = {"cortex-m0plus": _m0plus}
 
@@ -154,9 +166,11 @@ def price(profile: Profile, target) -> Estimate:
             extra += refill_model.taken * taken
             if _conditional(mnemonic):
                 extra += refill_model.mispredicted * min(taken, runs - taken)
+        misaligned = MISALIGNED.get(target.cpu, 0) * sum(profile.split.get(pc, 0) for pc in block)
+        extra += misaligned
         cycles = runs * cost + extra
         total += cycles
-        refill += extra
+        refill += extra - misaligned
         instructions += runs * len(block)
         unpriced += runs * missing
         name = owner.get(block[0], "")
@@ -238,14 +252,19 @@ def block_cycles(blocks: list[list[str]], target) -> tuple[list[float], list[int
         cycles = view["TotalCycles"] / max(view["Iterations"], 1) if view and priced else 0.0
         cycles += len(block) - priced
         if target.cpu == "cortex-m4":
-            cycles = max(cycles + _unpipelined_loads(block), _fpu_busy(block))
+            cycles = max(cycles + _unpipelined_loads(block) + _multiple_transfers(block) + _address_stalls(block),
+                         _fpu_busy(block))
         costs.append(cycles)
         missing.append(len(block) - priced)
     return costs, missing
 
 
 _LOAD = re.compile(r"^v?ldr(b|h|sb|sh)?(\.[nw])?$|^vldr\.")
-_MEMORY = re.compile(r"^v?(ldr|str)")
+_MEMORY = re.compile(r"^(v?(ldr|str|ldm|stm)|push|pop|vpush|vpop)")
+_MULTIPLE = re.compile(r"^(ldm|stm|push|pop|vldm|vstm|vpush|vpop)")
+_DOUBLE = re.compile(r"^(ldrd|strd)(\.w)?$")
+_NOT_WRITING = re.compile(r"^(cmp|cmn|tst|teq|b|bl|bx|blx|cbz|cbnz|it\w*|nop|v?str|v?push|v?stm|vcmpe?)(\.|$)")
+_REGISTER = re.compile(r"\b(r\d+|sb|sl|fp|ip|sp|lr)\b")
 _STORE = re.compile(r"^v?str")
 _COMPARE = re.compile(r"^(cmp|cmn|tst|teq)(\.[nw])?$")
 _FP_MAC = re.compile(r"^v(fma|fms|fnma|fnms|mla|mls|nmla|nmls)\.f")
@@ -258,19 +277,52 @@ def _operands(text: str) -> list[str]:
 
 
 def _unpipelined_loads(block: list[str]) -> int:
-    """Cortex-M4 loads owed their second cycle: not after a load or store (whose phases they would pipeline
-    with), and not read by the next instruction (LLVM's model already stalls that one)."""
+    """Cortex-M4 loads owed their second cycle: not right after a single load (whose phases they pipeline
+    with; nothing pipelines after a store, LDRD or LDM), and not read by the next instruction (LLVM's model
+    already stalls that one)."""
     extra = 0
     for i, text in enumerate(block):
         mnemonic = text.split()[0]
         if not _LOAD.match(mnemonic):
             continue
-        if i > 0 and _MEMORY.match(block[i - 1].split()[0]):
+        if i > 0 and _LOAD.match(block[i - 1].split()[0]):
             continue
         loaded = _operands(text)[0] if _operands(text) else ""
         if loaded and re.search(rf"\b{loaded}\b", ",".join(_read(block[i + 1]) if i + 1 < len(block) else [])):
             continue
         extra += 1
+    return extra
+
+
+def _multiple_transfers(block: list[str]) -> int:
+    """Cortex-M4: LDM, STM, PUSH, POP (and their FPU forms) take 1 + N cycles for N words, LDRD and STRD 3;
+    LLVM's model issues each in one."""
+    extra = 0
+    for text in block:
+        mnemonic = text.split()[0]
+        if _DOUBLE.match(mnemonic):
+            extra += 2
+        elif _MULTIPLE.match(mnemonic) and (registers := re.search(r"\{([^}]*)\}", text)):
+            words = [2 if r.strip().startswith("d") else 1 for r in registers.group(1).split(",")]
+            extra += sum(words)
+    return extra
+
+
+def _address_stalls(block: list[str]) -> int:
+    """Cortex-M4: a load or store whose address uses a register the instruction right before it computed
+    waits a cycle for the register bank (the M4 generates addresses early and has no forwarding path for
+    them)."""
+    extra = 0
+    for before, text in zip(block, block[1:]):
+        if not _MEMORY.match(text.split()[0]) or "[" not in text:
+            continue
+        previous = before.split()[0]
+        if _MEMORY.match(previous) or _NOT_WRITING.match(previous):
+            continue
+        written = _operands(before)[0] if _operands(before) else ""
+        address = text[text.index("["):]
+        if written and written in _REGISTER.findall(address):
+            extra += 1
     return extra
 
 

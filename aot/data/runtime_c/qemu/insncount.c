@@ -11,7 +11,9 @@
    With profile=PATH (and lo/hi), every instruction in [lo, hi) also gets its own execution count, and
    every control transfer out of it (a block that starts elsewhere than where the last one ended: a taken
    branch, a call, a return) is counted on the instruction that made it; at exit PATH gets one line
-   "OFFSET COUNT TAKEN" (hex offset from lo) per instruction executed. aot's cycle estimate prices them.
+   "OFFSET COUNT TAKEN SPLIT" (hex offset from lo) per instruction executed, where SPLIT counts the bus
+   transfers its misaligned data accesses took beyond the aligned ones (a word at an odd address takes
+   three: byte, halfword, byte). aot's cycle estimate prices them.
 
    Debian ships the plugin-enabled emulators but not qemu-plugin.h, so the few entry points used
    here (plugin API version 1, QEMU 7.x) are declared by hand. */
@@ -41,6 +43,13 @@ uint64_t qemu_plugin_insn_vaddr(const struct qemu_plugin_insn *insn);
 size_t qemu_plugin_insn_size(const struct qemu_plugin_insn *insn);
 void qemu_plugin_register_vcpu_tb_exec_cb(struct qemu_plugin_tb *tb, qemu_plugin_vcpu_udata_cb_t cb,
                                           enum qemu_plugin_cb_flags flags, void *userdata);
+typedef uint32_t qemu_plugin_meminfo_t;
+enum qemu_plugin_mem_rw { QEMU_PLUGIN_MEM_R = 1, QEMU_PLUGIN_MEM_W, QEMU_PLUGIN_MEM_RW };
+typedef void (*qemu_plugin_vcpu_mem_cb_t)(unsigned int vcpu_index, qemu_plugin_meminfo_t info, uint64_t vaddr,
+                                          void *userdata);
+void qemu_plugin_register_vcpu_mem_cb(struct qemu_plugin_insn *insn, qemu_plugin_vcpu_mem_cb_t cb,
+                                      enum qemu_plugin_cb_flags flags, enum qemu_plugin_mem_rw rw, void *userdata);
+unsigned int qemu_plugin_mem_size_shift(qemu_plugin_meminfo_t info);
 void qemu_plugin_register_atexit_cb(qemu_plugin_id_t id, void (*cb)(qemu_plugin_id_t, void *), void *userdata);
 void qemu_plugin_outs(const char *string);
 
@@ -55,7 +64,7 @@ static int ranges;
 
 /* Profile mode: per-byte-offset counters over [lo, hi), and where the block executed last ended. */
 static const char *profile_path;
-static uint64_t *pc_count, *pc_taken;
+static uint64_t *pc_count, *pc_taken, *pc_split;
 static uint64_t last_end, last_insn = UINT64_MAX;
 
 struct block { uint64_t start, end, last; };
@@ -72,6 +81,24 @@ static void on_block(unsigned int vcpu, void *userdata)
     last_insn = b->last;
 }
 
+/* After each data access of an instruction in range: the transfers a bus of naturally aligned words,
+   halfwords and bytes needs for it, beyond the one per word (or per access if shorter) an aligned one
+   takes. */
+static void on_access(unsigned int vcpu, qemu_plugin_meminfo_t info, uint64_t vaddr, void *userdata)
+{
+    uint64_t size = 1u << qemu_plugin_mem_size_shift(info), left = size, at = vaddr, pieces = 0;
+    (void)vcpu;
+    if ((vaddr & (size - 1)) == 0)
+        return;
+    while (left > 0) {
+        uint64_t piece = left >= 4 && at % 4 == 0 ? 4 : left >= 2 && at % 2 == 0 ? 2 : 1;
+        at += piece;
+        left -= piece;
+        pieces++;
+    }
+    *(uint64_t *)userdata += pieces - (size >= 4 ? size / 4 : 1);
+}
+
 static void profile_block(struct qemu_plugin_tb *tb, size_t n)
 {
     size_t i;
@@ -85,8 +112,11 @@ static void profile_block(struct qemu_plugin_tb *tb, size_t n)
         uint64_t pc;
         insn = qemu_plugin_tb_get_insn(tb, i);
         pc = qemu_plugin_insn_vaddr(insn);
-        if (pc >= lo && pc < hi)
+        if (pc >= lo && pc < hi) {
             qemu_plugin_register_vcpu_insn_exec_inline(insn, QEMU_PLUGIN_INLINE_ADD_U64, &pc_count[pc - lo], 1);
+            qemu_plugin_register_vcpu_mem_cb(insn, on_access, QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_MEM_RW,
+                                             &pc_split[pc - lo]);
+        }
     }
 }
 
@@ -100,7 +130,8 @@ static void write_profile(void)
     }
     for (off = 0; off < hi - lo; off++)
         if (pc_count[off])
-            fprintf(f, "%" PRIx64 " %" PRIu64 " %" PRIu64 "\n", off, pc_count[off], pc_taken[off]);
+            fprintf(f, "%" PRIx64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", off, pc_count[off], pc_taken[off],
+                    pc_split[off]);
     fclose(f);
 }
 
@@ -209,7 +240,8 @@ __attribute__((visibility("default"))) int qemu_plugin_install(qemu_plugin_id_t 
         }
         pc_count = calloc(hi - lo, sizeof *pc_count);
         pc_taken = calloc(hi - lo, sizeof *pc_taken);
-        if (pc_count == NULL || pc_taken == NULL)
+        pc_split = calloc(hi - lo, sizeof *pc_split);
+        if (pc_count == NULL || pc_taken == NULL || pc_split == NULL)
             return -1;
     }
     qemu_plugin_register_vcpu_tb_trans_cb(id, on_translate);
