@@ -90,27 +90,68 @@ class Geometry:
         a pixel computed whole (its reads, then its writes). Each phase's writes are the tile's output
         pixels, its reads the bytes from the first to the last of its window's. Front to back a checkpoint
         is (the end of all writes so far, the start of all reads still to come, this phase's included);
-        back to front (the start of all writes so far, the end of all reads still to come)."""
+        back to front (the start of all writes so far, the end of all reads still to come).
+
+        Computed with numpy a row of tiles at a time (a long 1-D signal has tens of thousands)."""
+        written, needed = self._checkpoint_arrays(order, in_bytes, out_bytes)
+        # nothing written before a read: any placement will do
+        return tuple(zip(written.tolist(), needed.tolist())) or ((0, 0),)
+
+    def shift(self, order: Order, in_bytes: int, out_bytes: int) -> int:
+        """Reuse.shift of progress(order, ...), without building its tuple (row_order asks for many)."""
+        written, needed = self._checkpoint_arrays(order, in_bytes, out_bytes)
+        if not written.size:
+            return 0
+        return int(((needed - written) if order.backward else (written - needed)).max())
+
+    def _checkpoint_arrays(self, order: Order, in_bytes: int, out_bytes: int) -> tuple[np.ndarray, np.ndarray]:
+        """progress's checkpoints as two arrays, written and needed."""
         out_pixel, in_pixel = self.m * out_bytes, self.c * in_bytes
         cols = Columns.of(self, order.mr, order.border)
-        writes, reads = [], []          # per phase: [lo, hi) in bytes, or None
-        images = reversed(range(self.n)) if order.backward else range(self.n)
+        template = {careful: self._row_phases(cols.tiles(careful, order.columns_backward))
+                    for careful in {0, order.careful}}
+        images = range(self.n - 1, -1, -1) if order.backward else range(self.n)
+        rows = range(self.oh - 1, -1, -1) if order.backward else range(self.oh)
+        parts = []
         for n in images:
-            for oh in reversed(range(self.oh)) if order.backward else range(self.oh):
-                rows = [oh * self.stride[0] - self.pads[0] + t * self.dilation[0] for t in range(self.kh)]
-                rows = [r for r in rows if 0 <= r < self.h]
-                for ow, width, whole in cols.tiles(order.careful if n == oh == 0 else 0, order.columns_backward):
-                    first = ((n * self.oh + oh) * self.ow + ow) * out_pixel
-                    out = (first, first + width * out_pixel)
-                    taps = [(ow + i) * self.stride[1] - self.pads[1] + t * self.dilation[1]
-                            for t, i0, i1 in self.tap_pixels(ow, width) for i in (i0, i1 - 1)]
-                    read = (((n * self.h + rows[0]) * self.w + min(taps)) * in_pixel,
-                            ((n * self.h + rows[-1]) * self.w + max(taps) + 1) * in_pixel) if rows and taps else None
-                    phases = [(None, read), (out, None)] if whole else [(out, read)]
-                    for w, r in phases:
-                        writes.append(w)
-                        reads.append(r)
-        return _checkpoints(writes, reads, order.backward)
+            for oh in rows:
+                in_rows = [oh * self.stride[0] - self.pads[0] + t * self.dilation[0] for t in range(self.kh)]
+                in_rows = [r for r in in_rows if 0 <= r < self.h]
+                ow0, width, writes, col_lo, col_hi, reads = template[order.careful if n == oh == 0 else 0]
+                first = (n * self.oh + oh) * self.ow
+                read = reads & bool(in_rows)
+                top, bottom = ((n * self.h + in_rows[0]) * self.w, (n * self.h + in_rows[-1]) * self.w) \
+                    if in_rows else (0, 0)
+                parts.append((writes, (first + ow0) * out_pixel, (first + ow0 + width) * out_pixel,
+                              read, (top + col_lo) * in_pixel, (bottom + col_hi + 1) * in_pixel))
+        writes, w_lo, w_hi, reads, r_lo, r_hi = (np.concatenate(column) for column in zip(*parts))
+        return _checkpoints(writes, w_lo, w_hi, reads, r_lo, r_hi, order.backward)
+
+    def _row_phases(self, tiles: list[tuple[int, int, bool]]) -> tuple[np.ndarray, ...]:
+        """The phases of one row of `tiles` (first column, width, computed whole): per phase its tile's first
+        column and width, whether it writes, the first and last input column its window reads and whether
+        it reads any (a pixel computed whole is two phases: its reads, then its writes)."""
+        ow0 = np.array([t[0] for t in tiles], np.int64).reshape(-1, 1)
+        width = np.array([t[1] for t in tiles], np.int64).reshape(-1, 1)
+        whole = np.array([t[2] for t in tiles], bool)
+        s = self.stride[1]
+        offsets = np.arange(self.kw, dtype=np.int64) * self.dilation[1] - self.pads[1]  # column o reads o * s + off
+        lo = np.maximum(ow0, -(offsets // s))
+        hi = np.minimum(ow0 + width, (self.w - 1 - offsets) // s + 1)
+        inside = lo < hi
+        col_lo = np.where(inside, lo * s + offsets, np.iinfo(np.int64).max).min(axis=1)
+        col_hi = np.where(inside, (hi - 1) * s + offsets, np.iinfo(np.int64).min).max(axis=1)
+        reads = inside.any(axis=1)
+        ow0, width = ow0[:, 0], width[:, 0]
+        # a pixel computed whole: (no writes, its reads) then (its writes, no reads)
+        repeat = np.where(whole, 2, 1)
+        second = np.zeros(int(repeat.sum()), bool)
+        second[np.cumsum(repeat)[whole] - 1] = True
+        ow0, width, col_lo, col_hi, reads, whole = (np.repeat(a, repeat) for a in (ow0, width, col_lo, col_hi,
+                                                                                 reads, whole))
+        writes = ~whole | second
+        reads = reads & ~second
+        return ow0, width, writes, np.where(reads, col_lo, 0), np.where(reads, col_hi, 0), reads
 
     def tap_pixels(self, ow0: int, width: int) -> list[tuple[int, int, int]]:
         """(tap, first pixel, end pixel) of each column tap that reads inside the input for some of the
@@ -134,27 +175,22 @@ class Geometry:
         return lo, hi
 
 
-def _checkpoints(writes: list, reads: list, backward: bool) -> tuple[tuple[int, int], ...]:
-    """Reuse checkpoints of phases run in order, each writing and reading byte ranges [lo, hi) (or None):
-    after each phase that has some write before it and some read from it on, front to back (the end of
-    the writes so far, the start of the reads from this phase on); back to front (the start of the
-    writes so far, the end of the reads from this phase on)."""
-    w_edge, r_edge = (0, 1) if backward else (1, 0)     # which end of a range bounds the writes, the reads
-    w_best, r_best = (min, max) if backward else (max, min)
-    needed: list[int | None] = []
-    edge = None
-    for r in reversed(reads):
-        if r is not None:
-            edge = r[r_edge] if edge is None else r_best(edge, r[r_edge])
-        needed.append(edge)
-    needed.reverse()
-    checkpoints, written = [], None
-    for w, need in zip(writes, needed):
-        if w is not None:
-            written = w[w_edge] if written is None else w_best(written, w[w_edge])
-        if written is not None and need is not None:
-            checkpoints.append((written, need))
-    return tuple(checkpoints) or ((0, 0),)     # nothing written before a read: any placement will do
+def _checkpoints(writes: np.ndarray, w_lo: np.ndarray, w_hi: np.ndarray, reads: np.ndarray, r_lo: np.ndarray,
+                 r_hi: np.ndarray, backward: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Reuse checkpoints of phases run in order, phase i writing [w_lo, w_hi) if writes[i] and reading
+    [r_lo, r_hi) if reads[i]: after each phase that has some write before it and some read from it on, front
+    to back (the end of the writes so far, the start of the reads from this phase on); back to front (the
+    start of the writes so far, the end of the reads from this phase on)."""
+    big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    if backward:
+        written = np.minimum.accumulate(np.where(writes, w_lo, big))
+        needed = np.maximum.accumulate(np.where(reads, r_hi, small)[::-1])[::-1]
+        valid = (written != big) & (needed != small)
+    else:
+        written = np.maximum.accumulate(np.where(writes, w_hi, small))
+        needed = np.minimum.accumulate(np.where(reads, r_lo, big)[::-1])[::-1]
+        valid = (written != small) & (needed != big)
+    return written[valid], needed[valid]
 
 
 def geometry(graph: Graph, node: Node) -> Geometry:
@@ -1118,8 +1154,7 @@ def row_order(g: Geometry, mr: int, backward: bool, x: Buffer, out: Buffer, accu
         return Order(mr, backward)
 
     def shift(order: Order) -> int:     # no output is placed past its input's start: 0 is the best
-        progress = g.progress(order, x.nbytes // x.size, out.nbytes // out.size)
-        return max(0, Reuse(0, progress=progress, backward=backward).shift)
+        return max(0, g.shift(order, x.nbytes // x.size, out.nbytes // out.size))
 
     def prefix(k: int) -> Order:
         return Order(mr, backward, cols.lo + k * cols.width)
