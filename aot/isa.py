@@ -43,10 +43,10 @@ class IntSimd:
     name: str
     description: str
     dots: tuple[DotStyle, ...] = ()
-    row_lanes: int = 0          # int32 lanes per output's sum in the int8 row kernels (aot/ops/conv_rows.py):
+    row_lanes: int = 0          # int32 lanes per output's sum in the int8 row kernels (aot/ops/conv/rows.py):
                                 # 1 = VMLADAVA into a core register, 4 = VPADAL into a vector; 0 = none
     predicated: bool = False    # lane masks are one VCTP and masked loads are real (no splitting into lanes)
-    tiles: bool = False         # x86 AMX tile registers (k.Tile; aot/ops/conv_amx.py) besides the dots
+    tiles: bool = False         # x86 AMX tile registers (k.Tile; aot/ops/conv/amx.py) besides the dots
 
     @property
     def matrix(self) -> bool:

@@ -93,7 +93,7 @@ TEMPLATES = {t.name: t for t in (
     Template("depthwise_rows", ("mr", "nr"), {"mr": _TILES, "nr": (1, 2, 3)}, _vector_tile),
     Template("direct", ("mr", "nr"), {"mr": _TILES, "nr": (1, 2, 3, 4)}, _vector_tile),
     Template("row_windows", ("mr", "nr"), {"mr": _TILES, "nr": (1, 2, 3, 4)}, _vector_tile),
-    # x86 AMX (aot/ops/conv_amx.py): 32 pixels x 2 blocks of 16 channels in four tile registers
+    # x86 AMX (aot/ops/conv/amx.py): 32 pixels x 2 blocks of 16 channels in four tile registers
     Template("amx", ("mr", "nr"), {"mr": (32,), "nr": (2,)}, lambda s, t: (s.mr * s.nr // 16, 4, "tiles")),
 )}
 

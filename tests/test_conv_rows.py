@@ -1,4 +1,4 @@
-"""int8 convolutions as dot products along window rows (aot/ops/conv_rows.py): Helium (VMLADAVA.S8,
+"""int8 convolutions as dot products along window rows (aot/ops/conv/rows.py): Helium (VMLADAVA.S8,
 predicated loads for borders and row tails) and 32-bit NEON (VMULL.S8/VMLAL.S8 + VPADAL.S16). Edge
 shapes against onnxruntime under qemu, and the instructions in the assembly."""
 

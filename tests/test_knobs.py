@@ -13,7 +13,8 @@ from oracle import assert_matches_onnxruntime, make_model
 
 import aot
 from aot.knobs import Knobs, resolve
-from aot.ops.conv import Geometry, _weights_outer
+from aot.ops.conv.dense import _weights_outer
+from aot.ops.conv.geometry import Geometry
 from aot.target import all_targets, get_target
 
 

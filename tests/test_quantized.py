@@ -532,7 +532,7 @@ def _emulated_amx_target(tmp_path) -> str:
 
 @pytest.mark.parametrize("activations", [QuantType.QInt8, QuantType.QUInt8])
 def test_amx_tiles_compute_what_onnxruntime_does(activations, tmp_path):
-    """The AMX form (aot/ops/conv_amx.py) with its tile instructions emulated: im2row with the zero point
+    """The AMX form (aot/ops/conv/amx.py) with its tile instructions emulated: im2row with the zero point
     in the padding, the last partial tile of pixels and half-used tile pair of channels, against
     onnxruntime; the Gemm over 5 rows stays on VNNI."""
     from aot.target import get_target

@@ -12,7 +12,7 @@ convolution is a single phase: just the flipped convolution.
 A weight or bias computed at run time takes the same phases: the phase weights are a permutation of
 the ONNX weight with zeros where no tap lands, so a Gather with constant indices (into the flattened
 weight padded with one zero) lays them out at run time as the (kh*kw*C/g, outputs) matrix that the
-direct convolution reads (conv_direct.py), and another tiles the bias over the phases. The gathers
+direct convolution reads (conv/direct.py), and another tiles the bias over the phases. The gathers
 cost one pass over the weight per run; the convolution itself runs no multiplication by a stuffed zero.
 """
 

@@ -8,7 +8,7 @@ takes x[i] * w[k] for every tap k with i * s + k * d = y + b, i.e. where y + b -
 of the stride and the quotient i lies in the input. (1-D and 2-D ConvTranspose are phase
 convolutions: conv_transpose.py.)
 
-Correctness first: no register blocking and no vectors (the 2-D micro-kernels of conv.py do that for
+Correctness first: no register blocking and no vectors (the 2-D micro-kernels of conv/ do that for
 the NHWC layout); the innermost loop runs over the window's width, whose taps are contiguous in both
 the input row and the weight.
 """

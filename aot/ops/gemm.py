@@ -9,8 +9,11 @@ import numpy as np
 from aot.graph.ir import Graph, Node, Rewriter
 from aot.graph.quant import node_quant
 from aot.kernel.ir import Kernel
-from aot.ops import LowerContext, conv_amx
-from aot.ops.conv import Geometry, _arith, _long_arith, _minus_zero_point, dot_style, lower_dense
+from aot.ops import LowerContext
+from aot.ops.conv import amx
+from aot.ops.conv.arith import _arith, _long_arith, _minus_zero_point, dot_style
+from aot.ops.conv.dense import lower_dense
+from aot.ops.conv.geometry import Geometry
 from aot.ops.registry import MATRIX_OPERANDS, Fusion, QuantForm, define
 
 
@@ -33,8 +36,8 @@ def gemm(ctx: LowerContext, node: Node, name: str) -> Kernel:
         return lower_dense(ctx, node, name, g, 1, _minus_zero_point(oihw, long.q, axis=0), long, ins[0], outs[0],
                            params)
     arith = _arith(ctx, node, ins, style, oihw)
-    if conv_amx.applies(ctx, style, g, 1):
-        return conv_amx.lower_amx(ctx, node, name, g, oihw, arith, ins[0], outs[0], params)
+    if amx.applies(ctx, style, g, 1):
+        return amx.lower_amx(ctx, node, name, g, oihw, arith, ins[0], outs[0], params)
     quant = node_quant(ctx.graph.values, node)
     if quant is not None and not (style and style.raw_bytes):
         oihw = _minus_zero_point(oihw, quant, axis=0)

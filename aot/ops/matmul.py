@@ -8,7 +8,7 @@ import numpy as np
 from aot.graph.ir import Graph, Node, Rewriter
 from aot.kernel.ir import Builder, Expr, Kernel, const, fma
 from aot.ops import LowerContext
-from aot.ops.conv import channel_blocks
+from aot.ops.conv.blocks import channel_blocks
 from aot.ops.elementwise import broadcast_strides
 from aot.ops.epilogue import apply
 from aot.ops.registry import Fusion, QuantForm, define

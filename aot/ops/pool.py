@@ -10,7 +10,9 @@ from aot.graph.quant import RANGES, Quant, node_quant
 from aot.kernel import math
 from aot.kernel.ir import Builder, Cast, Expr, Kernel, binop, const, maximum, minimum
 from aot.ops import LowerContext
-from aot.ops.conv import Geometry, Order, channel_blocks, spatial_loops
+from aot.ops.conv.blocks import channel_blocks
+from aot.ops.conv.geometry import Geometry
+from aot.ops.conv.tiling import Order, spatial_loops
 from aot.ops.quantized import int_dtype, quantize, widen
 from aot.ops.registry import Layout, QuantForm, define
 from aot.ops.rewrite import crop, fused_acts, lift_1d, refuse, spatial_attrs, view

@@ -35,7 +35,7 @@ from aot.graph.quant import QuantParams
 from aot.kernel import math as kmath
 from aot.kernel.ir import Buffer, Builder, Cast, Expr, Kernel, binop, const, fma, maximum, minimum, select
 from aot.ops import LowerContext
-from aot.ops.conv import channel_blocks
+from aot.ops.conv.blocks import channel_blocks
 from aot.ops.epilogue import activation
 from aot.ops.quantized import widen
 from aot.ops.registry import FLOAT, define

@@ -3,7 +3,7 @@ buffer, with nothing packed at compile time.
 
 A Transpose node first lays the weight (O, I/group, kh, kw) out as (kh, kw, I/group, O), seen as a
 matrix (kh*kw*I/group, O), so that output channels are contiguous. The kernel then has the shape of the
-packed micro-kernel (aot/ops/conv.py): a tile of output pixels x vectors of output channels held in
+packed micro-kernel (aot/ops/conv/dense.py): a tile of output pixels x vectors of output channels held in
 registers while the reduction runs over (kh, kw, c), one input value broadcast per step; only the
 weight's address differs: ((kh*KW + kw)*cg + c)*O + channel. The input is NHWC, as Conv's.
 """
@@ -16,7 +16,9 @@ from aot.graph.ir import Graph, Node, Rewriter
 from aot.graph.quant import node_quant
 from aot.kernel.ir import Builder, Kernel, const, fma
 from aot.ops import LowerContext
-from aot.ops.conv import ChannelBlock, Order, channel_blocks, geometry, spatial_loops, workload
+from aot.ops.conv.blocks import ChannelBlock, channel_blocks
+from aot.ops.conv.geometry import geometry, workload
+from aot.ops.conv.tiling import Order, spatial_loops
 from aot.ops.epilogue import apply
 from aot.ops.registry import Fusion, Layout, define
 from aot.ops.rewrite import lift_1d, refuse, spatial_attrs, view

@@ -37,7 +37,8 @@ from aot.kernel.ir import (
     minimum,
 )
 from aot.ops import LowerContext
-from aot.ops.conv import DotArith, Geometry, workload
+from aot.ops.conv.arith import DotArith
+from aot.ops.conv.geometry import Geometry, workload
 from aot.schedule import Schedule
 
 PIXELS = 32             # output pixels per tile pair (two tiles of 16 rows)

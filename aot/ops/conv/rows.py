@@ -50,16 +50,11 @@ from aot.kernel.ir import (
     select,
 )
 from aot.ops import LowerContext
-from aot.ops.conv import (
-    ChannelBlock,
-    Geometry,
-    IntArith,
-    Order,
-    channel_blocks,
-    conv_reuse,
-    spatial_loops,
-    workload,
-)
+from aot.ops.conv.arith import IntArith
+from aot.ops.conv.blocks import ChannelBlock, channel_blocks
+from aot.ops.conv.declarations import conv_reuse
+from aot.ops.conv.geometry import Geometry, workload
+from aot.ops.conv.tiling import Order, spatial_loops
 from aot.schedule import Schedule
 
 VECTOR = 16             # int8 lanes per 128-bit vector
