@@ -626,7 +626,8 @@ def test_border_tiles_declare_only_what_they_allow(case, precision):
 
     from aot.knobs import resolve
     from aot.ops import LowerContext, lower
-    from aot.ops import conv as conv_ops
+    from aot.ops.conv.geometry import geometry
+    from aot.ops.conv.tiling import Columns
     from aot.target import get_target
     model = edge_conv(case) if precision == "fp32" else int8(edge_conv(case))
     graph = aot.build(model, target="host", out_dir=None).program.graph
@@ -640,9 +641,9 @@ def test_border_tiles_declare_only_what_they_allow(case, precision):
             trace = Trace(kernel)
             for reuse in kernel.reuse:
                 trace.check(reuse)
-            if not whole:       # the pixels come out in the order of the tiles Geometry.progress replays
-                g = conv_ops.geometry(graph, node)
-                cols = conv_ops.Columns.of(g, 4, "tiles")
+            if not whole:       # the pixels come out in the order of the tiles declarations.progress replays
+                g = geometry(graph, node)
+                cols = Columns.of(g, 4, "tiles")
                 rows = [(n, oh) for n in range(g.n) for oh in range(g.oh)]
                 expected = [(n * g.oh + oh) * g.ow + ow + i for n, oh in (rows[::-1] if backward else rows)
                             for ow, width, _ in cols.tiles(0, False) for i in range(width)]
