@@ -18,7 +18,7 @@ from pathlib import Path
 
 import onnx
 
-from aot import report, report_svg, stages
+from aot import budget, report, report_svg, stages
 from aot.codegen import wrapper
 from aot.codegen.elf import undefined_symbols
 from aot.codegen.llvm import ModuleBuilder, llvm_version
@@ -28,7 +28,6 @@ from aot.graph.ir import Graph
 from aot.graph.passes import optimize
 from aot.graph.verify import verify
 from aot.knobs import Knobs, resolve, scalar_variant
-from aot.plan import budget
 from aot.program import Program, build_program, sharing_used
 from aot.schedule import RANKED
 from aot.target import Target, get_target, resized
@@ -119,7 +118,7 @@ def build(model: str | os.PathLike | onnx.ModelProto, target: str | Target = "ho
 
 
 def _program(graph: Graph, target: Target, name: str, knobs: Knobs, limits: dict[str, int], label: str) -> Program:
-    if "ram" in limits:     # over budget, the leading layers run in row bands (aot/plan/budget.py)
+    if "ram" in limits:     # over budget, the leading layers run in row bands (aot/budget.py)
         return budget.fit(graph, target, name, knobs, limits["ram"], label)[0]
     return build_program(graph, target, name, knobs)
 

@@ -64,7 +64,7 @@ class Program:
     roots: dict[str, str]      # value -> the value whose storage it shares (itself if none)
     order: OrderChoice
     shared: tuple[tuple[int, str, str, Reuse], ...] = ()   # (step, source, result, reuse) the plan may use
-    bands: BandChoice | None = None     # leading layers run in row bands to fit a RAM budget (aot/plan/budget.py)
+    bands: BandChoice | None = None     # leading layers run in row bands to fit a RAM budget (aot/budget.py)
     # the workspace split over the target's memory regions, fastest first (plan then holds every buffer's
     # offset in its region and the regions' total size); empty: one workspace
     regions: tuple[regions.Placement, ...] = ()
