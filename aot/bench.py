@@ -296,13 +296,25 @@ def _bench_on_device(model, brd: DeviceBoard, tgt: Target, repeat: int, warmup: 
 
 def cycle_profile_text(steps: list[StepCycles], board: str, target: str) -> str:
     """The per-kernel estimated cycles as a table for report.txt."""
-    total = sum(s.cycles for s in steps)
-    lines = [f"Estimated cycles per kernel on {target} (aot bench --profile on {board}; an estimate: "
-             f"{cycles.ESTIMATE})", f"  {'#':>3}  {'node':<24} {'est. cycles':>12} {'%':>6}"]
-    lines += [f"  {s.step:>3}  {s.node:<24} {s.cycles:>12,} {100 * s.cycles / total if total else 0:>6.1f}"
-              for s in steps]
-    lines.append(f"  {'':>3}  {'total':<24} {total:>12,}")
-    return "\n".join(lines)
+    return (f"Estimated cycles per kernel on {target} (aot bench --profile on {board}; an estimate: "
+            f"{cycles.ESTIMATE})\n" + kernel_table(steps))
+
+
+def kernel_table(steps: list[StepTime] | list[StepCycles]) -> str:
+    """A profiled run per kernel call: step, op, node and MACs, then its mean ms per run and GMAC/s (timed)
+    or its estimated cycles per run and MACs per cycle (StepCycles), and its share of the sum."""
+    estimated = bool(steps) and isinstance(steps[0], StepCycles)
+    values = [s.cycles if estimated else s.ms for s in steps]
+    total = sum(values)
+    rows = [("#", "op", "node", "MMACs", "est. cycles" if estimated else "ms", "%",
+             "MACs/cycle" if estimated else "GMAC/s")]
+    for s, v in zip(steps, values):
+        rate = "" if not (s.macs and v) else f"{s.macs / v:.3f}" if estimated else f"{s.macs / v / 1e6:.2f}"
+        rows.append((str(s.step), s.op, s.node, f"{s.macs / 1e6:.2f}", f"{v:,}" if estimated else f"{v:.4f}",
+                     f"{100 * v / total:.1f}" if total else "", rate))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.rjust(w) if i in (0, 3, 4, 5, 6) else c.ljust(w)
+                               for i, (c, w) in enumerate(zip(row, widths))).rstrip() for row in rows)
 
 
 def device_figures(run, brd: DeviceBoard, estimated_cycles: int | None = None) -> DeviceFigures:

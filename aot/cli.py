@@ -570,10 +570,7 @@ def _bench(args) -> int:
             print(f"note: {r.model}: onnxruntime cannot run it ({_printable(r.fallback_reason, keep_lines=False)}); "
                   "its outputs were compared with onnx.reference")
     for r in results if args.profile else ():
-        if r.cycle_profile:
-            _print_cycle_profile(r)
-        else:
-            _print_profile(r)
+        _print_profile(r)
     if args.json:
         _write_json(args.json, results)
     if not all(r.ok for r in results):
@@ -627,37 +624,19 @@ def _print_device_results(results) -> None:
             print(f"note: {r.where}: {r.device.timer_note}")
 
 
-def _print_cycle_profile(result) -> None:
+def _print_profile(result) -> None:
+    """A profiled run's per-kernel table: timed, or on an emulated microcontroller in estimated cycles."""
+    from aot.bench import kernel_table
     from aot.run.cycles import ESTIMATE
 
-    total = sum(s.cycles for s in result.cycle_profile)
-    print(f"\n{result.model} on {result.where} ({result.target}): per kernel call, estimated cycles per run "
-          f"(sum {total:,}; an estimate: {ESTIMATE})")
-    rows = [("#", "op", "node", "MMACs", "est. cycles", "%", "MACs/cycle")]
-    for s in result.cycle_profile:
-        rows.append((str(s.step), s.op, s.node, f"{s.macs / 1e6:.2f}", f"{s.cycles:,}",
-                     f"{100 * s.cycles / total:.1f}" if total else "", f"{s.macs / s.cycles:.3f}" if s.macs and s.cycles
-                     else ""))
-    _print_steps(rows)
-
-
-def _print_steps(rows: list[tuple[str, ...]]) -> None:
-    """A per-kernel table: step and figures right-aligned, op and node left."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print("  ".join(c.rjust(w) if i in (0, 3, 4, 5, 6) else c.ljust(w)
-                        for i, (c, w) in enumerate(zip(row, widths))).rstrip())
-
-
-def _print_profile(result) -> None:
-    total = sum(s.ms for s in result.profile)
-    print(f"\n{result.model} on {result.where} ({result.target}): per kernel call, mean ms per run "
-          f"(sum {total:.4f} ms; the hooks' clock reads are included)")
-    rows = [("#", "op", "node", "MMACs", "ms", "%", "GMAC/s")]
-    for s in result.profile:
-        rows.append((str(s.step), s.op, s.node, f"{s.macs / 1e6:.2f}", f"{s.ms:.4f}", f"{100 * s.ms / total:.1f}",
-                     f"{s.macs / s.ms / 1e6:.2f}" if s.macs and s.ms else ""))
-    _print_steps(rows)
+    if result.cycle_profile:
+        steps = result.cycle_profile
+        what = f"estimated cycles per run (sum {sum(s.cycles for s in steps):,}; an estimate: {ESTIMATE})"
+    else:
+        steps = result.profile
+        what = f"mean ms per run (sum {sum(s.ms for s in steps):.4f} ms; the hooks' clock reads are included)"
+    print(f"\n{result.model} on {result.where} ({result.target}): per kernel call, {what}")
+    print(kernel_table(steps))
 
 
 def _write_json(path: str, results) -> None:
