@@ -41,6 +41,11 @@ class Knobs:
     # recurrent layers keep quantized weights as their int8/int16 codes, dequantized as loaded: flash 2-4x
     # smaller, each multiply-add a load, a convert and an FMA (false: float weights, dequantized now)
     weight_codes: bool = False
+    # output channels of the int8 tile in core registers when the output is one pixel (a matrix times a
+    # vector, whose tile has no second pixel to share the weights with); 0: core_nr
+    core_vector_nr: int = 0
+    # int8 channel loops on the Arm DSP as loops of their own (PairLoop; false: the tile's generic loop)
+    pair_loops: bool = True
     # tuning records apply only where they do not grow the workspace (false: wherever they match)
     records_keep_workspace: bool = True
     schedules: Overrides = Overrides()  # per node, per workload, from tuning records (aot/schedule.py)
@@ -52,7 +57,7 @@ class Knobs:
 
 _FIELDS = {f.name: f.type for f in dataclasses.fields(Knobs) if f.name != "schedules"}
 _TABLES = ("node", "workload")     # per-kernel schedule overrides in a knobs file
-_RANGES = {"cache_kib": (1, 1 << 20)}
+_RANGES = {"cache_kib": (1, 1 << 20), "core_vector_nr": (0, 32)}
 _TILE_RANGE = (1, 32)   # a tile of more accumulators than any register file holds makes no sense
 
 

@@ -55,6 +55,13 @@ class Trace:
             size = _size(s.buf)
             self.writes[s.buf.name].append((self.step, index * size, (index + s.value.lanes) * size))
             self.step += 1
+        elif isinstance(s, k.PairLoop):     # one step: every word of every pixel it reads
+            if s.x.name in self.reads:
+                pixel = self.value(s.pixel, env)
+                for i in range(len(s.accs)):
+                    start = pixel + i * s.pixel_stride
+                    self.reads[s.x.name][start:start + 4 * s.steps] = self.step
+            self.step += 1
         else:
             raise TypeError(s)
 

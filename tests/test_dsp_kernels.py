@@ -15,6 +15,7 @@ from test_quantized import quantized
 
 import aot
 from aot.codegen.llvm import ModuleBuilder
+from aot.kernel.ir import dump
 from aot.target import get_target
 
 _ONNX = {"int8": TensorProto.INT8, "uint8": TensorProto.UINT8}
@@ -90,6 +91,7 @@ CASES = {   # c, m, kernel, stride, pad, (h, w), group, dtype, x_zp
     "depthwise_w5": (12, 12, 3, 1, 1, (4, 5), 12, "int8", -3),
     "depthwise_stride2": (8, 8, 3, 2, 1, (5, 6), 8, "int8", 17),
     "depthwise_valid_u8": (8, 8, 3, 1, 0, (4, 6), 8, "uint8", 140),
+    "one_pixel": (20, 7, 1, 1, 0, (1, 1), 1, "int8", 4),
 }
 
 
@@ -102,3 +104,21 @@ def test_dsp_layers_match_onnxruntime_and_the_scalar_build(case):
     assert dsp.comparisons[0].max_abs <= 1, dsp.comparisons[0]
     scalar = aot.check(model, inputs={"x": x}, target="cortex-m4", knobs={"simd": False})
     np.testing.assert_array_equal(dsp.outputs["y"], scalar.outputs["y"])
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("case", ["pointwise_w2", "pointwise_w4", "one_pixel", "conv3x3_pad", "conv3x3_stride2_u8"])
+def test_pair_loops_sum_what_the_generic_tile_loop_sums(case, tmp_path):
+    """Full tiles run their channels as a PairLoop: two steps a turn (8 channels) or one (12, 20), with the
+    zero point's pair (padded), uint8 activations; a one-pixel output in a tile of 1 x 3 channels.
+    Bit-identical to the generic tile loop, and within one step of onnxruntime."""
+    model, x = qdq_conv(*CASES[case])
+    kernels = {call.kernel.name: dump(call.kernel) for call in
+               aot.build(model, target="cortex-m4", out_dir=tmp_path / "m4").program.calls}
+    assert any("pair_loop[" in text for text in kernels.values()), kernels
+    if case == "one_pixel":
+        assert any("_1x3" in name for name in kernels), list(kernels)
+    paired = aot.check(model, inputs={"x": x}, target="cortex-m4")
+    assert paired.comparisons[0].max_abs <= 1, paired.comparisons[0]
+    generic = aot.check(model, inputs={"x": x}, target="cortex-m4", knobs={"pair_loops": False})
+    np.testing.assert_array_equal(paired.outputs["y"], generic.outputs["y"])

@@ -119,3 +119,29 @@ def test_kernel_verifier_names_the_kernel_and_fault(body, message):
 def _loop(b, start, stop, step, body):
     with b.loop("i", start, stop, step) as i:
         body(i)
+
+
+def _pair_loop(steps: int = 3, stride: int = 16, weights: int = 0, dtype: str = "i8", local: bool = True) -> k.Kernel:
+    """A 2 x 2 tile's PairLoop over a 32-byte input and 24 bytes of weights."""
+    x, w = k.Buffer("x", dtype, 32), k.Buffer("w", "i8", 24, np.zeros(24, np.int8))
+    b = k.Builder()
+    make = b.local if local else b.let
+    accs = tuple(tuple(make("acc", k.const(0, "i32")) for _ in range(2)) for _ in range(2))
+    b.emit(k.PairLoop(accs, x, k.const(0), stride, w, k.const(weights), steps))
+    return k.Kernel("kern", (x,), b.block())
+
+
+def test_kernel_verifier_bounds_a_pair_loop_by_its_last_words():
+    verify_kernel(_pair_loop(stride=20))     # pixel 1's last word ends at byte 32, the weights' at 24
+
+
+@pytest.mark.parametrize("kernel, message", [
+    (_pair_loop(stride=21), r"loads from x\[0..32\]"),
+    (_pair_loop(weights=4), r"loads from w\[4..27\]"),
+    (_pair_loop(dtype="f32"), "f32 activations and i8 weights, not bytes"),
+    (_pair_loop(local=False), "accumulates into acc0, which is no mutable int32 local"),
+    (_pair_loop(steps=0), "over 0 steps"),
+])
+def test_kernel_verifier_rejects_a_pair_loop_outside_its_buffers(kernel, message):
+    with pytest.raises(InternalError, match="kernel kern: .*" + message):
+        verify_kernel(kernel)

@@ -427,6 +427,25 @@ class Tile(Stmt):
 
 
 @dataclass(frozen=True, eq=False)
+class PairLoop(Stmt):
+    """The channel loop of an int8 register tile on the Arm DSP, as a loop of its own (the generic tile
+    loop indexes every load from the loop variable and the tile's offsets): `steps` steps of 4 input
+    channels, each taking pixel i's word x[pixel + i * pixel_stride + 4 step] and output channel j's word
+    w[weights + 4 (step * nr + j)] (nr = the tile's channels), widening both into byte pairs as BytePairs
+    does (the activations with `zero_pair` added, zero-extended if `unsigned`) and adding the products to
+    accs[i][j], mutable int32 locals, two pairs at a time (SMLAD, wrapping as Dot)."""
+    accs: tuple[tuple[Var, ...], ...]
+    x: Buffer
+    pixel: Expr
+    pixel_stride: int
+    w: Buffer
+    weights: Expr
+    steps: int
+    unsigned: bool = False
+    zero_pair: Expr | None = None
+
+
+@dataclass(frozen=True, eq=False)
 class Buffer:
     """A kernel's array: a pointer parameter, a constant (weights) emitted as read-only data, or scratch
     on the kernel's stack (listed in Kernel.stack, 64-byte aligned, undefined at the start of each call)."""
@@ -662,6 +681,12 @@ def dump(kernel: Kernel) -> str:
             kw = {Let: "let ", Local: "var ", Assign: ""}[type(s)]
             value = s.init if isinstance(s, Local) else s.value
             lines.append(f"{pad}{kw}{s.var.name} = {ex(value)}")
+        elif isinstance(s, PairLoop):
+            accs = ", ".join(v.name for row in s.accs for v in row)
+            zero = f", add {ex(s.zero_pair)}" if s.zero_pair is not None else ""
+            lines.append(f"{pad}pair_loop[{len(s.accs)}x{len(s.accs[0])}]({accs} += {s.x.name}[{ex(s.pixel)}, "
+                         f"pixels every {s.pixel_stride}] . {s.w.name}[{ex(s.weights)}], {s.steps} steps"
+                         f"{', unsigned' if s.unsigned else ''}{zero})")
         elif isinstance(s, Tile):
             args = [f"tmm{t}" for t in s.tiles] + ([s.buf.name] if s.buf is not None else [])
             args += [f"at {ex(s.index)}"] if s.index is not None else []

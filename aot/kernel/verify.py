@@ -81,6 +81,8 @@ class _Verifier:
                                 f"({s.var.dtype}x{s.var.lanes})")
         elif isinstance(s, k.Tile):
             self.tile(s)
+        elif isinstance(s, k.PairLoop):
+            self.pair_loop(s)
         else:
             raise self.fail(f"unknown statement {type(s).__name__}")
 
@@ -99,6 +101,24 @@ class _Verifier:
                 raise self.fail(f"tile_{s.op} without an index and a stride")
             self.access(s.buf, s.index, 1, store=s.op == "store")
             self.scalar_index(s.stride, "a tile row stride")
+
+    def pair_loop(self, s: k.PairLoop) -> None:
+        """A full tile of int32 locals over bytes, every word of every step inside its buffer."""
+        nr = len(s.accs[0]) if s.accs else 0
+        if not nr or s.steps < 1 or any(len(row) != nr for row in s.accs):
+            raise self.fail(f"pair_loop of {[len(row) for row in s.accs]} accumulators over {s.steps} steps")
+        if s.x.dtype not in ("i8", "u8") or s.w.dtype != "i8":
+            raise self.fail(f"pair_loop over {s.x.dtype} activations and {s.w.dtype} weights, not bytes")
+        for var in (v for row in s.accs for v in row):
+            if var.name not in self.mutable or self.scope.get(var.name) is not var or var.dtype != "i32":
+                raise self.fail(f"pair_loop accumulates into {var.name}, which is no mutable int32 local in scope")
+        if s.zero_pair is not None:
+            self.expr(s.zero_pair)
+            if (s.zero_pair.dtype, s.zero_pair.lanes) != ("i32", 1):
+                raise self.fail("pair_loop's zero pair is not one int32")
+        last = 4 * (s.steps - 1)
+        self.access(s.x, s.pixel, last + (len(s.accs) - 1) * s.pixel_stride + 4, store=False)
+        self.access(s.w, s.weights, last * nr + 4 * nr, store=False)
 
     def bind(self, var: k.Var, interval: Interval) -> None:
         self.scope[var.name] = var

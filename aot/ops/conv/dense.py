@@ -14,10 +14,11 @@ from aot.kernel.ir import (
     Builder,
     Expr,
     Kernel,
+    PairLoop,
     const,
 )
 from aot.ops import LowerContext
-from aot.ops.conv.arith import Arith, LaneArith, MatrixArith, arith_form, store_pixel
+from aot.ops.conv.arith import Arith, BytePairArith, LaneArith, MatrixArith, arith_form, store_pixel
 from aot.ops.conv.blocks import _pack_dense, channel_blocks
 from aot.ops.conv.declarations import conv_reuse, row_order
 from aot.ops.conv.geometry import Geometry, workload
@@ -50,6 +51,8 @@ def lower_dense(ctx: LowerContext, node: Node, name: str, g: Geometry, groups: i
         return s if s.border else dataclasses.replace(s, border="tiles" if knobs.border_tiles else "clip")
 
     default_tile = (knobs.core_mr, knobs.core_nr) if core else (knobs.mr, knobs.nr)
+    if core and g.oh * g.ow == 1 and knobs.core_vector_nr:     # a matrix times a vector: one pixel, more channels
+        default_tile = (1, knobs.core_vector_nr)
     default_tile = arith.tile(*default_tile)
     chosen = ctx.schedule(node, workload(template, g, groups, x, arith_form(arith)), Schedule(template, *default_tile),
                           rules)
@@ -97,6 +100,12 @@ def lower_dense(ctx: LowerContext, node: Node, name: str, g: Geometry, groups: i
             def bound(weights: Expr | list[Expr]) -> Expr | list[Expr]:
                 return [b.let("wv", w) for w in weights] if isinstance(weights, list) else b.let("wv", weights)
 
+            # a full tile of byte pairs on the Arm DSP runs its channels in a loop of its own
+            if pixels == range(rows) and knobs.pair_loops and type(arith) is BytePairArith:
+                for wrow, acc in zip(wrows, accs):
+                    b.emit(PairLoop(tuple(tuple(row) for row in acc), x, pixel0, g.stride[1] * g.c, wbuf, wrow,
+                                    cg // arith.span, arith.unsigned, arith.zero_pair))
+                return
             with b.loop("c", 0, cg, arith.span) as c:
                 def at(i: int) -> Expr:
                     return pixel0 + (i - pixels.start) * g.stride[1] * g.c + c
