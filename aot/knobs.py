@@ -44,8 +44,9 @@ class Knobs:
     # output channels of the int8 tile in core registers when the output is one pixel (a matrix times a
     # vector, whose tile has no second pixel to share the weights with); 0: core_nr
     core_vector_nr: int = 0
-    # int8 channel loops on the Arm DSP as loops of their own (PairLoop; false: the tile's generic loop)
-    pair_loops: bool = True
+    # dense int8 channel loops on the Arm DSP run as loops of their own (PairLoop, schedule channels = "pairs")
+    # from this many steps of 4 channels on (0: never); shorter ones LLVM unrolls whole either way
+    pair_loop_steps: int = 0
     # tuning records apply only where they do not grow the workspace (false: wherever they match)
     records_keep_workspace: bool = True
     schedules: Overrides = Overrides()  # per node, per workload, from tuning records (aot/schedule.py)
@@ -57,7 +58,7 @@ class Knobs:
 
 _FIELDS = {f.name: f.type for f in dataclasses.fields(Knobs) if f.name != "schedules"}
 _TABLES = ("node", "workload")     # per-kernel schedule overrides in a knobs file
-_RANGES = {"cache_kib": (1, 1 << 20), "core_vector_nr": (0, 32)}
+_RANGES = {"cache_kib": (1, 1 << 20), "core_vector_nr": (0, 32), "pair_loop_steps": (0, 1 << 20)}
 _TILE_RANGE = (1, 32)   # a tile of more accumulators than any register file holds makes no sense
 
 

@@ -27,6 +27,9 @@ from aot.target import Target
 
 LOOPS = ("pixels", "weights")     # dense: pixel tiles outside (weights re-read per row), or weight panels outside
 BORDERS = ("clip", "tiles")       # dense: border columns one at a time, window clipped at run time; or in tiles
+# dense_core on the Arm DSP: a full tile's channels in a loop of their own (kernel IR's PairLoop), or in the
+# generic tile loop (the only one elsewhere)
+CHANNELS = ("pairs", "generic")
 
 
 @dataclass(frozen=True)
@@ -36,12 +39,14 @@ class Schedule:
     nr: int             # register tile: vectors of output channels (scalars for core-register tiles)
     loop: str = ""      # dense only: see LOOPS
     border: str = ""    # dense only: see BORDERS
+    channels: str = ""  # dense_core only: see CHANNELS
 
     @property
     def tag(self) -> str:
         """What the kernel's symbol says of it: `6x2`, `6x2_wouter` (`4` for a template with no nr)."""
         tile = f"{self.mr}x{self.nr}" if "nr" in TEMPLATES[self.template].fields else f"{self.mr}"
-        return tile + ("_wouter" if self.loop == "weights" else "") + ("_btiles" if self.border == "tiles" else "")
+        return (tile + ("_wouter" if self.loop == "weights" else "") + ("_btiles" if self.border == "tiles" else "")
+                + ("_pairs" if self.channels == "pairs" else ""))
 
     def describe(self) -> dict:
         """The template and the fields it reads."""
@@ -85,8 +90,9 @@ _TILES = tuple(range(1, 9))
 TEMPLATES = {t.name: t for t in (
     Template("dense", ("mr", "nr", "loop", "border"),
              {"mr": _TILES, "nr": (1, 2, 3, 4), "loop": LOOPS, "border": BORDERS}, _vector_tile),
-    Template("dense_core", ("mr", "nr", "loop", "border"),
-             {"mr": (1, 2, 3, 4), "nr": (1, 2, 3, 4), "loop": LOOPS, "border": BORDERS}, _core_tile),
+    Template("dense_core", ("mr", "nr", "loop", "border", "channels"),
+             {"mr": (1, 2, 3, 4), "nr": (1, 2, 3, 4), "loop": LOOPS, "border": BORDERS, "channels": CHANNELS},
+             _core_tile),
     Template("depthwise", ("mr", "nr"), {"mr": _TILES, "nr": (1, 2, 3, 4)}, _vector_tile),
     Template("depthwise_pairs", ("mr",), {"mr": _TILES}, _pairs_tile),
     Template("rows", ("mr", "nr"), {"mr": (1, 2, 3, 4), "nr": (1, 2, 3, 4)}, _core_tile),
@@ -105,6 +111,10 @@ def check(schedule: Schedule, target: Target, where: str) -> None:
         raise OptionError(f"{where}: loop must be one of {', '.join(LOOPS)}, not {schedule.loop!r}")
     if schedule.border and schedule.border not in BORDERS:
         raise OptionError(f"{where}: border must be one of {', '.join(BORDERS)}, not {schedule.border!r}")
+    if schedule.channels and schedule.channels not in CHANNELS:
+        raise OptionError(f"{where}: channels must be one of {', '.join(CHANNELS)}, not {schedule.channels!r}")
+    if schedule.channels == "pairs" and not target.int_simd.byte_pairs:
+        raise OptionError(f"{where}: channels = \"pairs\" needs the Arm DSP's byte pairs, which {target.name} lacks")
     if schedule.mr < 1 or schedule.nr < 1:
         raise OptionError(f"{where}: the {schedule.mr}x{schedule.nr} tile is empty")
     need, have, what = template.registers(schedule, target)
@@ -125,7 +135,7 @@ class Chosen:
         return {"node": self.node, "workload": self.workload, "source": self.source, **self.schedule.describe()}
 
 
-_FIELD_TYPES = {"mr": int, "nr": int, "loop": str, "border": str}
+_FIELD_TYPES = {"mr": int, "nr": int, "loop": str, "border": str, "channels": str}
 
 
 Fields = tuple[tuple[str, object], ...]

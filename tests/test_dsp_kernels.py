@@ -109,16 +109,38 @@ def test_dsp_layers_match_onnxruntime_and_the_scalar_build(case):
 @pytest.mark.qemu
 @pytest.mark.parametrize("case", ["pointwise_w2", "pointwise_w4", "one_pixel", "conv3x3_pad", "conv3x3_stride2_u8"])
 def test_pair_loops_sum_what_the_generic_tile_loop_sums(case, tmp_path):
-    """Full tiles run their channels as a PairLoop: two steps a turn (8 channels) or one (12, 20), with the
+    """Full tiles run their channels as a PairLoop: two steps a turn (8 channels) or one (4, 12, 20), with the
     zero point's pair (padded), uint8 activations; a one-pixel output in a tile of 1 x 3 channels.
     Bit-identical to the generic tile loop, and within one step of onnxruntime."""
     model, x = qdq_conv(*CASES[case])
+    pairs = {"pair_loop_steps": 1}
     kernels = {call.kernel.name: dump(call.kernel) for call in
-               aot.build(model, target="cortex-m4", out_dir=tmp_path / "m4").program.calls}
-    assert any("pair_loop[" in text for text in kernels.values()), kernels
+               aot.build(model, target="cortex-m4", out_dir=tmp_path / "m4", knobs=pairs).program.calls}
+    assert any("pair_loop[" in text for name, text in kernels.items() if name.endswith("_pairs")), kernels
     if case == "one_pixel":
-        assert any("_1x3" in name for name in kernels), list(kernels)
-    paired = aot.check(model, inputs={"x": x}, target="cortex-m4")
+        assert any("_1x3_" in name for name in kernels), list(kernels)
+    paired = aot.check(model, inputs={"x": x}, target="cortex-m4", knobs=pairs)
     assert paired.comparisons[0].max_abs <= 1, paired.comparisons[0]
-    generic = aot.check(model, inputs={"x": x}, target="cortex-m4", knobs={"pair_loops": False})
+    generic = aot.check(model, inputs={"x": x}, target="cortex-m4", knobs={"pair_loop_steps": 0})
     np.testing.assert_array_equal(paired.outputs["y"], generic.outputs["y"])
+
+
+def test_pair_loops_take_the_longer_channel_loops_by_default(tmp_path):
+    """On the Cortex-M4 from 5 steps (20 channels) on: shorter loops LLVM unrolls whole, and the generic
+    loop's straight line schedules better there (estimated cycles, ResNet-8's 16-channel layers)."""
+    names = [call.kernel.name for call in aot.build(qdq_conv(*CASES["one_pixel"])[0], target="cortex-m4",
+                                                    out_dir=tmp_path / "long").program.calls]
+    assert any(name.endswith("_pairs") for name in names), names
+    names = [call.kernel.name for call in aot.build(qdq_conv(*CASES["pointwise_w4"])[0], target="cortex-m4",
+                                                    out_dir=tmp_path / "short").program.calls]
+    assert not any(name.endswith("_pairs") for name in names), names
+
+
+def test_pair_loops_are_refused_without_the_dsp(tmp_path):
+    model, _ = qdq_conv(*CASES["pointwise_w2"])
+    calls = aot.build(model, target="cortex-m0plus", out_dir=tmp_path / "m0").program.calls
+    node = next(call.node.name for call in calls if call.kernel.schedule)
+    with pytest.raises(aot.OptionError, match='channels = "pairs" needs the Arm DSP.s byte pairs, which '
+                                              'cortex-m0plus lacks'):
+        aot.build(model, target="cortex-m0plus", out_dir=tmp_path / "p", knobs={"node": {node: {"channels": "pairs"}}})
+    assert not (tmp_path / "p").exists()

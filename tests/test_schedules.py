@@ -92,6 +92,7 @@ def test_knobs_file_tables_on_the_command_line(tmp_path):
     ({"node": {"depthwise": {"loop": "weights"}}}, "the depthwise template has no loop"),
     ({"node": {"first": {"mr": 8, "nr": 4}}}, "the 8x4 dense tile needs 32 vector registers for accumulators"),
     ({"node": {"first": {"loop": "sideways"}}}, "loop must be one of pixels, weights"),
+    ({"node": {"first": {"channels": "pairs"}}}, "the dense template has no channels"),
     ({"node": {"first": {"kc": 4}}}, "unknown schedule field 'kc'"),
     ({"node": {"first": {"mr": "4"}}}, "'mr' must be an integer"),
 ])

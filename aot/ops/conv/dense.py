@@ -43,12 +43,20 @@ def lower_dense(ctx: LowerContext, node: Node, name: str, g: Geometry, groups: i
     weight_bytes = arith.weights(weight.reshape(-1)).nbytes
 
     def rules(s: Schedule) -> Schedule:
-        """The loop order by memory traffic; border columns in tiles (see Columns) unless the knobs say clip."""
+        """The loop order by memory traffic; border columns in tiles (see Columns) unless the knobs say clip;
+        the channels of a core tile in a PairLoop where the knobs say so."""
         if not s.loop:
             panels = groups * sum(blk.count for blk in channel_blocks(mg, lanes, min(s.nr, -(-mg // lanes))))
             outer = _weights_outer(g, weight_bytes, x.nbytes, panels, knobs.cache_kib * 1024)
             s = dataclasses.replace(s, loop="weights" if outer else "pixels")
-        return s if s.border else dataclasses.replace(s, border="tiles" if knobs.border_tiles else "clip")
+        if s.border == "":
+            s = dataclasses.replace(s, border="tiles" if knobs.border_tiles else "clip")
+        if core and s.channels != "pairs":
+            pairs = type(arith) is BytePairArith and not s.channels and 0 < knobs.pair_loop_steps <= cg // arith.span
+            s = dataclasses.replace(s, channels="pairs" if pairs else "generic")
+        elif core and type(arith) is not BytePairArith and ctx.target.int_simd.byte_pairs:
+            s = dataclasses.replace(s, channels="generic")      # int16 activations: no PairLoop for them
+        return s
 
     default_tile = (knobs.core_mr, knobs.core_nr) if core else (knobs.mr, knobs.nr)
     if core and g.oh * g.ow == 1 and knobs.core_vector_nr:     # a matrix times a vector: one pixel, more channels
@@ -100,8 +108,8 @@ def lower_dense(ctx: LowerContext, node: Node, name: str, g: Geometry, groups: i
             def bound(weights: Expr | list[Expr]) -> Expr | list[Expr]:
                 return [b.let("wv", w) for w in weights] if isinstance(weights, list) else b.let("wv", weights)
 
-            # a full tile of byte pairs on the Arm DSP runs its channels in a loop of its own
-            if pixels == range(rows) and knobs.pair_loops and type(arith) is BytePairArith:
+            # a full tile's channels in a loop of their own
+            if pixels == range(rows) and chosen.schedule.channels == "pairs":
                 for wrow, acc in zip(wrows, accs):
                     b.emit(PairLoop(tuple(tuple(row) for row in acc), x, pixel0, g.stride[1] * g.c, wbuf, wrow,
                                     cg // arith.span, arith.unsigned, arith.zero_pair))
