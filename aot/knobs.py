@@ -47,6 +47,8 @@ class Knobs:
     # dense int8 channel loops on the Arm DSP run as loops of their own (PairLoop, schedule channels = "pairs")
     # from this many steps of 4 channels on (0: never); shorter ones LLVM unrolls whole either way
     pair_loop_steps: int = 0
+    # LLVM's optimization pipeline, O3 or O2 (the target files say where O2 makes code as fast or faster)
+    opt_level: int = 3
     # tuning records apply only where they do not grow the workspace (false: wherever they match)
     records_keep_workspace: bool = True
     schedules: Overrides = Overrides()  # per node, per workload, from tuning records (aot/schedule.py)
@@ -58,7 +60,7 @@ class Knobs:
 
 _FIELDS = {f.name: f.type for f in dataclasses.fields(Knobs) if f.name != "schedules"}
 _TABLES = ("node", "workload")     # per-kernel schedule overrides in a knobs file
-_RANGES = {"cache_kib": (1, 1 << 20), "core_vector_nr": (0, 32), "pair_loop_steps": (0, 1 << 20)}
+_RANGES = {"cache_kib": (1, 1 << 20), "core_vector_nr": (0, 32), "pair_loop_steps": (0, 1 << 20), "opt_level": (2, 3)}
 _TILE_RANGE = (1, 32)   # a tile of more accumulators than any register file holds makes no sense
 
 

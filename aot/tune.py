@@ -203,7 +203,7 @@ def measure(job: Job) -> Outcome:
     try:
         with tempfile.TemporaryDirectory(prefix="aot-tune-") as tmp:
             work = Path(tmp)
-            artifact = _compile(kernel_program(job), job.build_target, work / "build")
+            artifact = _compile(kernel_program(job), job.build_target, job.knobs, work / "build")
             if job.method.kind == "count":
                 from aot.run.count import count_instructions
                 outputs, insns = count_instructions(artifact, job.inputs, job.method.timeout)
@@ -224,12 +224,12 @@ def measure(job: Job) -> Outcome:
         return Outcome(None, str(err).splitlines()[0][:300])
 
 
-def _compile(program: Program, target: Target, out: Path) -> Artifact:
+def _compile(program: Program, target: Target, knobs: Knobs, out: Path) -> Artifact:
     out.mkdir(parents=True)
-    mb = ModuleBuilder(program.name, target)
+    mb = ModuleBuilder(program.name, target, vectorize=knobs.simd, opt_level=knobs.opt_level)
     for call in program.calls:
         mb.add_kernel(call.kernel)
-    obj, _ = mb.emit_object()
+    obj = mb.emit_object()
     header, source = wrapper.render(program, "aot tuning kernel", undefined_symbols(obj))
     (out / "tk.o").write_bytes(obj)
     (out / "tk.h").write_text(header)

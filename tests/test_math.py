@@ -101,7 +101,8 @@ def _shared_library(target, names, work, stem):
     mb = ModuleBuilder("mathtest", target)
     for name in names:
         mb.add_kernel(_kernel(name))
-    obj, ir_text = mb.emit_object()
+    compiled = mb.compile()
+    obj, ir_text = compiled.object, compiled.optimized_ir
     obj_path, lib_path = work / f"{stem}.o", work / f"lib{stem}.so"
     obj_path.write_bytes(obj)
     subprocess.run(["gcc", "-shared", "-o", str(lib_path), str(obj_path)], check=True, capture_output=True)
@@ -210,7 +211,7 @@ def test_soft_float_object_needs_only_libgcc_helpers():
     mb = ModuleBuilder("m0", get_target("cortex-m0plus"))
     for name in ("sqrt", "floor", "round", "exp", "log", "sin", "atan", "pow", "selu"):
         mb.add_kernel(_kernel(name))
-    obj, _ = mb.emit_object()
+    obj = mb.emit_object()
     missing = set(undefined_symbols(obj))
     assert missing and all(s.startswith("__aeabi_") for s in missing), sorted(missing)
 
@@ -499,7 +500,7 @@ def test_under_emulation(target, tmp_path):
     mb = ModuleBuilder("mathq", tgt)
     for name in QEMU_BOUNDS:
         mb.add_kernel(_kernel(name))
-    (tmp_path / "math.o").write_bytes(mb.emit_object()[0])
+    (tmp_path / "math.o").write_bytes(mb.emit_object())
     decls = "\n".join(f"void apply_{n}(int32_t *, float *, {'float *, ' if n in BINARY else ''}float *);"
                       for n in QEMU_BOUNDS)
     calls = "".join(f"    apply_{n}(&n, x, {'w, ' if n in BINARY else ''}y);\n"

@@ -171,7 +171,7 @@ def test_matrix_dot_sums_as_smmla_does(tmp_path):
     b.store(y, k.const(0), k.MatrixDot(acc.vec(k.const(0), 8), a.vec(k.const(0), 16), w.vec(k.const(0), 32)))
     mb = ModuleBuilder("m", get_target("host"))
     mb.add_kernel(k.Kernel("matrix_dot", (acc, a, w, y), b.block()))
-    (tmp_path / "m.o").write_bytes(mb.emit_object()[0])
+    (tmp_path / "m.o").write_bytes(mb.emit_object())
     subprocess.run(["gcc", "-shared", "-o", str(tmp_path / "m.so"), str(tmp_path / "m.o")], check=True)
     kernel = ctypes.CDLL(str(tmp_path / "m.so")).matrix_dot
     rng = np.random.default_rng(3)
