@@ -17,6 +17,7 @@ together are a best order of the whole.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 Steps = Sequence[tuple[Sequence[str], Sequence[str]]]     # (reads, writes) per step, in the given order
@@ -49,7 +50,17 @@ def peak(steps: Steps, sizes: dict[str, int], order: Sequence[int] | None = None
 def search(steps: Steps, sizes: dict[str, int]) -> tuple[int, ...]:
     """A topological order of `steps` (indices into it) with the lowest peak found; the given order
     when nothing beats it, so ties keep it. A step depends on the earlier steps that write what it
-    reads, and, if it writes a name, on the earlier steps that touch that name."""
+    reads, and, if it writes a name, on the earlier steps that touch that name.
+
+    Remembered: a build plans the same steps again for each kernel variant it weighs (program.py), and
+    the order depends on the steps and sizes alone."""
+    return _search(tuple((tuple(reads), tuple(writes)) for reads, writes in steps), tuple(sorted(sizes.items())))
+
+
+@functools.lru_cache(maxsize=4)
+def _search(steps: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...], size_items: tuple[tuple[str, int], ...]
+            ) -> tuple[int, ...]:
+    sizes = dict(size_items)
     given = tuple(range(len(steps)))
     flow = _Flow(steps, sizes)
     order: list[int] = []
