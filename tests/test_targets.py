@@ -184,3 +184,53 @@ def test_matrix_dot_sums_as_smmla_does(tmp_path):
         want = start.astype(np.int64).reshape(2, 2, 2) + np.einsum(
             "ik,qjk->qij", rows.reshape(2, 8).astype(np.int64), blocks.reshape(2, 2, 8).astype(np.int64))
         assert np.array_equal(got, want.reshape(8)), (got, want.reshape(8))
+
+
+def _many_kernels_model():
+    """A chain of 40 small convolutions: enough kernels for a build to optimize them in two halves."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    nodes, inits, x = [], [], "x"
+    for i in range(40):
+        inits.append(numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32), f"w{i}"))
+        nodes.append(helper.make_node("Conv", [x, f"w{i}"], [f"y{i}"], pads=[1, 1, 1, 1]))
+        nodes.append(helper.make_node("Tanh", [f"y{i}"], [f"t{i}"]))
+        x = f"t{i}"
+    graph = helper.make_graph(nodes, "many", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 4, 6, 6])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_build_optimized_in_two_processes_is_the_build_optimized_in_one(tmp_path, monkeypatch):
+    """The later half of the kernels is optimized in a forked child and linked in as bitcode; without
+    fork the halves are optimized one after the other: the same object either way, and onnxruntime's
+    numbers."""
+    import aot
+    from aot.codegen import llvm as codegen
+    model = _many_kernels_model()
+    assert len(aot.build(model, out_dir=tmp_path / "p").program.calls) >= 2 * codegen.PARALLEL_KERNELS
+    forked = (tmp_path / "p" / "many.o").read_bytes()
+    monkeypatch.delattr(codegen.os, "fork")
+    aot.build(model, out_dir=tmp_path / "s")
+    assert (tmp_path / "s" / "many.o").read_bytes() == forked
+    monkeypatch.undo()
+    result = aot.check(model, inputs={"x": np.random.default_rng(1).standard_normal((1, 4, 6, 6)).astype(np.float32)})
+    assert result.ok, result
+
+
+def test_a_failure_in_the_child_process_is_an_internal_error_naming_it(tmp_path, monkeypatch):
+    import aot
+    from aot.codegen import llvm as codegen
+    from aot.errors import InternalError
+    real = codegen.ModuleBuilder._optimize
+    last = aot.build(_many_kernels_model(), out_dir=tmp_path / "ok").program.calls[-1].kernel.name
+
+    def failing(self, source):
+        if f'@"{last}"(' in source:     # the last kernel: in the later half, optimized by the child
+            raise RuntimeError("no memory left")
+        return real(self, source)
+    monkeypatch.setattr(codegen.ModuleBuilder, "_optimize", failing)
+    with pytest.raises(InternalError, match="later half of the kernels in a child process failed: "
+                                            "RuntimeError: no memory left"):
+        aot.build(_many_kernels_model(), out_dir=tmp_path / "f")
+    assert not (tmp_path / "f").exists()

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import functools
+import os
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 import numpy as np
 from llvmlite import ir
 
+from aot.errors import InternalError
 from aot.isa import INT_SIMD
 from aot.kernel import ir as k
 from aot.kernel.verify import verify_kernel
@@ -70,6 +74,7 @@ class ModuleBuilder:
         self.index_type = ir.IntType(target.pointer_bits)
         self._globals: dict[str, ir.GlobalVariable] = {}
         self._abi_sizes: dict[str, int] = {}
+        self.kernels: list[k.Kernel] = []
 
     def scalar(self, dtype: str) -> ir.Type:
         return self.index_type if dtype == "idx" else _SCALARS[dtype]
@@ -111,6 +116,9 @@ class ModuleBuilder:
 
     def add_kernel(self, kernel: k.Kernel) -> None:
         verify_kernel(kernel, self.target.pointer_bits)
+        self.kernels.append(kernel)
+
+    def _function(self, kernel: k.Kernel) -> None:
         fn_type = ir.FunctionType(ir.VoidType(), [ir.PointerType() for _ in kernel.params])
         fn = ir.Function(self.module, fn_type, name=kernel.name)
         fn.section = f".text.{kernel.name}"
@@ -131,9 +139,41 @@ class ModuleBuilder:
             emitter.params[buf] = slot
         emitter.emit(kernel.body)
 
+    def _source(self, kernels: list[k.Kernel]) -> str:
+        """The LLVM IR text of a module of `kernels` (built in a builder of its own)."""
+        part = ModuleBuilder(self.module.name, self.target, self.vectorize, self.opt_level)
+        for kernel in kernels:
+            part._function(kernel)
+        return str(part.module)
+
+    def _parts(self) -> list[list[k.Kernel]]:
+        """The kernels in two halves, optimized as two modules and linked (the later half in a child
+        process where the OS can fork, else after the first: the object is the same), or in one module:
+        halves split where no weight buffer is shared across them."""
+        n = len(self.kernels)
+        if n < PARALLEL_KERNELS:
+            return [self.kernels]
+        names = [{b.name for b in k.constants(kernel)} for kernel in self.kernels]
+        seen: dict[str, int] = {}
+        for i, found in enumerate(names):
+            for name in found:
+                seen.setdefault(name, i)
+        last = {name: i for i, found in enumerate(names) for name in found}
+        cuts = [i for i in range(1, n) if not any(seen[b] < i <= last[b] for b in last)]
+        if not cuts:
+            return [self.kernels]
+        cut = min(cuts, key=lambda i: abs(2 * i - n))
+        return [self.kernels[:cut], self.kernels[cut:]]
+
     def optimized(self) -> llvm.ModuleRef:
-        """The module parsed, verified and optimized (O2 or O3) for the target."""
-        return self._optimize(str(self.module))
+        """The module parsed, verified and optimized (O2 or O3) for the target; with many kernels, the
+        later half optimized in a child process at the same time and linked in after (its bitcode)."""
+        parts = self._parts()
+        later = _forked(lambda: self._optimize(self._source(parts[1])).as_bitcode()) if len(parts) > 1 else None
+        mod = self._optimize(self._source(parts[0]))
+        if later is not None:
+            mod.link_in(llvm.parse_bitcode(later()))
+        return mod
 
     def _optimize(self, source: str) -> llvm.ModuleRef:
         mod = llvm.parse_assembly(source)
@@ -154,13 +194,52 @@ class ModuleBuilder:
     def compile(self) -> Compiled:
         """The object and the texts of the stages that made it, from one optimization: its result is
         printed before code generation (which rewrites the IR in place) and a copy of it goes to the
-        assembly printer after the object is emitted, so the object is the bytes emit_object gives."""
-        source = str(self.module)
-        mod = self._optimize(source)
+        assembly printer after the object is emitted, so the object is the bytes emit_object gives.
+        The source is each part's module as built, one after the other."""
+        parts = self._parts()
+        source = "\n".join(f"; part {i + 1} of {len(parts)}\n{self._source(part)}" if len(parts) > 1
+                           else self._source(part) for i, part in enumerate(parts))
+        mod = self.optimized()
         optimized = str(mod)
         copy = mod.clone()
         obj = self.tm.emit_object(mod)
         return Compiled(obj, source, optimized, self.tm.emit_assembly(copy))
+
+
+PARALLEL_KERNELS = 16       # from this many kernels a build optimizes them in two processes
+
+
+def _forked(work: Callable[[], bytes]) -> Callable[[], bytes]:
+    """Start `work` in a child process (fork: it inherits the built kernels); the function returned
+    waits for its bytes. llvmlite serializes every call into LLVM with one lock, so threads would not
+    run two optimizations at once. Without fork, or with other threads running (a child forked from
+    them could inherit a lock one holds), `work` runs now."""
+    if not hasattr(os, "fork") or threading.active_count() > 1:
+        data = work()
+        return lambda: data
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:            # the child: never returns
+        os.close(read)
+        status = 0
+        try:
+            data = work()
+        except BaseException as err:    # noqa: BLE001 - the parent reports it
+            status, data = 1, f"{type(err).__name__}: {err}".encode()
+        with os.fdopen(write, "wb") as out:
+            out.write(bytes([status]) + data)
+        os._exit(0)
+    os.close(write)
+
+    def result() -> bytes:
+        with os.fdopen(read, "rb") as src:
+            data = src.read()
+        _, code = os.waitpid(pid, 0)
+        if not data or data[0]:
+            why = data[1:].decode(errors="replace") if data else f"it ended with status {code}"
+            raise InternalError(f"optimizing the later half of the kernels in a child process failed: {why}")
+        return data[1:]
+    return result
 
 
 _HEX = np.frombuffer(b"0123456789ABCDEF", np.uint8)
