@@ -3,7 +3,8 @@
     python benchmarks/build_time.py [--target host --target cortex-m4 ...] [--wild DIR] [MODEL ...]
 
 Each build is one `aot build` process, timed by its wall clock, its peak resident memory read from the
-kernel when it exits (`os.wait4`). The models:
+kernel when it exits (`os.wait4`: the largest of the process and the child it forks to optimize half of
+the kernels, which run at the same time, so the machine holds up to both). The models:
 - the zoo's MobileNetV2-224 and ResNet-18-224 (fp32; examples/zoo.py);
 - `audio_cnn`: a 1-D CNN on 43,844 samples (a strided first layer, depthwise and pointwise layers, made
   here), the shape of a keyword or event detector fed raw audio: tens of thousands of output columns per
