@@ -17,9 +17,9 @@ from aot.graph.passes.row_bands import BandChoice
 from aot.kernel.ir import Kernel, Reuse, constants
 from aot.knobs import Knobs, resolve
 from aot.ops import LowerContext, lower, macs
-from aot.ops.registry import op_def
 from aot.plan import memory, regions
 from aot.plan.order import search as search_order
+from aot.registry import op_def
 from aot.target import Target
 
 

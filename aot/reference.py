@@ -10,7 +10,7 @@ import onnx
 import onnx.version_converter
 
 from aot.errors import OptionError, RunError, first_line
-from aot.ops.registry import op_def
+from aot.registry import op_def
 
 # fp32 tolerance: max |aot - reference| <= TOLERANCE * max|reference| for each output. An output that
 # comes out of quantized arithmetic may also differ by one quantization step (its `step`).

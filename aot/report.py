@@ -11,9 +11,9 @@ from aot import ops
 from aot.errors import PlanError
 from aot.graph.ir import Graph, Node
 from aot.graph.quant import node_quant
-from aot.ops.registry import Fusion, op_def, operand
 from aot.plan import memory
 from aot.program import Program, sharing_used
+from aot.registry import Fusion, op_def, operand
 
 
 def object_sections(obj: bytes, weights_prefix: str) -> tuple[int, int]:

@@ -54,7 +54,7 @@ def coverage_gaps(used: Counter) -> list[str]:
     import onnx
 
     import aot.ops  # noqa: F401 - registers every op
-    from aot.ops.registry import REGISTRY
+    from aot.registry import REGISTRY
     onnx_ops = [name for name, d in REGISTRY.items() if d.canonical is not None and not d.domain
                 and onnx.defs.has(name)]
     return sorted(op for op in onnx_ops if op not in used)

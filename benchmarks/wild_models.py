@@ -41,7 +41,7 @@ Each model runs in its own forked worker, --jobs at a time, and ends as
 
 The table gives per model: its package, file, the number of distinct op types (subgraphs included),
 the status, the first line of the error, the op types aot's registry does not know
-(`aot.ops.registry.op_def(op).canonical is None`; ops of other domains are shown as domain.Op) and,
+(`aot.registry.op_def(op).canonical is None`; ops of other domains are shown as domain.Op) and,
 of those, the ones a node computed at run time uses. The others are computed from constants alone
 (initializers, Constant nodes, frozen inputs, Shape/Size of static tensors) and aot folds them at
 compile time, so they need no kernel. Below the table, the missing ops are ranked by how many
@@ -72,7 +72,7 @@ import tomllib
 
 import aot
 from aot.errors import AotError, InternalError, first_line
-from aot.ops.registry import op_def
+from aot.registry import op_def
 
 CONFIG = Path(__file__).with_suffix(".toml")
 MAX_BYTES = 100 * 1024 * 1024

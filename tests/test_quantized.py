@@ -15,8 +15,8 @@ from quantize import quantize_model
 
 import aot
 from aot.graph.quant import node_quant
-from aot.ops.registry import op_def
 from aot.quantize import quantize as aot_quantize
+from aot.registry import op_def
 
 
 def quantized(model: onnx.ModelProto, tmp_path, fmt: str, per_channel: bool,

@@ -11,7 +11,7 @@ from aot.graph.quant import QuantParams
 from aot.graph.verify import verify
 from aot.kernel import ir as k
 from aot.kernel.verify import verify_kernel
-from aot.ops.registry import REGISTRY, Layout, op_def, operand, with_operands
+from aot.registry import REGISTRY, Layout, op_def, operand, with_operands
 
 
 def test_every_op_that_canonicalizes_to_a_kernel_op_can_be_lowered():

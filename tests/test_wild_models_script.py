@@ -10,7 +10,7 @@ import onnx
 import wild_models
 from onnx import TensorProto, helper, numpy_helper
 
-from aot.ops.registry import op_def
+from aot.registry import op_def
 
 # a float -> float op of the same shape that aot does not compile: its result is random
 UNKNOWN_OP = "Bernoulli"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from aot.errors import InternalError
 from aot.graph.ir import Graph, Node
 from aot.graph.quant import RANGES, node_quant
-from aot.ops.registry import QuantForm, op_def
+from aot.registry import QuantForm, op_def
 
 
 def verify(graph: Graph, stage: str) -> Graph:

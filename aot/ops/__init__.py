@@ -19,7 +19,7 @@ from aot.errors import UnsupportedOpError
 from aot.graph.ir import Graph, Node
 from aot.kernel.ir import Block, Buffer, Builder, Cast, Kernel, Reuse, const, maximum, minimum
 from aot.knobs import Knobs
-from aot.ops.registry import op_def
+from aot.registry import op_def
 from aot.schedule import Chosen, Schedule, choose
 from aot.target import Target
 

@@ -23,8 +23,8 @@ import numpy as np
 from aot.errors import ModelError
 from aot.graph.ir import Node, Rewriter
 from aot.ops.conv_volume import add_volume_conv_transpose
-from aot.ops.registry import define
 from aot.ops.rewrite import const_input, refuse, view
+from aot.registry import define
 
 
 def _axis(size: int, k: int, s: int, d: int, begin: int, out: int) -> dict:

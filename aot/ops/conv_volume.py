@@ -21,8 +21,8 @@ from aot.graph.ir import Graph, Node, Rewriter
 from aot.graph.quant import node_quant
 from aot.kernel.ir import Builder, Cast, Expr, Kernel, binop, const, maximum, minimum, select
 from aot.ops import LowerContext
-from aot.ops.registry import define
 from aot.ops.rewrite import refuse, spatial_attrs
+from aot.registry import define
 
 
 def canonical_volume_conv(rw: Rewriter, node: Node) -> None:

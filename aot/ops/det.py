@@ -8,8 +8,8 @@ import numpy as np
 from aot.graph.ir import Node, Rewriter
 from aot.kernel.ir import Builder, Kernel, binop, const, select
 from aot.ops import LowerContext
-from aot.ops.registry import define
 from aot.ops.rewrite import refuse
+from aot.registry import define
 
 
 def canonical_det(rw: Rewriter, node: Node) -> None:

@@ -20,8 +20,8 @@ from aot.kernel.ir import Broadcast, Buffer, Builder, Cast, Expr, Kernel, binop,
 from aot.ops import LowerContext
 from aot.ops.epilogue import apply
 from aot.ops.quantized import add_quantized, dequantize, quantize, quantized_function
-from aot.ops.registry import FLOAT, Fusion, Layout, QuantForm, broadcast_shape, define, same_shape
 from aot.ops.rewrite import const_input, fused_acts, refuse, unary_rule, view
+from aot.registry import FLOAT, Fusion, Layout, QuantForm, broadcast_shape, define, same_shape
 
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min"}
 # Integer operands compute in their own type: wrapping add/sub/mul, Div truncating toward zero (x / 0

@@ -3,7 +3,7 @@ shape, which constant folding evaluates, and random generators, which it must no
 
 from __future__ import annotations
 
-from aot.ops.registry import define
+from aot.registry import define
 
 for _op in ("Shape", "Size"):
     define(_op, shape_only=True)

@@ -14,7 +14,7 @@ from aot.ops.conv import amx
 from aot.ops.conv.arith import _arith, _long_arith, _minus_zero_point, dot_style
 from aot.ops.conv.dense import lower_dense
 from aot.ops.conv.geometry import Geometry
-from aot.ops.registry import MATRIX_OPERANDS, Fusion, QuantForm, define
+from aot.registry import MATRIX_OPERANDS, Fusion, QuantForm, define
 
 
 def _macs(graph: Graph, node: Node) -> int:

@@ -29,8 +29,8 @@ import numpy as np
 
 from aot.errors import ModelError
 from aot.graph.ir import Node, Rewriter
-from aot.ops.registry import ALL_DTYPES, define
 from aot.ops.rewrite import view
+from aot.registry import ALL_DTYPES, define
 
 # (a0, a1, a2) of each window, as ONNX's function bodies define them.
 _COEFFICIENTS = {

@@ -17,8 +17,8 @@ from aot.graph.ir import Node, Rewriter
 from aot.kernel import math as kmath
 from aot.kernel.ir import Builder, Cast, Expr, Kernel, binop, const, maximum, minimum, select
 from aot.ops import LowerContext
-from aot.ops.registry import define
 from aot.ops.rewrite import refuse
+from aot.registry import define
 
 _MODES = {"bilinear": "linear", "linear": "linear", "bicubic": "cubic", "cubic": "cubic", "nearest": "nearest"}
 _PADDINGS = ("zeros", "border", "reflection")

@@ -16,8 +16,8 @@ from aot.graph.ir import Graph, Node, Rewriter
 from aot.kernel.ir import Buffer, Builder, Cast, Expr, Kernel, Var, binop, const, maximum, minimum, select
 from aot.ops import DTYPES, LowerContext
 from aot.ops.movement import _strides, copy_loops
-from aot.ops.registry import ALL_DTYPES, define, same_shape
 from aot.ops.rewrite import const_input, fed_input, refuse, view
+from aot.registry import ALL_DTYPES, define, same_shape
 
 NUMERIC = frozenset({"float32", "int8", "uint8", "int32", "int64"})
 INDICES = frozenset({"int32", "int64"})

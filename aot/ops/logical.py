@@ -12,8 +12,8 @@ from aot.graph.ir import Node, Rewriter
 from aot.kernel.ir import Broadcast, Builder, Cast, Expr, Kernel, binop, const, select
 from aot.ops import DTYPES, LowerContext
 from aot.ops.elementwise import canonical_float_mod, elementwise_loops
-from aot.ops.registry import ALL_DTYPES, Layout, broadcast_shape, define, same_shape
-from aot.ops.rewrite import FLOAT64_NOTE, refuse, view
+from aot.ops.rewrite import refuse, view
+from aot.registry import ALL_DTYPES, FLOAT64_NOTE, Layout, broadcast_shape, define, same_shape
 
 _COMPARE = {"Equal": "eq", "Less": "lt", "Greater": "gt", "LessOrEqual": "le", "GreaterOrEqual": "ge"}
 _LOGIC = {"And": "and", "Or": "or", "Xor": "xor"}

@@ -16,8 +16,8 @@ import numpy as np
 from aot.graph.ir import Node, Rewriter
 from aot.kernel.ir import Builder, Cast, Kernel, binop, const, maximum, minimum, select
 from aot.ops import LowerContext
-from aot.ops.registry import FLOAT, define
 from aot.ops.rewrite import refuse
+from aot.registry import FLOAT, define
 
 _TARGETS = FLOAT | {"int64", "int32"}
 

@@ -11,8 +11,8 @@ from aot.ops import LowerContext
 from aot.ops.conv.blocks import channel_blocks
 from aot.ops.elementwise import broadcast_strides
 from aot.ops.epilogue import apply
-from aot.ops.registry import Fusion, QuantForm, define
 from aot.ops.rewrite import view
+from aot.registry import Fusion, QuantForm, define
 
 
 def _macs(graph: Graph, node: Node) -> int:

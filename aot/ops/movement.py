@@ -16,8 +16,8 @@ from aot.graph.quant import Quant, QuantParams, node_quant
 from aot.kernel.ir import Buffer, Builder, Expr, Kernel, binop, const, maximum, minimum, select
 from aot.ops import LowerContext
 from aot.ops.quantized import dequantize, quantize
-from aot.ops.registry import ALL_DTYPES, AxisAttr, Layout, QuantForm, define, same_size
 from aot.ops.rewrite import as_int64, const_input, crop, emit, fed_input, fused_acts, gather_along, refuse, view
+from aot.registry import ALL_DTYPES, AxisAttr, Layout, QuantForm, define, same_size
 
 
 def _strides(shape) -> list[int]:

@@ -24,8 +24,8 @@ from aot.graph.ir import Node, Rewriter
 from aot.kernel import math as kmath
 from aot.kernel.ir import Buffer, Builder, Expr, Kernel, Reduce, Var, binop, const, fma, maximum, minimum, select
 from aot.ops import LowerContext
-from aot.ops.registry import AxisAttr, Layout, define, same_shape
 from aot.ops.rewrite import const_input, refuse, view
+from aot.registry import AxisAttr, Layout, define, same_shape
 
 # --- the Normalize kernel ------------------------------------------------------------------------------
 

@@ -14,8 +14,8 @@ from aot.ops.conv.blocks import channel_blocks
 from aot.ops.conv.geometry import Geometry
 from aot.ops.conv.tiling import Order, spatial_loops
 from aot.ops.quantized import int_dtype, quantize, widen
-from aot.ops.registry import Layout, QuantForm, define
 from aot.ops.rewrite import crop, fused_acts, lift_1d, refuse, spatial_attrs, view
+from aot.registry import Layout, QuantForm, define
 
 _LOWEST = -3.4028234663852886e38
 

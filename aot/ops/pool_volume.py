@@ -12,7 +12,7 @@ from aot.graph.ir import Node
 from aot.kernel import math as kmath
 from aot.kernel.ir import Builder, Cast, Expr, Kernel, binop, const, maximum, minimum, select
 from aot.ops import LowerContext
-from aot.ops.registry import define
+from aot.registry import define
 
 _LOWEST = float("-inf")
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from aot.errors import UnsupportedOpError
 from aot.graph.ir import Node, Rewriter
-from aot.ops.registry import define
+from aot.registry import define
 
 
 def _dq(rw: Rewriter, node: Node, x: str, scale: str, zp: str, axis: int = 1) -> str:

@@ -16,8 +16,8 @@ from aot.graph.ir import Graph, Node, Rewriter
 from aot.kernel.ir import Builder, Kernel
 from aot.ops import LowerContext
 from aot.ops.movement import copy_loops
-from aot.ops.registry import ALL_DTYPES, AxisAttr, Layout, QuantForm, define
 from aot.ops.rewrite import const_input, fed_input, refuse, view
+from aot.registry import ALL_DTYPES, AxisAttr, Layout, QuantForm, define
 
 
 def _strides(shape) -> list[int]:

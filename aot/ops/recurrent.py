@@ -38,8 +38,8 @@ from aot.ops import LowerContext
 from aot.ops.conv.blocks import channel_blocks
 from aot.ops.epilogue import activation
 from aot.ops.quantized import widen
-from aot.ops.registry import FLOAT, define
 from aot.ops.rewrite import refuse
+from aot.registry import FLOAT, define
 
 
 @dataclass(frozen=True)

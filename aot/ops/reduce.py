@@ -21,8 +21,8 @@ from aot.kernel import math as kmath
 from aot.kernel.ir import Builder, Expr, Kernel, binop, const, maximum, minimum, select
 from aot.ops import LowerContext
 from aot.ops.movement import _strides
-from aot.ops.registry import FLOAT, AxisAttr, Layout, define
 from aot.ops.rewrite import axes_from_zero, const_input, refuse, select_at_run_time, view
+from aot.registry import FLOAT, AxisAttr, Layout, define
 
 
 def _same(x: Expr) -> Expr:

@@ -27,8 +27,8 @@ import numpy as np
 from aot.graph.ir import Graph, Node, Rewriter
 from aot.kernel.ir import Buffer, Builder, Cast, Expr, Kernel, binop, const, fma, maximum, minimum, select
 from aot.ops import LowerContext
-from aot.ops.registry import FLOAT, AxisAttr, Layout, define
 from aot.ops.rewrite import const_input, fed_input, refuse
+from aot.registry import FLOAT, AxisAttr, Layout, define
 
 _MODES = ("nearest", "linear", "cubic")
 _TRANSFORMS = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",

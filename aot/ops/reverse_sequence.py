@@ -8,8 +8,8 @@ import numpy as np
 from aot.graph.ir import Node, Rewriter
 from aot.kernel.ir import Builder, Cast, Kernel, binop, maximum, minimum, select
 from aot.ops import LowerContext
-from aot.ops.registry import ALL_DTYPES, define
 from aot.ops.rewrite import refuse
+from aot.registry import ALL_DTYPES, define
 
 
 def canonical_reverse_sequence(rw: Rewriter, node: Node) -> None:

@@ -9,11 +9,7 @@ import numpy as np
 
 from aot.errors import ModelError, UnsupportedOpError
 from aot.graph.ir import Node, Rewriter
-from aot.ops.registry import Rule
-
-# Why a float64 tensor computed at run time is refused, and what does build.
-FLOAT64_NOTE = ("; aot computes float64 only where it folds at compile time (constants, shape arithmetic), with no "
-                "float64 kernel at run time")
+from aot.registry import Rule
 
 
 def refuse(node: Node, why: str) -> UnsupportedOpError:

@@ -10,8 +10,8 @@ from aot.graph.ir import Node, Rewriter
 from aot.kernel import math as kmath
 from aot.kernel.ir import Builder, Cast, Expr, Kernel, binop, const, maximum, minimum, select
 from aot.ops import LowerContext
-from aot.ops.registry import FLOAT, define
 from aot.ops.rewrite import refuse
+from aot.registry import FLOAT, define
 
 
 def canonical_roi_align(rw: Rewriter, node: Node) -> None:

@@ -16,8 +16,8 @@ from aot.kernel import math as kmath
 from aot.kernel.ir import Builder, Expr, Kernel, Reduce, const, maximum
 from aot.ops import LowerContext
 from aot.ops.quantized import dequantize, quantize
-from aot.ops.registry import AxisAttr, Layout, QuantForm, define, same_shape
 from aot.ops.rewrite import axis_attr, view
+from aot.registry import AxisAttr, Layout, QuantForm, define, same_shape
 
 _LOWEST = -3.4028234663852886e38
 

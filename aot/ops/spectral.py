@@ -22,8 +22,8 @@ from aot.graph.ir import Node, Rewriter
 from aot.kernel.ir import Builder, Kernel
 from aot.ops import LowerContext
 from aot.ops.movement import copy_loops
-from aot.ops.registry import FLOAT, define
 from aot.ops.rewrite import axes_from_zero, const_input, refuse, select_at_run_time, view
+from aot.registry import FLOAT, define
 
 
 def dft_matrix(length: int, components: int, dft_length: int, onesided: bool, inverse: bool) -> np.ndarray:

@@ -14,8 +14,8 @@ import numpy as np
 from aot.graph.ir import Node, Rewriter
 from aot.kernel.ir import Builder, Cast, Expr, Kernel, binop, const, select
 from aot.ops import LowerContext
-from aot.ops.registry import define
 from aot.ops.rewrite import refuse
+from aot.registry import define
 
 _MODES = ("TF", "IDF", "TFIDF")
 

@@ -1,5 +1,5 @@
 """Rewrite ONNX ops into the small op set the later passes and kernels know, by each op's canonical
-rule in the op registry (aot/ops/registry.py).
+rule in the op registry (aot/registry.py).
 
 After this pass (shapes are NCHW, semantics ONNX's):
   Conv(x, w, b?)         2-D, attrs kernel/strides/pads(t,l,b,r)/dilations/group; w constant
@@ -20,8 +20,7 @@ from __future__ import annotations
 from aot.errors import UnsupportedOpError
 from aot.graph.ir import Graph, Node, Rewriter
 from aot.graph.quant import node_quant
-from aot.ops.registry import op_def
-from aot.ops.rewrite import FLOAT64_NOTE
+from aot.registry import FLOAT64_NOTE, op_def
 
 _QUANTIZED = frozenset({"int8", "uint8", "int16"})    # what a node carrying quantization parameters may read
 

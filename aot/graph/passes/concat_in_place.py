@@ -8,7 +8,7 @@ appears once, has the result's element type and encoding, and the Concat applies
 from __future__ import annotations
 
 from aot.graph.ir import Graph, Node, Rewriter
-from aot.ops.registry import op_def
+from aot.registry import op_def
 
 
 def concat_in_place(graph: Graph) -> Graph:

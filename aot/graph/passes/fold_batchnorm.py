@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from aot.graph.ir import Graph, Node, Rewriter
-from aot.ops.registry import Fusion, op_def, operand, with_operands
+from aot.registry import Fusion, op_def, operand, with_operands
 
 
 def fold_batchnorm(graph: Graph) -> Graph:

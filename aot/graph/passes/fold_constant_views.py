@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from aot.graph.ir import Graph, Rewriter
-from aot.ops.registry import op_def
+from aot.registry import op_def
 
 
 def fold_constant_views(graph: Graph) -> Graph:

@@ -13,7 +13,7 @@ from onnx import numpy_helper
 
 from aot.graph.evaluate import evaluate
 from aot.graph.ir import Graph, Node, Rewriter
-from aot.ops.registry import op_def
+from aot.registry import op_def
 
 
 def fold_constants(graph: Graph) -> Graph:

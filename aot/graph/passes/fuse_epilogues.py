@@ -1,6 +1,6 @@
 """Fuse what follows an anchor op into the anchor's epilogue, so the result is written once.
 
-Anchors are the ops registered with a fusion role (aot/ops/registry.py): matrix ops (Conv, Gemm),
+Anchors are the ops registered with a fusion role (aot/registry.py): matrix ops (Conv, Gemm),
 MatMul, elementwise ops and activations. Fused, when the anchor's output has no other use:
   an activation (Unary)             -> appended to attrs["acts"] as (fn, params)
 and into matrix anchors, before any activation:
@@ -19,7 +19,7 @@ import numpy as np
 
 from aot.graph.ir import Graph, Node, Rewriter
 from aot.graph.quant import node_quant
-from aot.ops.registry import Fusion, op_def, operand, with_operands
+from aot.registry import Fusion, op_def, operand, with_operands
 
 _ANCHORS = {Fusion.MATRIX, Fusion.ANCHOR, Fusion.ACTIVATION}
 

@@ -18,7 +18,7 @@ import numpy as np
 from aot.graph.ir import Graph, Node, Rewriter
 from aot.graph.passes.fold_constants import folds
 from aot.graph.quant import QuantParams
-from aot.ops.registry import Fusion, QuantForm, op_def, operand
+from aot.registry import Fusion, QuantForm, op_def, operand
 
 
 def lower_quantized(graph: Graph) -> Graph:

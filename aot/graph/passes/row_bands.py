@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from aot.errors import PlanError
 from aot.graph.ir import Graph, Node, Rewriter
-from aot.ops.registry import op_def
+from aot.registry import op_def
 
 Rows = tuple[int, int]      # [first, last) row
 

@@ -1,6 +1,6 @@
 """Store 4-D activations channels-last (NHWC) around the ops that want it.
 
-Each op's registered layout says what it does (aot/ops/registry.py): convolutions and pools read and
+Each op's registered layout says what it does (aot/registry.py): convolutions and pools read and
 write NHWC; elementwise ops, Concat, Pad, Softmax, ... follow their inputs' layout (remapping their
 axis attributes, permuting constants); a Transpose composes its permutation; everything else sees
 NCHW. Conversions are inserted only where a value crosses between the two, and a conversion that
@@ -14,7 +14,7 @@ import dataclasses
 import numpy as np
 
 from aot.graph.ir import Graph, Node, Rewriter
-from aot.ops.registry import AxisAttr, Layout, op_def
+from aot.registry import AxisAttr, Layout, op_def
 
 TO_NHWC = (0, 2, 3, 1)      # physical axis i holds canonical axis TO_NHWC[i]
 TO_NCHW = (0, 3, 1, 2)

@@ -48,8 +48,8 @@ from aot.ops.conv.direct import canonical_conv_computed
 from aot.ops.conv.geometry import geometry
 from aot.ops.conv.row_windows import lower_row_windows, row_window_style
 from aot.ops.conv_volume import canonical_volume_conv
-from aot.ops.registry import MATRIX_OPERANDS, Fusion, Layout, QuantForm, define, operand
 from aot.ops.rewrite import fused_acts, lift_1d, refuse, spatial_attrs, view
+from aot.registry import MATRIX_OPERANDS, Fusion, Layout, QuantForm, define, operand
 
 
 def _conv_macs(graph: Graph, node: Node) -> int:

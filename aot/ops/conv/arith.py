@@ -32,7 +32,7 @@ from aot.ops import LowerContext
 from aot.ops.conv.blocks import ChannelBlock
 from aot.ops.epilogue import apply
 from aot.ops.quantized import add_quantized, narrows_by_halves, quantize, quantized_function, requantize_fixed, widen
-from aot.ops.registry import op_def, operand
+from aot.registry import op_def, operand
 
 
 def store_pixel(b: Builder, out: Buffer, arith: Arith, blk: ChannelBlock, accs: list[Expr], ch0: Expr,

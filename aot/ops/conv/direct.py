@@ -20,8 +20,8 @@ from aot.ops.conv.blocks import ChannelBlock, channel_blocks
 from aot.ops.conv.geometry import geometry, workload
 from aot.ops.conv.tiling import Order, spatial_loops
 from aot.ops.epilogue import apply
-from aot.ops.registry import Fusion, Layout, define
 from aot.ops.rewrite import lift_1d, refuse, spatial_attrs, view
+from aot.registry import Fusion, Layout, define
 from aot.schedule import Schedule
 
 

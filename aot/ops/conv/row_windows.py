@@ -33,7 +33,7 @@ from aot.ops.conv.blocks import ChannelBlock, _pack_dense, channel_blocks
 from aot.ops.conv.declarations import conv_reuse
 from aot.ops.conv.geometry import Geometry, workload
 from aot.ops.conv.tiling import Order, spatial_loops
-from aot.ops.registry import operand
+from aot.registry import operand
 from aot.schedule import Schedule
 
 ROW_WINDOW_BYTES = 64       # longest window row taken as one tap's channels

@@ -123,6 +123,11 @@ REGISTRY: dict[str, OpDef] = {}
 _UNKNOWN = OpDef("?")
 
 
+# Why a float64 tensor computed at run time is refused, and what does build.
+FLOAT64_NOTE = ("; aot computes float64 only where it folds at compile time (constants, shape arithmetic), with no "
+                "float64 kernel at run time")
+
+
 def define(name: str, **facts: Any) -> OpDef:
     """Register the one definition of op `name`."""
     if name in REGISTRY:
