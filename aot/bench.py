@@ -1,7 +1,7 @@
 """Benchmark a compiled model: locally (natively or under the target's emulator), on a board over SSH,
 or on a microcontroller board through its loader and console (aot/device/).
 
-The timing harness (aot/data/runtime_c/timing.c.j2) times only `NAME_run`, with TVM time_evaluator's semantics:
+The timing harness (runtime_c/timing.c.j2) times only `NAME_run`, with TVM time_evaluator's semantics:
 `warmup` untimed runs, then `repeat` measurements, each the mean of `number` back-to-back runs, and
 `number` raised until a measurement lasts at least `min_repeat_ms`. The outputs of the last run are
 fetched and compared with the reference (onnxruntime, or onnx.reference when onnxruntime cannot run the

@@ -1,6 +1,6 @@
 """Schedule knobs: the choices a kernel template leaves open (tile sizes, SIMD on or off).
 
-Each target's defaults are data, the `[knobs]` table of its target file (aot/data/targets/<name>.toml);
+Each target's defaults are data, the `[knobs]` table of its target file (targets/<name>.toml);
 a TOML file of the same keys (`aot build --knobs FILE`) overrides them for one build. Its tables
 `[node.NAME]` and `[workload."KEY"]` set one kernel's schedule (aot/schedule.py) by node name or by
 workload key, and tuning records (`--records FILE`) set the schedules tuning found best.

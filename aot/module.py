@@ -160,7 +160,7 @@ class _Build:
         return self.dir / f"{self.name}.h"
 
     def tensors(self) -> tuple[list[wrapper.Tensor], list[wrapper.Tensor]]:
-        """The inputs and outputs as the harness templates take them (aot/data/runtime_c/)."""
+        """The inputs and outputs as the harness templates take them (runtime_c/)."""
         def tensor(role: str, s: TensorSpec) -> wrapper.Tensor:
             return wrapper.Tensor(role, s.index, s.name, s.c_name, f"{role.upper()}_{s.c_name.upper()}", s.dtype,
                                   wrapper._CTYPES[s.dtype], s.shape, int(np.prod(s.shape, dtype=np.int64)),
@@ -206,7 +206,7 @@ class _Workspace:
 
 
 # Linked beside NAME.c into the shared library: NUMBER back-to-back runs between two clock reads, as the
-# timing harness of `aot bench` does (aot/data/runtime_c/timing.c.j2), so the figures agree with it.
+# timing harness of `aot bench` does (runtime_c/timing.c.j2), so the figures agree with it.
 _TIMER_C = """/* aot module timer for {name}: times NUMBER calls of {name}_run (aot/module.py). */
 #define _POSIX_C_SOURCE 199309L
 #include <time.h>

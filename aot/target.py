@@ -1,5 +1,5 @@
 """Targets are data: `<name>.toml` files describing a CPU, its vector unit and its toolchain. aot ships
-some (aot/data/targets/); users add or replace them from their own directories (`--target-dir DIR`,
+some (targets/); users add or replace them from their own directories (`--target-dir DIR`,
 $AOT_TARGET_PATH), or name a file with `--target path/to/file.toml`."""
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ class Target:
     cflags: tuple[str, ...] = ()
     ldflags: tuple[str, ...] = ()
     run_command: tuple[str, ...] = ()   # emulator prefix; empty: run natively
-    linker_script: str = ""          # bare metal: a file in aot/data/runtime_c/baremetal/, or an absolute path
+    linker_script: str = ""          # bare metal: a file in runtime_c/baremetal/, or an absolute path
     memory: dict = field(default_factory=dict)   # {"flash": bytes, "ram": bytes} limits, if known
     regions: tuple[Region, ...] = ()  # RAM regions the workspace is split over, fastest first; none: one workspace
     aliases: tuple[str, ...] = ()

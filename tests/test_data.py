@@ -1,5 +1,6 @@
-"""The files shipped in the package (aot/data) and the user directories searched before them: every
-shipped file is declared as package data and loads through importlib.resources; user targets and
+"""The files shipped with the package (targets/, boards/, runtime_c/, in a wheel under aot/data/) and the
+user directories searched before them: every shipped file is declared as package data and loads as
+shipped() finds it (through importlib.resources from a wheel); user targets and
 boards, named by option, argument or environment variable, are listed with their origin, shadow shipped
 ones of the same name, and are the ones a build uses."""
 
@@ -8,7 +9,6 @@ import re
 import shutil
 import subprocess
 import sys
-from importlib.resources import files
 from pathlib import Path
 
 import numpy as np
@@ -56,20 +56,40 @@ def renamed(text: str, name: str) -> str:
     return re.sub(r'(?m)^name = ".*"$', f'name = "{name}"', text, count=1)
 
 
+def _package_dirs() -> dict[str, Path]:
+    """Each package pyproject.toml lists, and the directory of the checkout it is built from."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    mapped = config["package-dir"]
+    dirs = {}
+    for package in config["packages"]:
+        parent = max((p for p in mapped if package == p or package.startswith(p + ".")), key=len, default=None)
+        rest = package.removeprefix(parent).strip(".").split(".") if parent else package.split(".")
+        dirs[package] = ROOT.joinpath(*([mapped[parent]] if parent else []), *[r for r in rest if r])
+    return dirs
+
+
 def test_every_shipped_file_is_declared_as_package_data():
-    """A file under aot/data that no package-data glob matches would be missing from the wheel (setuptools
-    globs the patterns in the package's directory, as here)."""
-    data = ROOT / "aot" / "data"
-    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["aot.data"]
-    declared = {p for g in globs for p in data.glob(g)}
-    in_tree = {p for p in data.rglob("*") if p.is_file() and p.suffix not in (".py", ".pyc")}
-    assert len(in_tree) >= 20 and sorted(map(str, in_tree - declared)) == []
+    """A file under targets/, boards/, runtime_c/ or a template directory that no package-data glob matches
+    would be missing from the wheel (setuptools globs the patterns in each package's directory, as here)."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    dirs = _package_dirs()
+    declared = {p for package, globs in config["package-data"].items() for g in globs for p in dirs[package].glob(g)}
+    in_tree = {p for top in ("targets", "boards", "runtime_c", "aot/codegen/templates")
+               for p in (ROOT / top).rglob("*") if p.is_file()}
+    assert len(in_tree) >= 40 and sorted(map(str, in_tree - declared)) == []
 
 
-def test_shipped_targets_boards_and_runtime_load_through_importlib_resources():
-    root = files("aot.data")
-    target_files = sorted(r.name for r in (root / "targets").iterdir() if r.name.endswith(".toml"))
-    board_files = sorted(r.name for r in (root / "boards").iterdir() if r.name.endswith(".toml"))
+def test_every_python_package_is_listed_and_built_from_where_it_lies():
+    """pyproject.toml lists the packages by name (the shipped files are mapped into aot/data): a package
+    left off would be missing from the wheel."""
+    dirs = _package_dirs()
+    python = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "aot").rglob("__init__.py")}
+    assert python <= set(dirs) and all(d.is_dir() for d in dirs.values()), (python - set(dirs), dirs)
+
+
+def test_shipped_targets_boards_and_runtime_load_from_the_checkout_or_the_package():
+    target_files = sorted(r.name for r in shipped("targets").iterdir() if r.name.endswith(".toml"))
+    board_files = sorted(r.name for r in shipped("boards").iterdir() if r.name.endswith(".toml"))
     targets = all_targets()
     assert sorted(t.name + ".toml" for t in targets) == target_files        # one target per file, named as it
     assert all(t.origin == "aot" for t in targets)
@@ -81,7 +101,7 @@ def test_shipped_targets_boards_and_runtime_load_through_importlib_resources():
         assert all(p.is_file() and p.stat().st_size > 0 for p in paths)
     for t in targets:
         assert tomllib.loads(target_text(t.name))["name"] == t.name
-    assert (shipped("boards") / board_files[0]).read_text() == (root / "boards" / board_files[0]).read_text()
+    assert (shipped("boards") / board_files[0]).read_text() == (ROOT / "boards" / board_files[0]).read_text()
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ else:  # pragma: no cover
 from aot.device.board import LOADER_OPTIONS, read_device_board
 from aot.target import get_target
 
-DATA = Path(__file__).resolve().parent.parent / "aot" / "data"
+DATA = Path(__file__).resolve().parent.parent       # the checkout, with boards/ and runtime_c/
 DEVICE_C = DATA / "runtime_c" / "device"
 TIMERS = {"dwt", "pmu", "systick"}
 FUNCTIONS = {"aot_board_init", "aot_console_putc", "aot_console_getc"}

@@ -1,6 +1,7 @@
-"""Files shipped inside the package, read through importlib.resources so that a wheel install finds them
-as a checkout does: target configs (targets/), board configs (boards/) and the C runtime that the run
-and bench harnesses are built from (runtime_c/).
+"""Files shipped with the package: target configs (targets/), board configs (boards/) and the C runtime
+that the run and bench harnesses are built from (runtime_c/). In a checkout they lie at the top of the
+repository; a wheel carries them inside the package as targets/ and so on (pyproject.toml maps
+them), read through importlib.resources so that a zipped install works too.
 
 Users add targets and boards from directories of their own, searched before the shipped files like
 PATH: the directories a caller names (`--target-dir`, `--board-dir`), then the entries of an environment
@@ -26,10 +27,16 @@ if TYPE_CHECKING:
 SHIPPED = "aot"     # the origin of the files that come with the package
 
 
+_CHECKOUT = Path(__file__).resolve().parents[2]     # in a checkout (editable install): the repository
+
+
 def shipped(*parts: str) -> Traversable:
-    """A file or directory shipped with aot, e.g. shipped("targets", "aarch64.toml")."""
-    res = files(__name__)
-    for part in parts:
+    """A file or directory shipped with aot, e.g. shipped("targets", "aarch64.toml"): inside the installed
+    package, or at the top of the checkout."""
+    res: Traversable = files(__name__) / parts[0]
+    if not res.is_dir() and (_CHECKOUT / parts[0]).is_dir():
+        res = _CHECKOUT / parts[0]
+    for part in parts[1:]:
         res = res / part
     return res
 

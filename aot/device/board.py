@@ -1,5 +1,5 @@
 """Microcontroller boards are data too: a board file with a `[loader]` table describes a device that
-runs aot's device harness (aot/data/runtime_c/device/) instead of a Linux board reached over SSH.
+runs aot's device harness (runtime_c/device/) instead of a Linux board reached over SSH.
 
     name, target, clock_hz       the aot target and the core clock the board support sets up
     timer                        dwt | pmu | systick: the cycle counter to time with (SysTick is the fallback)

@@ -1,4 +1,4 @@
-"""The host's side of the device harness's line protocol (aot/data/runtime_c/device/harness.c.j2), over
+"""The host's side of the device harness's line protocol (runtime_c/device/harness.c.j2), over
 a pyserial connection: a USB serial port, `hwgrep://`, `rfc2217://` (ser2net) or `socket://` (qemu's UART).
 
 Each reply must arrive within the timeout; silence, bytes that are not protocol lines, a fault report

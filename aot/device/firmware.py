@@ -1,5 +1,5 @@
 """The firmware image for a microcontroller board: the build's object and wrapper, the device harness
-with the inputs compiled in (aot/data/runtime_c/device/harness.c.j2), the start-up code, the board's
+with the inputs compiled in (runtime_c/device/harness.c.j2), the start-up code, the board's
 support sources, linked by the target's compiler with the board's linker script (device.ld.j2 from
 its [flash] and [ram], or its own)."""
 

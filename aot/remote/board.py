@@ -1,5 +1,5 @@
 """Boards are data: `<name>.toml` says how to reach a device over SSH and which target it is. aot ships
-a few (aot/data/boards/); users add or replace them from their own directories (`--board-dir DIR`,
+a few (boards/); users add or replace them from their own directories (`--board-dir DIR`,
 $AOT_BOARD_PATH), or name a file by its path.
 
 Keys: name, target, host, port, user, identity_file, known_hosts, work_dir, runner (optional command

@@ -3,7 +3,7 @@
 Emulators model no pipeline or cache, so their times say little about a device; the number of
 instructions executed does, and it is exact and the same on every run. The count covers the address
 range of the model's kernels in the linked program (a Linux program is linked statically so that
-range is fixed), using a small QEMU plugin (aot/data/runtime_c/qemu/insncount.c) built with the host's C
+range is fixed), using a small QEMU plugin (runtime_c/qemu/insncount.c) built with the host's C
 compiler. The outputs of the counted run come back too, so a count is never taken of a wrong answer.
 A profiled run (profile_instructions) also gives each instruction's count and control transfers, with
 LLVM's disassembly of the kernels, which aot/run/cycles.py prices on the core.

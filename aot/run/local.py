@@ -1,7 +1,7 @@
 """Run a build on this machine: natively, or under the target's emulator (qemu-user for Linux
 targets, qemu-system-arm with semihosting for bare-metal boards).
 
-The harness (aot/data/runtime_c/harness.c.j2) is compiled with the target's C compiler against the generated
+The harness (runtime_c/harness.c.j2) is compiled with the target's C compiler against the generated
 wrapper and object; inputs and outputs cross as raw files in the program's working directory.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 
 from aot.build import Artifact
 from aot.codegen import wrapper
-from aot.data import runtime_files
+from aot.data import runtime_files, shipped
 from aot.errors import RunError
 from aot.target import Target
 
@@ -27,9 +27,13 @@ EXIT_MEANING = {2: "could not read its inputs or write its outputs", 3: "faulted
                 "an illegal instruction)", 4: "returned an error code"}
 
 
+def _runtime_template(name: str) -> str:
+    return shipped("runtime_c", *name.split("/")).read_text()
+
+
 def runtime_templates() -> jinja2.Environment:
-    """The harness templates in aot/data/runtime_c/."""
-    return jinja2.Environment(loader=jinja2.PackageLoader("aot.data", "runtime_c"), undefined=jinja2.StrictUndefined,
+    """The harness templates in runtime_c/."""
+    return jinja2.Environment(loader=jinja2.FunctionLoader(_runtime_template), undefined=jinja2.StrictUndefined,
                               keep_trailing_newline=True)
 
 
