@@ -10,7 +10,7 @@ import numpy as np
 from aot import ops
 from aot.errors import PlanError
 from aot.graph.ir import Graph, Node
-from aot.graph.quant import node_quant
+from aot.graph.node_quant import node_quant
 from aot.plan import memory
 from aot.program import Program, sharing_used
 from aot.registry import Fusion, op_def, operand

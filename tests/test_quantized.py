@@ -14,7 +14,7 @@ from onnxruntime.quantization import QuantType
 from quantize import quantize_model
 
 import aot
-from aot.graph.quant import node_quant
+from aot.graph.node_quant import node_quant
 from aot.quantize import quantize as aot_quantize
 from aot.registry import op_def
 

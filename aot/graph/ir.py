@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from aot.graph.quant import QuantParams
+from aot.graph.quant import QuantParams
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from aot.errors import InternalError
 from aot.graph.ir import Graph, Node
-from aot.graph.quant import RANGES, node_quant
+from aot.graph.node_quant import node_quant
+from aot.graph.quant import RANGES
 from aot.registry import QuantForm, op_def
 
 

@@ -14,7 +14,8 @@ import math
 import numpy as np
 
 from aot.graph.ir import Graph, Node, Rewriter
-from aot.graph.quant import RANGES, as_clamp, clamp_for, node_quant
+from aot.graph.node_quant import node_quant
+from aot.graph.quant import RANGES, as_clamp, clamp_for
 from aot.kernel import math as kmath
 from aot.kernel.ir import Broadcast, Buffer, Builder, Cast, Expr, Kernel, binop, maximum, minimum, select
 from aot.ops import LowerContext

@@ -12,7 +12,8 @@ import numpy as np
 
 from aot.errors import ModelError
 from aot.graph.ir import Graph, Node, Rewriter
-from aot.graph.quant import Quant, QuantParams, node_quant
+from aot.graph.node_quant import Quant, node_quant
+from aot.graph.quant import QuantParams
 from aot.kernel.ir import Buffer, Builder, Expr, Kernel, binop, const, maximum, minimum, select
 from aot.ops import LowerContext
 from aot.ops.quantized import dequantize, quantize

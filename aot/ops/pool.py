@@ -6,7 +6,8 @@ from __future__ import annotations
 from math import prod
 
 from aot.graph.ir import Node, Rewriter
-from aot.graph.quant import RANGES, Quant, node_quant
+from aot.graph.node_quant import Quant, node_quant
+from aot.graph.quant import RANGES
 from aot.kernel import math
 from aot.kernel.ir import Builder, Cast, Expr, Kernel, binop, const, maximum, minimum
 from aot.ops import LowerContext

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import numpy as np
 
 from aot.graph.ir import Node, Rewriter
-from aot.graph.quant import node_quant
+from aot.graph.node_quant import node_quant
 from aot.kernel import math as kmath
 from aot.kernel.ir import Builder, Expr, Kernel, Reduce, const, maximum
 from aot.ops import LowerContext

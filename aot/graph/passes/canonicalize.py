@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from aot.errors import UnsupportedOpError
 from aot.graph.ir import Graph, Node, Rewriter
-from aot.graph.quant import node_quant
+from aot.graph.node_quant import node_quant
 from aot.registry import FLOAT64_NOTE, op_def
 
 _QUANTIZED = frozenset({"int8", "uint8", "int16"})    # what a node carrying quantization parameters may read

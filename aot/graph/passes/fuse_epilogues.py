@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from aot.graph.ir import Graph, Node, Rewriter
-from aot.graph.quant import node_quant
+from aot.graph.node_quant import node_quant
 from aot.registry import Fusion, op_def, operand, with_operands
 
 _ANCHORS = {Fusion.MATRIX, Fusion.ANCHOR, Fusion.ACTIVATION}

@@ -28,7 +28,7 @@ import numpy as np
 
 from aot.errors import ModelError
 from aot.graph.ir import Graph, Node, Rewriter
-from aot.graph.quant import node_quant
+from aot.graph.node_quant import node_quant
 from aot.kernel.ir import Kernel
 from aot.ops import LowerContext
 from aot.ops.conv import amx, rows

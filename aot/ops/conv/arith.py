@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from aot.graph.ir import Node
-from aot.graph.quant import RANGES, Quant, fixed_point, node_quant
+from aot.graph.node_quant import Quant, node_quant
+from aot.graph.quant import RANGES, fixed_point
 from aot.isa import DotStyle
 from aot.kernel.ir import (
     Broadcast,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from aot.graph.ir import Node
-from aot.graph.quant import node_quant
+from aot.graph.node_quant import node_quant
 from aot.isa import DotStyle
 from aot.kernel.ir import (
     Buffer,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from aot.graph.ir import Graph, Node, Rewriter
-from aot.graph.quant import node_quant
+from aot.graph.node_quant import node_quant
 from aot.kernel.ir import Builder, Kernel, const, fma
 from aot.ops import LowerContext
 from aot.ops.conv.blocks import ChannelBlock, channel_blocks

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from aot.graph.ir import Node
-from aot.graph.quant import Quant
+from aot.graph.node_quant import Quant
 from aot.kernel.ir import (
     Buffer,
     Builder,
