@@ -124,7 +124,7 @@ def quantization_steps(program) -> dict[str, float]:
 
 def device_board(board: str | DeviceBoard, board_dirs: Sequence[str | os.PathLike] = ()) -> DeviceBoard:
     """A microcontroller board by name or file; a Linux board is an OptionError (aot bench takes those)."""
-    from aot.remote.board import load_board
+    from aot.boards import load_board
 
     brd = load_board(board, board_dirs) if isinstance(board, str) else board
     if not isinstance(brd, DeviceBoard):

@@ -30,13 +30,14 @@ import numpy as np
 
 from aot import reference as checks
 from aot.api import quantization_steps
+from aot.boards import load_board
 from aot.build import Artifact, build
 from aot.codegen import wrapper
 from aot.device.board import DeviceBoard
 from aot.errors import OptionError, PlanError, RunError
 from aot.frontend.onnx import FreezeValue
 from aot.ops import macs as node_macs
-from aot.remote.board import Board, load_board
+from aot.remote.board import Board
 from aot.remote.ssh import Session
 from aot.report import describe
 from aot.run import cycles, local

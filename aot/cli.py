@@ -488,8 +488,8 @@ def _bisect(args, inputs, target) -> int:
 
 
 def _tune(args) -> int:
+    from aot.boards import load_board
     from aot.device.board import DeviceBoard
-    from aot.remote.board import load_board
     from aot.tune import parse_budget, tune
 
     if args.trials is not None and args.trials < 1:
@@ -529,7 +529,7 @@ def _tune(args) -> int:
 
 def _bench(args) -> int:
     from aot.bench import bench
-    from aot.remote.board import load_board
+    from aot.boards import load_board
 
     check_reference(args.reference)
     boards = [load_board(b, args.board_dir) for b in args.board] or [None]
@@ -673,8 +673,8 @@ def _table(rows: list[tuple[str, ...]]) -> None:
 
 
 def _boards(args) -> int:
+    from aot.boards import all_boards, board_text, load_board
     from aot.device.board import DeviceBoard
-    from aot.remote.board import all_boards, board_text, load_board
 
     if not args.name:
         rows = [("name", "target", "address", "runner", "from")]

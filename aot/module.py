@@ -682,7 +682,7 @@ def _resolve(build: _Build, target: str | Target | None, board: str | Board | De
     """The target to link and run the build with: `target`, the board's, or the one metadata.json names."""
     import dataclasses
 
-    from aot.remote.board import load_board
+    from aot.boards import load_board
 
     recorded = build.metadata.get("target", {})
     brd = load_board(board, board_dirs) if isinstance(board, str) else board
@@ -734,8 +734,8 @@ def compile(model: str | os.PathLike | onnx.ModelProto, target: str | Target = "
     records; out_dir keeps the build there instead (the module then owns only its library)."""
     import dataclasses
 
+    from aot.boards import load_board
     from aot.build import build
-    from aot.remote.board import load_board
 
     brd = load_board(board, board_dirs) if isinstance(board, str) else board
     tgt = get_target(brd.target if brd is not None else target, target_dirs)

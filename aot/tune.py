@@ -43,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from aot.boards import load_board
 from aot.build import Artifact
 from aot.codegen import wrapper
 from aot.codegen.elf import undefined_symbols
@@ -56,7 +57,7 @@ from aot.kernel.ir import dump
 from aot.knobs import Knobs, resolve, scalar_variant
 from aot.ops import macs as node_macs
 from aot.program import Program, build_program
-from aot.remote.board import Board, load_board
+from aot.remote.board import Board
 from aot.run import cycles
 from aot.schedule import TEMPLATES, Overrides, Schedule, check
 from aot.target import Target, get_target

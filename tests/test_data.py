@@ -23,8 +23,8 @@ else:
     import tomli as tomllib
 
 import aot
+from aot.boards import all_boards, load_board
 from aot.data import runtime_files, shipped
-from aot.remote.board import all_boards, load_board
 from aot.target import all_targets, get_target, target_text
 
 ROOT = Path(__file__).resolve().parent.parent

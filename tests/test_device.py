@@ -19,12 +19,12 @@ from quantize import quantize_model
 
 import aot
 from aot.bench import bench
+from aot.boards import load_board
 from aot.build import build
 from aot.cli import main
 from aot.device.console import Console
 from aot.device.loaders import flash_commands
 from aot.device.run import run_on_board
-from aot.remote.board import load_board
 from aot.run.count import count_instructions
 
 pytestmark = pytest.mark.qemu
@@ -389,9 +389,9 @@ def test_every_real_board_links_a_firmware_image_where_its_memory_is(tmp_path):
     """The real boards are not run here: their images are linked, and the vector table checked at reset's address."""
     import subprocess
 
+    from aot.boards import all_boards
     from aot.device.board import DeviceBoard
     from aot.device.firmware import build_firmware
-    from aot.remote.board import all_boards
 
     boards = [b for b in all_boards() if isinstance(b, DeviceBoard) and not b.emulated]
     assert len(boards) >= 5

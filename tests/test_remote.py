@@ -15,7 +15,7 @@ from oracle import make_model
 
 import aot
 from aot.bench import Stats, bench
-from aot.remote.board import load_board
+from aot.boards import load_board
 from aot.target import Region
 
 pytestmark = pytest.mark.ssh
