@@ -1,5 +1,6 @@
-"""The package's shape: its modules import each other without a circle (at module level, type-only imports
-included), so that a reader can take them in an order where each needs only what came before."""
+"""The package's shape: its modules import each other without a circle (every import counted: type-only
+ones and those inside functions too), so that a reader can take them in an order where each needs only
+what came before."""
 
 from __future__ import annotations
 
@@ -12,8 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _imports() -> dict[str, set[str]]:
-    """Each aot module and the aot modules its top-level statements import, `if TYPE_CHECKING:` blocks
-    included (a package counts as its __init__)."""
+    """Each aot module and the aot modules it imports anywhere in it (a package counts as its __init__)."""
     modules = {}
     for path in (ROOT / "aot").rglob("*.py"):
         parts = path.relative_to(ROOT).with_suffix("").parts
@@ -21,12 +21,8 @@ def _imports() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         found = set()
-        statements = list(ast.parse(path.read_text()).body)
-        while statements:
-            node = statements.pop()
-            if isinstance(node, ast.If):        # if TYPE_CHECKING: (and any other top-level condition)
-                statements += node.body + node.orelse
-            elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("aot"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("aot"):
                 found |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
                           for a in node.names}
             elif isinstance(node, ast.Import):
