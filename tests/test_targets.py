@@ -208,6 +208,7 @@ def test_a_build_optimized_in_two_processes_is_the_build_optimized_in_one(tmp_pa
     import aot
     from aot.codegen import llvm as codegen
     model = _many_kernels_model()
+    monkeypatch.setattr(codegen.threading, "active_count", lambda: 1)    # fork even in a threaded test worker
     assert len(aot.build(model, out_dir=tmp_path / "p").program.calls) >= 2 * codegen.PARALLEL_KERNELS
     forked = (tmp_path / "p" / "many.o").read_bytes()
     monkeypatch.delattr(codegen.os, "fork")
@@ -230,6 +231,7 @@ def test_a_failure_in_the_child_process_is_an_internal_error_naming_it(tmp_path,
             raise RuntimeError("no memory left")
         return real(self, source)
     monkeypatch.setattr(codegen.ModuleBuilder, "_optimize", failing)
+    monkeypatch.setattr(codegen.threading, "active_count", lambda: 1)    # fork even in a threaded test worker
     with pytest.raises(InternalError, match="later half of the kernels in a child process failed: "
                                             "RuntimeError: no memory left"):
         aot.build(_many_kernels_model(), out_dir=tmp_path / "f")
