@@ -340,29 +340,18 @@ class _FunctionEmitter:
         for phi, value in zip(acc, start):
             phi.add_incoming(value, pre)
         cur = list(acc)
-        kind = "u" if s.unsigned else "s"
-
         def word(base, offset: int):
             return self.b.load(self.b.gep(base, [ir.Constant(_I32, offset)], source_etype=i8), typ=_I32, align=1)
-
-        def widen(value, odd: bool, activation: bool):
-            if odd:
-                rotate = self.mb.declare("llvm.fshr.i32", ir.FunctionType(_I32, [_I32] * 3))
-                value = self.b.call(rotate, [value, value, ir.Constant(_I32, 8)])
-            if activation and zero is not None:
-                fn = self.mb.declare(f"llvm.arm.{kind}xtab16", ir.FunctionType(_I32, [_I32, _I32]))
-                return self.b.call(fn, [zero, value])
-            name = f"llvm.arm.{kind if activation else 's'}xtb16"
-            return self.b.call(self.mb.declare(name, ir.FunctionType(_I32, [_I32])), [value])
 
         smlad = self.mb.declare("llvm.arm.smlad", ir.FunctionType(_I32, [_I32] * 3))
         for step in range(u):
             xs = [word(px, 4 * step + i * s.pixel_stride) for i in range(mr)]
             ws = [word(pw, 4 * (step * nr + j)) for j in range(nr)]
-            pairs = [(widen(v, False, True), widen(v, True, True)) for v in xs]
+            pairs = [(self._extend16(v, False, zero, s.unsigned), self._extend16(v, True, zero, s.unsigned))
+                     for v in xs]
             for j, wv in enumerate(ws):
                 for odd in (False, True):
-                    w = widen(wv, odd, False)
+                    w = self._extend16(wv, odd, None, False)
                     for i in range(mr):
                         cur[i * nr + j] = self.b.call(smlad, [pairs[i][odd], w, cur[i * nr + j]])
         nx = self.b.gep(px, [ir.Constant(_I32, 4 * u)], source_etype=i8)
@@ -687,14 +676,7 @@ class _FunctionEmitter:
         word = self.expr(e.word)
         addend = self.expr(e.addend) if e.addend is not None else None
         if self.mb.target.int_simd.byte_pairs:
-            if e.odd:
-                rotate = self.mb.declare("llvm.fshr.i32", ir.FunctionType(_I32, [_I32] * 3))
-                word = self.b.call(rotate, [word, word, ir.Constant(_I32, 8)])
-            kind = "u" if e.unsigned else "s"
-            if addend is None:
-                return self.b.call(self.mb.declare(f"llvm.arm.{kind}xtb16", ir.FunctionType(_I32, [_I32])), [word])
-            fn = self.mb.declare(f"llvm.arm.{kind}xtab16", ir.FunctionType(_I32, [_I32, _I32]))
-            return self.b.call(fn, [addend, word])
+            return self._extend16(word, e.odd, addend, e.unsigned)
         pairs = ir.VectorType(ir.IntType(16), 2)
         picked = self.b.shuffle_vector(self.b.bitcast(word, ir.VectorType(ir.IntType(8), 4)),
                                        ir.Constant(ir.VectorType(ir.IntType(8), 4), ir.Undefined),
@@ -703,6 +685,17 @@ class _FunctionEmitter:
         if addend is not None:
             wide = self.b.add(wide, self.b.bitcast(addend, pairs))
         return self.b.bitcast(wide, _I32)
+
+    def _extend16(self, word: ir.Value, odd: bool, addend: ir.Value | None, unsigned: bool) -> ir.Value:
+        """sxtb16/sxtab16 (uxt when unsigned) of a word's bytes (0, 2), or (1, 3) through a folded rotate."""
+        if odd:
+            rotate = self.mb.declare("llvm.fshr.i32", ir.FunctionType(_I32, [_I32] * 3))
+            word = self.b.call(rotate, [word, word, ir.Constant(_I32, 8)])
+        kind = "u" if unsigned else "s"
+        if addend is None:
+            return self.b.call(self.mb.declare(f"llvm.arm.{kind}xtb16", ir.FunctionType(_I32, [_I32])), [word])
+        fn = self.mb.declare(f"llvm.arm.{kind}xtab16", ir.FunctionType(_I32, [_I32, _I32]))
+        return self.b.call(fn, [addend, word])
 
     # One instruction per dot form; each returns None when the operands are not its shape.
     def _vpdpbusd(self, e: k.Dot, acc, a, w, lanes: int, group: int) -> ir.Value | None:
