@@ -30,7 +30,7 @@ import numpy as np
 
 from aot import reference as checks
 from aot.api import quantization_steps
-from aot.boards import load_board
+from aot.boards import all_boards, load_board
 from aot.build import Artifact, build
 from aot.codegen import wrapper
 from aot.device.board import DeviceBoard
@@ -216,8 +216,10 @@ def bench(model, board: str | Board | DeviceBoard | None = None, target: str | T
     if brd and brd.regions:
         tgt = dataclasses.replace(tgt, regions=brd.regions)
     if tgt.os == "none":
+        stand_ins = [b.name for b in all_boards() if isinstance(b, DeviceBoard) and b.emulated and b.target == tgt.name]
+        board_hint = f"--board {stand_ins[0]} under qemu, or a real one" if stand_ins else "--board with a real one"
         raise RunError(f"target {tgt.name}: the semihosting harness under qemu has no clock; time it on a "
-                       "microcontroller board (--board qemu-m4-uart or qemu-m55-uart under qemu, or a real one)")
+                       f"microcontroller board ({board_hint})")
     with tempfile.TemporaryDirectory(prefix="aot-bench-") as tmp:
         work = Path(tmp)
         artifact = build(model, target=tgt, out_dir=build_dir or work / "build", knobs=knobs,

@@ -93,7 +93,8 @@ defines = {{ AOT_UART_BASE = "0x40004000" }}
 
 # ---- end to end under qemu -------------------------------------------------------------------------
 
-@pytest.mark.parametrize("board,target", [("qemu-m4-uart", "cortex-m4"), ("qemu-m55-uart", "cortex-m55")])
+@pytest.mark.parametrize("board,target", [("qemu-m4-uart", "cortex-m4"), ("qemu-m7-uart", "cortex-m7"),
+                                          ("qemu-m55-uart", "cortex-m55")])
 def test_bench_ds_cnn_int8_on_the_qemu_boards(ds_cnn_int8, board, target, own_tmp):
     result = bench(str(ds_cnn_int8), board=board, repeat=3, warmup=1)
     assert result.target == target and result.emulated and result.reference == "onnxruntime"
@@ -448,3 +449,11 @@ def test_options_that_do_not_apply_to_a_microcontroller_are_refused():
         bench(tiny_model(), board="qemu-m4-uart", number=5)
     with pytest.raises(aot.OptionError, match="--profile is not available on microcontroller hardware"):
         bench(tiny_model(), board="nucleo-l4r5zi", profile=True)
+
+
+@pytest.mark.parametrize("target, hint", [("cortex-m7", "--board qemu-m7-uart under qemu, or a real one"),
+                                          ("cortex-m0plus", "--board with a real one")])
+def test_bench_on_a_bare_metal_target_names_the_board_that_stands_in_for_it(target, hint):
+    with pytest.raises(aot.RunError, match=f"target {target}: the semihosting harness under qemu has no clock; "
+                                           f"time it on a microcontroller board \\({hint}\\)"):
+        bench(tiny_model(), target=target)
