@@ -143,15 +143,18 @@ def _whole_where_it_pays(program: Program, calls: list[Call], ctx: LowerContext,
         if kernel.reuse == call.kernel.reuse:
             continue
         trial_calls = [*calls[:i], Call(kernel, call.node, call.args), *calls[i + 1:]]
-        trial = _place(program.graph, ctx.target, program.name, knobs, trial_calls, root)
+        trial = _place(program.graph, ctx.target, program.name, knobs, trial_calls, root, verify=False)
         if trial.plan.size <= program.plan.size:
             program, calls = trial, trial_calls
+    _verify(program, root, max(ctx.target.align, 16))       # a trial kept was not verified yet
     return program
 
 
-def _place(graph: Graph, target: Target, name: str, knobs: Knobs, calls: list[Call], root: _Storage) -> Program:
+def _place(graph: Graph, target: Target, name: str, knobs: Knobs, calls: list[Call], root: _Storage,
+           verify: bool = True) -> Program:
     """Where every tensor of the calls (in the graph's order) lives: the order they run in, the memory
-    plan (per region where the target has regions), verified."""
+    plan (per region where the target has regions), verified unless told not to (a trial the caller may
+    drop)."""
     locations = _external(graph, root)
     align = max(target.align, 16)
     layout, choice = _choose_order(calls, graph, root, locations, align, name, knobs)
@@ -169,13 +172,21 @@ def _place(graph: Graph, target: Target, name: str, knobs: Knobs, calls: list[Ca
             if locations.get(v, Location("constant", 0)).kind == "constant":
                 raise InternalError(f"kernel {call.kernel.name} (node '{call.node.name}') would read '{v}' from no "
                                     "buffer: a view of a constant was not folded")
-    sizes = {b.name: b.size for b in layout.buffers}
-    if placements:
-        regions.verify(_steps(layout.calls, root), placements, sizes, align, layout.shared)
+    program = Program(name, graph, layout.calls, locations, layout.plan, layout.buffers,
+                      {v: root(v) for v in graph.values}, choice, layout.shared, regions=placements)
+    if verify:
+        _verify(program, root, align)
+    return program
+
+
+def _verify(program: Program, root: _Storage, align: int) -> None:
+    """The memory plan checked against the calls' reads and writes (aot/plan/memory.py, regions.py)."""
+    sizes = {b.name: b.size for b in program.buffers}
+    steps = _steps(program.calls, root)
+    if program.regions:
+        regions.verify(steps, program.regions, sizes, align, program.shared)
     else:
-        memory.verify(_steps(layout.calls, root), layout.plan.offsets, sizes, layout.plan.size, align, layout.shared)
-    return Program(name, graph, layout.calls, locations, layout.plan, layout.buffers,
-                   {v: root(v) for v in graph.values}, choice, layout.shared, regions=placements)
+        memory.verify(steps, program.plan.offsets, sizes, program.plan.size, align, program.shared)
 
 
 def plain_workspace(graph: Graph, target: Target) -> int:
