@@ -7,6 +7,7 @@ when complete, so a failed build never leaves something that looks like a result
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import json
 import os
@@ -279,13 +280,26 @@ def _write_and_rename(dest: Path, files: dict[str, bytes]) -> None:
             (tmp / fname).write_bytes(data)
             os.chmod(tmp / fname, 0o644)
         os.chmod(tmp, 0o755)
-        if dest.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old.", dir=dest.parent))
-            os.rename(dest, old / "previous")
-            os.rename(tmp, dest)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, dest)
+        for attempt in range(8):    # another build of the same directory may move it in between: the last wins
+            try:
+                _swap_in(tmp, dest)
+                return
+            except OSError as err:
+                if attempt == 7 or err.errno not in (errno.ENOENT, errno.EEXIST, errno.ENOTEMPTY):
+                    raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _swap_in(tmp: Path, dest: Path) -> None:
+    """Rename `tmp` to `dest`, moving a `dest` already there aside first and removing it."""
+    if not dest.exists():
+        os.rename(tmp, dest)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old.", dir=dest.parent))
+    try:
+        os.rename(dest, old / "previous")
+        os.rename(tmp, dest)
+    finally:
+        shutil.rmtree(old, ignore_errors=True)
