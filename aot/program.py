@@ -127,7 +127,9 @@ def build_program(graph: Graph, target: Target, name: str, knobs: Knobs | None =
     calls = [Call(_named(lower(ctx, node, _kernel_name(name, step, node)), name, step, node), node,
                   _args(graph, node))
              for step, node in enumerate(_kernel_nodes(graph))]
-    return _whole_where_it_pays(_place(graph, target, name, knobs, calls, root), calls, ctx, knobs, root)
+    program = _whole_where_it_pays(_place(graph, target, name, knobs, calls, root), calls, ctx, knobs, root)
+    _verify(program, root, max(target.align, 16))
+    return program
 
 
 def _whole_where_it_pays(program: Program, calls: list[Call], ctx: LowerContext, knobs: Knobs,
@@ -143,18 +145,16 @@ def _whole_where_it_pays(program: Program, calls: list[Call], ctx: LowerContext,
         if kernel.reuse == call.kernel.reuse:
             continue
         trial_calls = [*calls[:i], Call(kernel, call.node, call.args), *calls[i + 1:]]
-        trial = _place(program.graph, ctx.target, program.name, knobs, trial_calls, root, verify=False)
+        trial = _place(program.graph, ctx.target, program.name, knobs, trial_calls, root)
         if trial.plan.size <= program.plan.size:
             program, calls = trial, trial_calls
-    _verify(program, root, max(ctx.target.align, 16))       # a trial kept was not verified yet
     return program
 
 
-def _place(graph: Graph, target: Target, name: str, knobs: Knobs, calls: list[Call], root: _Storage,
-           verify: bool = True) -> Program:
+def _place(graph: Graph, target: Target, name: str, knobs: Knobs, calls: list[Call], root: _Storage) -> Program:
     """Where every tensor of the calls (in the graph's order) lives: the order they run in, the memory
-    plan (per region where the target has regions), verified unless told not to (a trial the caller may
-    drop)."""
+    plan (per region where the target has regions). Not verified: the build weighs several and verifies
+    the one it keeps."""
     locations = _external(graph, root)
     align = max(target.align, 16)
     layout, choice = _choose_order(calls, graph, root, locations, align, name, knobs)
@@ -172,11 +172,8 @@ def _place(graph: Graph, target: Target, name: str, knobs: Knobs, calls: list[Ca
             if locations.get(v, Location("constant", 0)).kind == "constant":
                 raise InternalError(f"kernel {call.kernel.name} (node '{call.node.name}') would read '{v}' from no "
                                     "buffer: a view of a constant was not folded")
-    program = Program(name, graph, layout.calls, locations, layout.plan, layout.buffers,
-                      {v: root(v) for v in graph.values}, choice, layout.shared, regions=placements)
-    if verify:
-        _verify(program, root, align)
-    return program
+    return Program(name, graph, layout.calls, locations, layout.plan, layout.buffers,
+                   {v: root(v) for v in graph.values}, choice, layout.shared, regions=placements)
 
 
 def _verify(program: Program, root: _Storage, align: int) -> None:

@@ -165,12 +165,16 @@ class ModuleBuilder:
         cut = min(cuts, key=lambda i: abs(2 * i - n))
         return [self.kernels[:cut], self.kernels[cut:]]
 
-    def optimized(self) -> llvm.ModuleRef:
+    def optimized(self, sources: list[str] | None = None) -> llvm.ModuleRef:
         """The module parsed, verified and optimized (O2 or O3) for the target; with many kernels, the
-        later half optimized in a child process at the same time and linked in after (its bitcode)."""
+        later half optimized in a child process at the same time and linked in after (its bitcode).
+        `sources`: the parts' IR texts if already built (else each process builds its own)."""
         parts = self._parts()
-        later = _forked(lambda: self._optimize(self._source(parts[1])).as_bitcode()) if len(parts) > 1 else None
-        mod = self._optimize(self._source(parts[0]))
+
+        def source(i: int) -> str:
+            return sources[i] if sources is not None else self._source(parts[i])
+        later = _forked(lambda: self._optimize(source(1)).as_bitcode()) if len(parts) > 1 else None
+        mod = self._optimize(source(0))
         if later is not None:
             mod.link_in(llvm.parse_bitcode(later()))
         return mod
@@ -196,10 +200,10 @@ class ModuleBuilder:
         printed before code generation (which rewrites the IR in place) and a copy of it goes to the
         assembly printer after the object is emitted, so the object is the bytes emit_object gives.
         The source is each part's module as built, one after the other."""
-        parts = self._parts()
-        source = "\n".join(f"; part {i + 1} of {len(parts)}\n{self._source(part)}" if len(parts) > 1
-                           else self._source(part) for i, part in enumerate(parts))
-        mod = self.optimized()
+        sources = [self._source(part) for part in self._parts()]
+        source = sources[0] if len(sources) == 1 else "\n".join(
+            f"; part {i + 1} of {len(sources)}\n{text}" for i, text in enumerate(sources))
+        mod = self.optimized(sources)
         optimized = str(mod)
         copy = mod.clone()
         obj = self.tm.emit_object(mod)

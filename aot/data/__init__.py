@@ -1,7 +1,7 @@
 """Files shipped with the package: target configs (targets/), board configs (boards/) and the C runtime
 that the run and bench harnesses are built from (runtime_c/). In a checkout they lie at the top of the
-repository; a wheel carries them inside the package as targets/ and so on (pyproject.toml maps
-them), read through importlib.resources so that a zipped install works too.
+repository; a wheel carries them inside the package as aot/data/targets/ and so on (pyproject.toml
+maps them), read through importlib.resources so that a zipped install works too.
 
 Users add targets and boards from directories of their own, searched before the shipped files like
 PATH: the directories a caller names (`--target-dir`, `--board-dir`), then the entries of an environment

@@ -14,14 +14,8 @@ from __future__ import annotations
 
 import os
 import shlex
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-
-if sys.version_info >= (3, 11):
-    pass
-else:  # pragma: no cover
-    pass
 
 from aot.data import SHIPPED
 from aot.errors import OptionError
