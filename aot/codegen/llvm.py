@@ -1,4 +1,7 @@
-"""Kernel IR → LLVM IR (through llvmlite's builder) → optimized object file for a target."""
+"""Kernel IR → LLVM IR (through llvmlite's builder) → optimized object file for a target.
+
+Kernels whose functions differ only in the weights they read share one body (ModuleBuilder._text): for a
+detector with repeated blocks that halves the code and the time LLVM takes to compile it."""
 
 from __future__ import annotations
 
@@ -144,26 +147,106 @@ class ModuleBuilder:
         part = ModuleBuilder(self.module.name, self.target, self.vectorize, self.opt_level)
         for kernel in kernels:
             part._function(kernel)
-        return str(part.module)
+        return part._text(kernels)
+
+    def _text(self, kernels: list[k.Kernel]) -> str:
+        """The module's IR text, in which kernels whose functions differ only in the weights they read
+        (a network's repeated blocks) share one body: an internal function that takes the weights as
+        parameters, which each kernel calls with its own. LLVM optimizes and compiles that body once,
+        and the object holds it once. The comparison is of the functions' IR text, so only kernels
+        that would compile to the same code share it."""
+        texts = {kernel.name: self._texts(kernel) for kernel in kernels}
+        groups: dict[str, list[k.Kernel]] = {}
+        for kernel in kernels:
+            groups.setdefault(texts[kernel.name][2], []).append(kernel)
+        lines = [f'; ModuleID = "{self.module.name}"', f'target triple = "{self.module.triple}"',
+                 f'target datalayout = "{self.module.data_layout}"', ""]
+        by_name = {kernel.name: kernel for kernel in kernels}
+        for name, value in self.module.globals.items():
+            if name not in by_name:
+                lines.append(str(value))
+                continue
+            kernel = by_name[name]
+            head, body, shape = texts[name]
+            group = groups[shape]
+            if len(group) == 1:
+                lines.append(f"{head}{{\n{body}}}\n")
+                continue
+            if kernel is group[0]:
+                lines.append(self._shared_body(group, shape))
+            args = [f"ptr {arg.get_reference()}" for arg in value.args]
+            args += [f"ptr {self._globals[buf.name].get_reference()}" for buf in k.constants(kernel)]
+            lines.append(f"{head}{{\nentry:\n  tail call void @\"{group[0].name}.shared\"({', '.join(args)})\n"
+                         "  ret void\n}\n")
+        return "\n".join(lines)
+
+    def _texts(self, kernel: k.Kernel) -> tuple[str, str, str]:
+        """The kernel function's prototype and body as IR text, and its shape: its arguments and body
+        with the weights' names replaced by the parameters a shared body takes them as (%"aot.w0", ...)."""
+        fn = self.module.globals[kernel.name]
+        head: list[str] = []
+        body: list[str] = []
+        fn.descr_prototype(head)
+        fn.descr_body(body)
+        text = "".join(body)
+        shape = ", ".join(str(arg) for arg in fn.args) + "\n" + text
+        for i, buf in enumerate(k.constants(kernel)):
+            shape = shape.replace(self._globals[buf.name].get_reference(), f'%"aot.w{i}"')
+        return "".join(head), text, shape
+
+    def _shared_body(self, group: list[k.Kernel], shape: str) -> str:
+        """The internal function `group`'s kernels call: their common body with the weights as parameters
+        (read-only, not aliased, aligned as the globals are, as many bytes as the smallest)."""
+        args, body = shape.split("\n", 1)
+        for i in range(len(k.constants(group[0]))):
+            size = min(self._globals[k.constants(kernel)[i].name].value_type.count for kernel in group)
+            args += f', ptr noalias readonly align {self.target.align} dereferenceable({size}) %"aot.w{i}"'
+        name = f"{group[0].name}.shared"
+        return (f'define internal void @"{name}"({args}) "no-builtins" nounwind section ".text.{name}"\n'
+                f"{{\n{body}}}\n")
 
     def _parts(self) -> list[list[k.Kernel]]:
-        """The kernels in two halves, optimized as two modules and linked (the later half in a child
-        process where the OS can fork, else after the first: the object is the same), or in one module:
-        halves split where no weight buffer is shared across them."""
+        """The kernels in two parts, optimized as two modules and linked (the later part in a child
+        process where the OS can fork, else after the first: the object is the same), or in one module.
+        Kernels that read the same weight buffer stay in one part, and so do kernels that look alike
+        (the same template on the same shapes: those that may share a body, see _text); the groups go
+        to the lighter part, largest first, each weighed by the bodies it may need."""
         n = len(self.kernels)
         if n < PARALLEL_KERNELS:
             return [self.kernels]
-        names = [{b.name for b in k.constants(kernel)} for kernel in self.kernels]
-        seen: dict[str, int] = {}
-        for i, found in enumerate(names):
-            for name in found:
-                seen.setdefault(name, i)
-        last = {name: i for i, found in enumerate(names) for name in found}
-        cuts = [i for i in range(1, n) if not any(seen[b] < i <= last[b] for b in last)]
-        if not cuts:
+        group = list(range(n))
+
+        def root(i: int) -> int:
+            while group[i] != i:
+                group[i] = group[group[i]]
+                i = group[i]
+            return i
+        first_reader: dict[object, int] = {}
+        for i, kernel in enumerate(self.kernels):
+            keys = [buf.name for buf in k.constants(kernel)] + [self._likeness(kernel)]
+            for key in keys:
+                j = first_reader.setdefault(key, i)
+                group[root(i)] = root(j)
+        members: dict[int, list[int]] = {}
+        for i in range(n):
+            members.setdefault(root(i), []).append(i)
+        weight = {r: len({self._likeness(self.kernels[i]) for i in m}) for r, m in members.items()}
+        parts: list[list[int]] = [[], []]
+        loads = [0, 0]
+        for r in sorted(members, key=lambda r: (-weight[r], r)):
+            lighter = 0 if loads[0] <= loads[1] else 1
+            parts[lighter] += members[r]
+            loads[lighter] += weight[r]
+        if not parts[1]:
             return [self.kernels]
-        cut = min(cuts, key=lambda i: abs(2 * i - n))
-        return [self.kernels[:cut], self.kernels[cut:]]
+        return [[self.kernels[i] for i in sorted(part)] for part in parts]
+
+    def _likeness(self, kernel: k.Kernel) -> tuple:
+        """What kernels that may share a body have in common, known before their IR is built: the
+        template (the name after the model and step) and the sizes of what they read and write."""
+        template = kernel.name.removeprefix(f"{self.module.name}_").partition("_")[2]
+        return (template, tuple((b.dtype, b.size) for b in kernel.params),
+                tuple((b.dtype, b.size) for b in k.constants(kernel)))
 
     def optimized(self, sources: list[str] | None = None) -> llvm.ModuleRef:
         """The module parsed, verified and optimized (O2 or O3) for the target; with many kernels, the

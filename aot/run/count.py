@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -29,9 +29,10 @@ LLVM_OBJDUMP = "llvm-objdump-19"
 
 
 def kernel_spans(exe: Path, name: str) -> dict[str, tuple[int, int]]:
-    """Each of the model's kernels (NAME_k<i>_<op>) in a linked program: its (address, size)."""
+    """Each of the model's kernels (NAME_k<i>_<op>) in a linked program, and each body kernels share
+    (NAME_k<i>_<op>.shared, see aot/codegen/llvm.py): its (address, size)."""
     funcs = functions(exe.read_bytes())
-    return {f: span for f, span in funcs.items() if re.fullmatch(rf"{re.escape(name)}_k\d+_\w+", f)}
+    return {f: span for f, span in funcs.items() if re.fullmatch(rf"{re.escape(name)}_k\d+_\w+(\.shared)?", f)}
 
 
 def kernel_range(exe: Path, name: str) -> tuple[int, int]:
@@ -72,7 +73,7 @@ def count_instructions(artifact: Artifact, inputs: dict[str, np.ndarray], timeou
                        ) -> tuple[dict[str, np.ndarray], int]:
     """Run the model once under the target's emulator; return its outputs and the number of
     instructions its kernels executed."""
-    outputs, total, _ = _count(artifact, inputs, timeout, per_kernel=False)
+    outputs, total, _, _ = _count(artifact, inputs, timeout, per_kernel=False)
     return outputs, total
 
 
@@ -80,7 +81,7 @@ def count_kernel_instructions(artifact: Artifact, inputs: dict[str, np.ndarray],
                               ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
     """Like count_instructions, with the instructions of each kernel function by name (in call order
     of their addresses); they add up to the total."""
-    outputs, _, per_kernel = _count(artifact, inputs, timeout, per_kernel=True)
+    outputs, _, per_kernel, _ = _count(artifact, inputs, timeout, per_kernel=True)
     return outputs, per_kernel
 
 
@@ -88,14 +89,18 @@ def count_kernel_instructions(artifact: Artifact, inputs: dict[str, np.ndarray],
 class Profile:
     """One run's instructions in the model's kernels: per address, how often it executed, how often it
     transferred control (a taken branch, call or return) and the bus transfers its misaligned data accesses
-    took beyond aligned ones; the kernels' (address, size) by name; and the linked program's kernels
-    disassembled by LLVM (address -> instruction text), for pricing them."""
+    took beyond aligned ones; the kernels' (address, size) by name; the linked program's kernels
+    disassembled by LLVM (address -> instruction text), for pricing them; and, where kernels share a body
+    (NAME_k<i>_<op>.shared, listed among the kernels), each kernel's instructions with those it ran in
+    the shared body, and the body each such kernel calls."""
 
     counts: dict[int, int]
     taken: dict[int, int]
     split: dict[int, int]
     kernels: dict[str, tuple[int, int]]
     disassembly: dict[int, str]
+    instructions: dict[str, int] = field(default_factory=dict)
+    calls: dict[str, str] = field(default_factory=dict)
 
 
 def profile_instructions(artifact: Artifact, inputs: dict[str, np.ndarray], timeout: float = 600.0
@@ -115,9 +120,10 @@ def profile_instructions(artifact: Artifact, inputs: dict[str, np.ndarray], time
             raise RunError(f"{artifact.name} on {artifact.target.name}: the emulator wrote no profile")
         found["text"] = path.read_text()
 
-    outputs, _, _ = _count(artifact, inputs, timeout, per_kernel=False, more_options=options, collect_from=collect)
+    outputs, _, instructions, calls = _count(artifact, inputs, timeout, per_kernel=True, more_options=options,
+                                             collect_from=collect)
     counts, taken, split = read_profile(found["text"], found["lo"])
-    return outputs, Profile(counts, taken, split, found["kernels"], found["disassembly"])
+    return outputs, Profile(counts, taken, split, found["kernels"], found["disassembly"], instructions, calls)
 
 
 def read_profile(text: str, lo: int) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
@@ -155,7 +161,11 @@ def disassemble(exe: Path, target, lo: int, hi: int) -> dict[int, str]:
 
 
 def _count(artifact: Artifact, inputs: dict[str, np.ndarray], timeout: float, per_kernel: bool,
-           more_options=None, collect_from=None) -> tuple[dict[str, np.ndarray], int, dict[str, int]]:
+           more_options=None, collect_from=None
+           ) -> tuple[dict[str, np.ndarray], int, dict[str, int], dict[str, str]]:
+    """The outputs, the kernels' instructions and, with `per_kernel`, each kernel's, and the body each
+    kernel calls where it calls one that kernels share (NAME_k<i>_<op>.shared): the instructions of a
+    shared body count towards the kernel that called it."""
     tgt = artifact.target
     if not tgt.run_command:
         raise RunError(f"target {tgt.name} runs natively; instructions are counted under an emulator "
@@ -170,7 +180,8 @@ def _count(artifact: Artifact, inputs: dict[str, np.ndarray], timeout: float, pe
         if per_kernel:
             spans.extend(sorted(((f, addr, addr + size) for f, (addr, size) in
                                  kernel_spans(exe, artifact.name).items() if size), key=lambda s: s[1]))
-            options += "".join(f",range={a:#x}-{b:#x}" for _, a, b in spans)
+            options += "".join(f",{'shared' if f.endswith('.shared') else 'range'}={a:#x}-{b:#x}"
+                               for f, a, b in spans)
         return ("-plugin", options, "-d", "plugin")
 
     outputs, proc = local.run_program(artifact, inputs, timeout, static=True, instrument=instrument,
@@ -183,4 +194,6 @@ def _count(artifact: Artifact, inputs: dict[str, np.ndarray], timeout: float, pe
     if per_kernel and len(counts) != len(spans):
         raise RunError(f"{artifact.name} on {tgt.name}: the emulator printed {len(counts)} of {len(spans)} "
                        "per-kernel counts")
-    return outputs, int(found[0]), {name: counts[i] for i, (name, _, _) in enumerate(spans)}
+    calls = {spans[int(i)][0]: spans[int(j)][0] for i, j in re.findall(r"^range (\d+) calls (\d+)$", proc.stderr, re.M)}
+    return outputs, int(found[0]), {name: counts[i] for i, (name, _, _) in enumerate(spans)
+                                    if not name.endswith(".shared")}, calls

@@ -154,6 +154,7 @@ def price(profile: Profile, target) -> Estimate:
     costs, unpriced_per_block = block_cycles([[profile.disassembly[pc] for pc in block] for block in blocks], target)
     owner = _owners(profile)
     per_kernel: dict[str, float] = {}
+    own: dict[str, int] = {}
     total = refill = 0.0
     instructions = unpriced = 0
     for block, cost, missing in zip(blocks, costs, unpriced_per_block):
@@ -175,8 +176,25 @@ def price(profile: Profile, target) -> Estimate:
         unpriced += runs * missing
         name = owner.get(block[0], "")
         per_kernel[name] = per_kernel.get(name, 0.0) + cycles
+        own[name] = own.get(name, 0) + runs * len(block)
+    _divide_shared(per_kernel, own, profile)
     return Estimate(round(total), instructions, {k: round(v) for k, v in per_kernel.items()}, round(refill),
                     unpriced)
+
+
+def _divide_shared(per_kernel: dict[str, float], own: dict[str, int], profile: Profile) -> None:
+    """Give the cycles of each body kernels share (aot/codegen/llvm.py) to the kernels that called it, in
+    proportion to the instructions each ran in it: exact where the body takes the same path on every
+    call (as a convolution's does), an average where its branches depend on the data."""
+    for body in [name for name in per_kernel if name.endswith(".shared")]:
+        ran = {kernel: profile.instructions[kernel] - own.get(kernel, 0)
+               for kernel, called in profile.calls.items() if called == body}
+        total = sum(ran.values())
+        if total <= 0:
+            raise RunError(f"{body}: its cycles belong to no kernel (the run names none that called it)")
+        cycles = per_kernel.pop(body)
+        for kernel, n in ran.items():
+            per_kernel[kernel] = per_kernel.get(kernel, 0.0) + cycles * n / total
 
 
 def split_blocks(profile: Profile) -> list[list[int]]:

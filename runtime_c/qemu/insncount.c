@@ -2,7 +2,11 @@
    executed at addresses in [lo, hi), or all of them without bounds, and prints "insns: N" at exit
    (visible with `-d plugin`). Works with qemu-user and qemu-system alike. Each `range=LO-HI`
    argument (sorted, disjoint, at most MAX_RANGES) also gets its own count, printed as
-   "range I: N" in argument order: one run gives the instructions of every function.
+   "range I: N" in argument order: one run gives the instructions of every function. A range given
+   as `shared=LO-HI` instead is a body several functions call (jump to) and return from: its
+   instructions count towards the range whose code ran last before it, which is printed once as
+   "range I calls J" (the calling range I, the shared range J; the shared range's own line counts
+   nothing).
 
    Build: gcc -shared -fPIC -O2 -o insncount.so insncount.c
    Use:   qemu-aarch64 -plugin ./insncount.so,lo=0x400000,hi=0x401000 -d plugin ./prog
@@ -60,7 +64,8 @@ __attribute__((visibility("default"))) int qemu_plugin_version = 1;
 static uint64_t executed;
 static uint64_t lo, hi = UINT64_MAX;
 static uint64_t range_lo[MAX_RANGES], range_hi[MAX_RANGES], range_count[MAX_RANGES];
-static int ranges;
+static int range_shared[MAX_RANGES], range_calls[MAX_RANGES], ranges, any_shared;
+static int current = -1;     /* the range (not shared) whose code ran last */
 
 /* Profile mode: per-byte-offset counters over [lo, hi), and where the block executed last ended. */
 static const char *profile_path;
@@ -151,16 +156,47 @@ static int range_of(uint64_t pc)
     return -1;
 }
 
-/* Per-range counters: one inline increment per instruction inside a range. */
+/* A block that starts in a range that is not shared: its code is the one running. */
+static void on_range_block(unsigned int vcpu, void *userdata)
+{
+    (void)vcpu;
+    current = (int)(intptr_t)userdata;
+}
+
+/* A block in a shared range: its instructions count towards the range running (userdata: how many
+   in the low 32 bits, the shared range above them). */
+static void on_shared_block(unsigned int vcpu, void *userdata)
+{
+    uint64_t packed = (uint64_t)(uintptr_t)userdata;
+    (void)vcpu;
+    if (current < 0) {
+        fprintf(stderr, "insncount: a shared range ran before any other range\n");
+        abort();
+    }
+    range_count[current] += packed & 0xffffffffu;
+    range_calls[current] = (int)(packed >> 32) + 1;     /* 0: calls none */
+}
+
+/* Per-range counters: one inline increment per instruction inside a range; a shared range's
+   instructions are counted by a callback per block, which knows the range running. */
 static void count_ranges(struct qemu_plugin_tb *tb, size_t n)
 {
-    size_t i;
+    size_t i, in_shared = 0;
+    int first = range_of(qemu_plugin_insn_vaddr(qemu_plugin_tb_get_insn(tb, 0))), shared = -1;
     for (i = 0; i < n; i++) {
         struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
         int r = range_of(qemu_plugin_insn_vaddr(insn));
-        if (r >= 0)
+        if (r >= 0 && range_shared[r]) {
+            in_shared++;
+            shared = r;
+        } else if (r >= 0)
             qemu_plugin_register_vcpu_insn_exec_inline(insn, QEMU_PLUGIN_INLINE_ADD_U64, &range_count[r], 1);
     }
+    if (any_shared && first >= 0 && !range_shared[first])
+        qemu_plugin_register_vcpu_tb_exec_cb(tb, on_range_block, QEMU_PLUGIN_CB_NO_REGS, (void *)(intptr_t)first);
+    if (in_shared > 0)
+        qemu_plugin_register_vcpu_tb_exec_cb(tb, on_shared_block, QEMU_PLUGIN_CB_NO_REGS,
+                                             (void *)(uintptr_t)(in_shared | (uint64_t)shared << 32));
 }
 
 /* Called once per translated block: add an inline counter increment for the instructions in range
@@ -202,6 +238,10 @@ static void print_count(qemu_plugin_id_t id, void *userdata)
     for (r = 0; r < ranges; r++) {
         snprintf(line, sizeof line, "range %d: %" PRIu64 "\n", r, range_count[r]);
         qemu_plugin_outs(line);
+        if (range_calls[r]) {
+            snprintf(line, sizeof line, "range %d calls %d\n", r, range_calls[r] - 1);
+            qemu_plugin_outs(line);
+        }
     }
 }
 
@@ -215,12 +255,14 @@ __attribute__((visibility("default"))) int qemu_plugin_install(qemu_plugin_id_t 
             lo = strtoull(argv[i] + 3, NULL, 0);
         else if (strncmp(argv[i], "hi=", 3) == 0)
             hi = strtoull(argv[i] + 3, NULL, 0);
-        else if (strncmp(argv[i], "range=", 6) == 0 && ranges < MAX_RANGES) {
+        else if ((strncmp(argv[i], "range=", 6) == 0 || strncmp(argv[i], "shared=", 7) == 0) && ranges < MAX_RANGES) {
             char *end;
-            range_lo[ranges] = strtoull(argv[i] + 6, &end, 0);
+            range_shared[ranges] = argv[i][0] == 's';
+            any_shared |= range_shared[ranges];
+            range_lo[ranges] = strtoull(strchr(argv[i], '=') + 1, &end, 0);
             range_hi[ranges] = *end == '-' ? strtoull(end + 1, NULL, 0) : 0;
             if (range_hi[ranges] <= range_lo[ranges] || (ranges > 0 && range_lo[ranges] < range_hi[ranges - 1])) {
-                fprintf(stderr, "insncount: range '%s' is empty or not after the one before\n", argv[i] + 6);
+                fprintf(stderr, "insncount: range '%s' is empty or not after the one before\n", argv[i]);
                 return -1;
             }
             ranges++;
@@ -228,7 +270,7 @@ __attribute__((visibility("default"))) int qemu_plugin_install(qemu_plugin_id_t 
             profile_path = argv[i] + 8;
         } else {
             fprintf(stderr, "insncount: unknown argument '%s' (expected lo=ADDR, hi=ADDR, range=LO-HI, "
-                    "profile=PATH)\n",
+                    "shared=LO-HI, profile=PATH)\n",
                     argv[i]);
             return -1;
         }
