@@ -201,10 +201,10 @@ def _many_kernels_model():
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def test_a_build_optimized_in_two_processes_is_the_build_optimized_in_one(tmp_path, monkeypatch):
-    """The later half of the kernels is optimized in a forked child and linked in as bitcode; without
-    fork the halves are optimized one after the other: the same object either way, and onnxruntime's
-    numbers."""
+def test_a_build_compiled_in_two_processes_is_the_build_compiled_in_one(tmp_path, monkeypatch):
+    """The later part of the kernels is compiled in a forked child and its object joined to the first's;
+    without fork the parts are compiled one after the other: the same object either way, and
+    onnxruntime's numbers."""
     import aot
     from aot.codegen import llvm as codegen
     model = _many_kernels_model()
@@ -219,20 +219,74 @@ def test_a_build_optimized_in_two_processes_is_the_build_optimized_in_one(tmp_pa
     assert result.ok, result
 
 
+def _later_part(artifact) -> list[str]:
+    """The kernels of a build that the child process compiles."""
+    from aot.codegen.llvm import ModuleBuilder
+    mb = ModuleBuilder(artifact.name, artifact.target)
+    for call in artifact.program.calls:
+        mb.add_kernel(call.kernel)
+    parts = mb._parts()
+    assert len(parts) == 2
+    return [kernel.name for kernel in parts[1]]
+
+
 def test_a_failure_in_the_child_process_is_an_internal_error_naming_it(tmp_path, monkeypatch):
     import aot
     from aot.codegen import llvm as codegen
     from aot.errors import InternalError
     real = codegen.ModuleBuilder._optimize
-    last = aot.build(_many_kernels_model(), out_dir=tmp_path / "ok").program.calls[-1].kernel.name
+    later = _later_part(aot.build(_many_kernels_model(), out_dir=tmp_path / "ok"))[0]
 
     def failing(self, source):
-        if f'@"{last}"(' in source:     # the last kernel: in the later half, optimized by the child
+        if f'@"{later}"(' in source:     # a kernel of the later part, compiled by the child
             raise RuntimeError("no memory left")
         return real(self, source)
     monkeypatch.setattr(codegen.ModuleBuilder, "_optimize", failing)
     monkeypatch.setattr(codegen.threading, "active_count", lambda: 1)    # fork even in a threaded test worker
-    with pytest.raises(InternalError, match="later half of the kernels in a child process failed: "
+    with pytest.raises(InternalError, match="later part of the kernels in a child process failed: "
                                             "RuntimeError: no memory left"):
         aot.build(_many_kernels_model(), out_dir=tmp_path / "f")
     assert not (tmp_path / "f").exists()
+
+
+def _varied_kernels_model():
+    """40 kernels of many shapes (convolutions of three kinds, activations, pooling): two parts of a build
+    with code of their own, not one shared body."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(2)
+    nodes, inits, x, channels = [], [], "x", 4
+    for i in range(20):
+        out, kernel = 4 + 2 * (i % 5), 1 + 2 * (i % 2)
+        inits.append(numpy_helper.from_array(
+            (rng.standard_normal((out, channels, kernel, kernel)) * 0.4).astype(np.float32), f"w{i}"))
+        nodes.append(helper.make_node("Conv", [x, f"w{i}"], [f"y{i}"], pads=[kernel // 2] * 4))
+        nodes.append(helper.make_node(("Tanh", "Relu", "Sigmoid")[i % 3], [f"y{i}"], [f"t{i}"]))
+        x, channels = f"t{i}", out
+    nodes.append(helper.make_node("GlobalAveragePool", [x], ["y"]))
+    graph = helper.make_graph(nodes, "varied", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, 1, 1])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("target", ["cortex-m4", "aarch64", "armv7-neon"])
+def test_an_object_joined_from_two_parts_links_and_runs(tmp_path, target):
+    import aot
+    model = _varied_kernels_model()
+    artifact = aot.build(model, target=target, out_dir=tmp_path / "b")
+    assert _later_part(artifact)
+    x = np.random.default_rng(0).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    result = aot.check(artifact, inputs={"x": x})
+    assert result.ok, result
+
+
+def test_the_emitted_stages_describe_the_joined_object(tmp_path):
+    import aot
+    model = _varied_kernels_model()
+    plain = aot.build(model, target="cortex-m4", out_dir=tmp_path / "p")
+    emitted = aot.build(model, target="cortex-m4", out_dir=tmp_path / "e", emit="llvm,asm")
+    assert emitted.object.read_bytes() == plain.object.read_bytes()
+    assembly = (tmp_path / "e" / "varied.s").read_text()
+    assert "; part 2 of 2" in assembly
+    for name in _later_part(plain):
+        assert f"{name}:" in assembly

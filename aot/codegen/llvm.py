@@ -15,6 +15,7 @@ import llvmlite.binding as llvm
 import numpy as np
 from llvmlite import ir
 
+from aot.codegen.relocatable import CannotJoin, join
 from aot.errors import InternalError
 from aot.isa import INT_SIMD
 from aot.kernel import ir as k
@@ -206,11 +207,11 @@ class ModuleBuilder:
                 f"{{\n{body}}}\n")
 
     def _parts(self) -> list[list[k.Kernel]]:
-        """The kernels in two parts, optimized as two modules and linked (the later part in a child
-        process where the OS can fork, else after the first: the object is the same), or in one module.
+        """The kernels in two parts, compiled as two modules and their objects joined (the later part in a
+        child process where the OS can fork, else after the first: the object is the same), or in one.
         Kernels that read the same weight buffer stay in one part, and so do kernels that look alike
         (the same template on the same shapes: those that may share a body, see _text); the groups go
-        to the lighter part, largest first, each weighed by the bodies it may need."""
+        to the lighter part, largest first, each weighed by the size of the bodies it may need."""
         n = len(self.kernels)
         if n < PARALLEL_KERNELS:
             return [self.kernels]
@@ -230,7 +231,8 @@ class ModuleBuilder:
         members: dict[int, list[int]] = {}
         for i in range(n):
             members.setdefault(root(i), []).append(i)
-        weight = {r: len({self._likeness(self.kernels[i]) for i in m}) for r, m in members.items()}
+        weight = {r: sum({self._likeness(self.kernels[i]): k.size(self.kernels[i]) for i in m}.values())
+                  for r, m in members.items()}
         parts: list[list[int]] = [[], []]
         loads = [0, 0]
         for r in sorted(members, key=lambda r: (-weight[r], r)):
@@ -248,21 +250,8 @@ class ModuleBuilder:
         return (template, tuple((b.dtype, b.size) for b in kernel.params),
                 tuple((b.dtype, b.size) for b in k.constants(kernel)))
 
-    def optimized(self, sources: list[str] | None = None) -> llvm.ModuleRef:
-        """The module parsed, verified and optimized (O2 or O3) for the target; with many kernels, the
-        later half optimized in a child process at the same time and linked in after (its bitcode).
-        `sources`: the parts' IR texts if already built (else each process builds its own)."""
-        parts = self._parts()
-
-        def source(i: int) -> str:
-            return sources[i] if sources is not None else self._source(parts[i])
-        later = _forked(lambda: self._optimize(source(1)).as_bitcode()) if len(parts) > 1 else None
-        mod = self._optimize(source(0))
-        if later is not None:
-            mod.link_in(llvm.parse_bitcode(later()))
-        return mod
-
     def _optimize(self, source: str) -> llvm.ModuleRef:
+        """The module parsed, verified and optimized (O2 or O3) for the target."""
         mod = llvm.parse_assembly(source)
         mod.verify()
         tuning = llvm.create_pipeline_tuning_options(speed_level=self.opt_level)
@@ -273,27 +262,50 @@ class ModuleBuilder:
         return mod
 
     def emit_object(self) -> bytes:
-        return self.tm.emit_object(self.optimized())
+        """The object. With many kernels, in two parts optimized and compiled at the same time (the later
+        in a child process) and joined into one object (aot/codegen/relocatable.py); compiled whole
+        where the parts' objects cannot be joined."""
+        parts = self._parts()
+        if len(parts) == 1:
+            return self.tm.emit_object(self._optimize(self._source(parts[0])))
+        later = _forked(lambda: self.tm.emit_object(self._optimize(self._source(parts[1]))))
+        first = self.tm.emit_object(self._optimize(self._source(parts[0])))
+        try:
+            return join(first, later())
+        except CannotJoin:
+            return self.tm.emit_object(self._optimize(self._source(self.kernels)))
 
     def emit_assembly(self) -> str:
-        return self.tm.emit_assembly(self.optimized())
+        return self.compile().assembly
 
     def compile(self) -> Compiled:
-        """The object and the texts of the stages that made it, from one optimization: its result is
-        printed before code generation (which rewrites the IR in place) and a copy of it goes to the
-        assembly printer after the object is emitted, so the object is the bytes emit_object gives.
-        The source is each part's module as built, one after the other."""
-        sources = [self._source(part) for part in self._parts()]
-        source = sources[0] if len(sources) == 1 else "\n".join(
-            f"; part {i + 1} of {len(sources)}\n{text}" for i, text in enumerate(sources))
-        mod = self.optimized(sources)
-        optimized = str(mod)
-        copy = mod.clone()
-        obj = self.tm.emit_object(mod)
-        return Compiled(obj, source, optimized, self.tm.emit_assembly(copy))
+        """The object emit_object gives and the texts of the stages that made it, part after part: each
+        part's optimized module is printed before code generation (which rewrites the IR in place) and
+        a copy of it goes to the assembly printer."""
+        parts = self._parts()
+        try:
+            return self._compile(parts)
+        except CannotJoin:
+            return self._compile([self.kernels])
+
+    def _compile(self, parts: list[list[k.Kernel]]) -> Compiled:
+        sources, optimized, assembly, objects = [], [], [], []
+        for part in parts:
+            sources.append(self._source(part))
+            mod = self._optimize(sources[-1])
+            optimized.append(str(mod))
+            copy = mod.clone()
+            objects.append(self.tm.emit_object(mod))
+            assembly.append(self.tm.emit_assembly(copy))
+
+        def joined(texts: list[str]) -> str:
+            return texts[0] if len(texts) == 1 else "\n".join(
+                f"; part {i + 1} of {len(texts)}\n{text}" for i, text in enumerate(texts))
+        obj = objects[0] if len(objects) == 1 else join(*objects)
+        return Compiled(obj, joined(sources), joined(optimized), joined(assembly))
 
 
-PARALLEL_KERNELS = 16       # from this many kernels a build optimizes them in two processes
+PARALLEL_KERNELS = 16       # from this many kernels a build compiles them in two processes
 
 
 def _forked(work: Callable[[], bytes]) -> Callable[[], bytes]:
@@ -324,7 +336,7 @@ def _forked(work: Callable[[], bytes]) -> Callable[[], bytes]:
         _, code = os.waitpid(pid, 0)
         if not data or data[0]:
             why = data[1:].decode(errors="replace") if data else f"it ended with status {code}"
-            raise InternalError(f"optimizing the later half of the kernels in a child process failed: {why}")
+            raise InternalError(f"compiling the later part of the kernels in a child process failed: {why}")
         return data[1:]
     return result
 

@@ -10,6 +10,7 @@ operators build nodes and fold constants, so lowering code reads like the math i
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
@@ -533,6 +534,22 @@ def uses_tiles(kernel: Kernel) -> bool:
 
 def constants(kernel: Kernel) -> list[Buffer]:
     """The constant buffers (weights) the kernel's body reads, each once, in the order first met."""
+    return list(_contents(kernel)[0])
+
+
+def size(kernel: Kernel) -> int:
+    """How many distinct expressions and statements the kernel's body holds: a measure of the code it
+    compiles to (the IR is already tiled and unrolled as it runs)."""
+    return _contents(kernel)[1]
+
+
+_CONTENTS: weakref.WeakKeyDictionary[Kernel, tuple[tuple[Buffer, ...], int]] = weakref.WeakKeyDictionary()
+
+
+def _contents(kernel: Kernel) -> tuple[tuple[Buffer, ...], int]:
+    """The kernel's constants and size, from one walk of its body, kept while the kernel lives."""
+    if kernel in _CONTENTS:
+        return _CONTENTS[kernel]
     found: dict[str, Buffer] = {}
     seen: set[int] = set()
     stack: list[object] = [kernel.body]
@@ -548,7 +565,8 @@ def constants(kernel: Kernel) -> list[Buffer]:
             stack.extend(reversed(node))
         elif isinstance(node, (Expr, Stmt)):
             stack.extend(getattr(node, f.name) for f in reversed(fields(node)))
-    return list(found.values())
+    _CONTENTS[kernel] = result = (tuple(found.values()), len(seen))
+    return result
 
 
 class Builder:
