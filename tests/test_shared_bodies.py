@@ -112,3 +112,16 @@ def test_estimated_cycles_of_a_shared_body_go_to_its_callers(tmp_path):
     convs = [estimate.per_kernel[name] for name in callers(artifact)]
     assert len(convs) >= 2 and len(set(convs)) == 1 and convs[0] > 10_000, estimate.per_kernel
     assert abs(sum(estimate.per_kernel.values()) - estimate.cycles) <= len(estimate.per_kernel)
+
+
+def test_a_module_without_kernels_alike_is_llvmlites_text(tmp_path):
+    """The module text written with shared bodies is, where nothing is shared, the text llvmlite prints."""
+    from aot.codegen.llvm import ModuleBuilder
+
+    artifact = aot.build(repeated_blocks(), target="host", out_dir=tmp_path / "b", name="net")
+    kernels = [call.kernel for call in artifact.program.calls]
+    distinct = [kernels[0], kernels[-1]]
+    mb = ModuleBuilder("net", artifact.target)
+    for kernel in distinct:
+        mb._function(kernel)
+    assert mb._text(distinct) == str(mb.module)

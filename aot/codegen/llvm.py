@@ -162,6 +162,7 @@ class ModuleBuilder:
             groups.setdefault(texts[kernel.name][2], []).append(kernel)
         lines = [f'; ModuleID = "{self.module.name}"', f'target triple = "{self.module.triple}"',
                  f'target datalayout = "{self.module.data_layout}"', ""]
+        lines += [t.get_declaration() for t in self.module.get_identified_types().values()]
         by_name = {kernel.name: kernel for kernel in kernels}
         for name, value in self.module.globals.items():
             if name not in by_name:
@@ -179,7 +180,7 @@ class ModuleBuilder:
             args += [f"ptr {self._globals[buf.name].get_reference()}" for buf in k.constants(kernel)]
             lines.append(f"{head}{{\nentry:\n  tail call void @\"{group[0].name}.shared\"({', '.join(args)})\n"
                          "  ret void\n}\n")
-        return "\n".join(lines)
+        return "\n".join(lines + self.module._get_metadata_lines())
 
     def _texts(self, kernel: k.Kernel) -> tuple[str, str, str]:
         """The kernel function's prototype and body as IR text, and its shape: its arguments and body
