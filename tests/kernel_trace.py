@@ -25,8 +25,9 @@ class Trace:
 
     def __init__(self, kernel: k.Kernel):
         self.kernel = kernel
-        self.reads = {p.name: np.full(p.nbytes, -1, dtype=np.int64) for p in kernel.params}
-        self.writes: dict[str, list[tuple[int, int, int]]] = {p.name: [] for p in kernel.params}
+        buffers = kernel.params + kernel.stack        # the stack's scratch is replayed too, never checked
+        self.reads = {p.name: np.full(p.nbytes, -1, dtype=np.int64) for p in buffers}
+        self.writes: dict[str, list[tuple[int, int, int]]] = {p.name: [] for p in buffers}
         self.step = 0
         self.block(kernel.body, {})
 
@@ -61,6 +62,10 @@ class Trace:
                 for i in range(len(s.accs)):
                     start = pixel + i * s.pixel_stride
                     self.reads[s.x.name][start:start + 4 * s.steps] = self.step
+            self.step += 1
+        elif isinstance(s, k.Tile):         # AMX: only scratch and weights, never a parameter
+            if s.buf is not None and s.buf in self.kernel.params:
+                raise TypeError(f"a tile {s.op} on parameter {s.buf.name} is not replayed")
             self.step += 1
         else:
             raise TypeError(s)
