@@ -135,19 +135,30 @@ def build_program(graph: Graph, target: Target, name: str, knobs: Knobs | None =
 def _whole_where_it_pays(program: Program, calls: list[Call], ctx: LowerContext, knobs: Knobs,
                          root: _Storage) -> Program:
     """A kernel computing its first pixels whole to overlap its input closer (conv.Order) spends code on
-    them: keep each such kernel only where the workspace would grow without it (the lean variant tried
-    in the graph's order, kept whenever it costs no byte)."""
+    them: keep each such kernel only where the workspace would grow without it. The lean variants are
+    tried all together first (in the models seen, none costs a byte), then, where together they cost
+    bytes, each half of them, down to one at a time; a trial is kept whenever it costs no byte."""
     lean = dataclasses.replace(ctx, whole=frozenset())
+    variants = []
     for i, call in enumerate(calls):
-        if call.node.name not in ctx.whole:
-            continue
-        kernel = lower(lean, call.node, call.kernel.name)
-        if kernel.reuse == call.kernel.reuse:
-            continue
-        trial_calls = [*calls[:i], Call(kernel, call.node, call.args), *calls[i + 1:]]
+        if call.node.name in ctx.whole:
+            kernel = lower(lean, call.node, call.kernel.name)
+            if kernel.reuse != call.kernel.reuse:
+                variants.append((i, kernel))
+
+    def attempt(group: list[tuple[int, Kernel]]) -> None:
+        nonlocal program, calls
+        trial_calls = list(calls)
+        for i, kernel in group:
+            trial_calls[i] = Call(kernel, calls[i].node, calls[i].args)
         trial = _place(program.graph, ctx.target, program.name, knobs, trial_calls, root)
         if trial.plan.size <= program.plan.size:
             program, calls = trial, trial_calls
+        elif len(group) > 1:
+            attempt(group[:len(group) // 2])
+            attempt(group[len(group) // 2:])
+    if variants:
+        attempt(variants)
     return program
 
 

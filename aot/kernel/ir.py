@@ -10,6 +10,7 @@ operators build nodes and fold constants, so lowering code reads like the math i
 
 from __future__ import annotations
 
+import functools
 import weakref
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
@@ -493,7 +494,7 @@ class Reuse:
     progress: tuple[tuple[int, int], ...] = ()
     backward: bool = False
 
-    @property
+    @functools.cached_property          # progress may hold a checkpoint per pixel; the planner asks often
     def shift(self) -> int:
         if self.exact:
             return 0
