@@ -124,4 +124,24 @@ def test_a_module_without_kernels_alike_is_llvmlites_text(tmp_path):
     mb = ModuleBuilder("net", artifact.target)
     for kernel in distinct:
         mb._function(kernel)
-    assert mb._text(distinct) == str(mb.module)
+    assert mb._text(distinct, {}) == str(mb.module)
+
+
+def test_a_kernels_structure_is_all_its_code_reads_but_names_and_weights():
+    from aot.kernel import ir as k
+
+    def kernel(name: str, added: float, weights: np.ndarray, out_name: str = "out0") -> k.Kernel:
+        x, y = k.Buffer("in0", "f32", 8), k.Buffer(out_name, "f32", 8)
+        w = k.Buffer(f"{name}_w", "f32", len(weights), weights)
+        b = k.Builder()
+        with b.loop("i", 0, 8) as i:
+            b.store(y, i, x[i] * w[i] + k.const(added, "f32"))
+        return k.Kernel(name, (x, y), b.block())
+
+    ones, twos = np.ones(8, np.float32), np.full(8, 2, np.float32)
+    same = k.structure(kernel("a", 0.0, ones))
+    assert same is not None and k.structure(kernel("b", 0.0, twos)) == same      # other name, other weights
+    assert k.structure(kernel("c", -0.0, ones)) != same                         # -0.0 is not 0.0
+    assert k.structure(kernel("d", 0.5, ones)) != same
+    assert k.structure(kernel("e", 0.0, ones, out_name="out1")) != same
+    assert k.structure(kernel("f", 0.0, ones[:4])) != same                      # weights of another size

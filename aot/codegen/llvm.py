@@ -122,7 +122,7 @@ class ModuleBuilder:
         verify_kernel(kernel, self.target.pointer_bits)
         self.kernels.append(kernel)
 
-    def _function(self, kernel: k.Kernel) -> None:
+    def _prototype(self, kernel: k.Kernel) -> ir.Function:
         fn_type = ir.FunctionType(ir.VoidType(), [ir.PointerType() for _ in kernel.params])
         fn = ir.Function(self.module, fn_type, name=kernel.name)
         fn.section = f".text.{kernel.name}"
@@ -135,6 +135,10 @@ class ModuleBuilder:
             # (the AArch64 scheduler did, in a backward depthwise convolution).
             if not kernel.reuse:
                 arg.add_attribute("noalias")
+        return fn
+
+    def _function(self, kernel: k.Kernel) -> None:
+        fn = self._prototype(kernel)
         emitter = _FunctionEmitter(self, fn, dict(zip(kernel.params, fn.args)))
         for buf in kernel.stack:
             slot = emitter.alloca_builder.alloca(ir.ArrayType(self.scalar(buf.dtype), buf.size), name=buf.name)
@@ -144,22 +148,35 @@ class ModuleBuilder:
         emitter.emit(kernel.body)
 
     def _source(self, kernels: list[k.Kernel]) -> str:
-        """The LLVM IR text of a module of `kernels` (built in a builder of its own)."""
+        """The LLVM IR text of a module of `kernels` (built in a builder of its own). A kernel of the
+        structure of one before it (k.structure: the same code but for its weights) is not built again:
+        it calls the body the first one's function becomes (see _text)."""
         part = ModuleBuilder(self.module.name, self.target, self.vectorize, self.opt_level)
+        first: dict[tuple, k.Kernel] = {}
+        alike: dict[str, k.Kernel] = {}     # a kernel not built -> the one of its structure that was
         for kernel in kernels:
-            part._function(kernel)
-        return part._text(kernels)
+            structure = k.structure(kernel)
+            built = first.setdefault(structure, kernel) if structure is not None else kernel
+            if built is kernel:
+                part._function(kernel)
+                continue
+            alike[kernel.name] = built
+            for buf in k.constants(kernel):
+                part.constant_global(buf)
+            part._prototype(kernel)
+        return part._text(kernels, alike)
 
-    def _text(self, kernels: list[k.Kernel]) -> str:
+    def _text(self, kernels: list[k.Kernel], alike: dict[str, k.Kernel]) -> str:
         """The module's IR text, in which kernels whose functions differ only in the weights they read
         (a network's repeated blocks) share one body: an internal function that takes the weights as
         parameters, which each kernel calls with its own. LLVM optimizes and compiles that body once,
-        and the object holds it once. The comparison is of the functions' IR text, so only kernels
-        that would compile to the same code share it."""
-        texts = {kernel.name: self._texts(kernel) for kernel in kernels}
+        and the object holds it once. Built functions are compared by their IR text, so only kernels
+        that compile to the same code share it; those not built (`alike`) share their twin's body."""
+        texts = {kernel.name: self._texts(kernel) for kernel in kernels if kernel.name not in alike}
         groups: dict[str, list[k.Kernel]] = {}
         for kernel in kernels:
-            groups.setdefault(texts[kernel.name][2], []).append(kernel)
+            twin = alike.get(kernel.name, kernel)
+            groups.setdefault(texts[twin.name][2], []).append(kernel)
         lines = [f'; ModuleID = "{self.module.name}"', f'target triple = "{self.module.triple}"',
                  f'target datalayout = "{self.module.data_layout}"', ""]
         lines += [t.get_declaration() for t in self.module.get_identified_types().values()]
@@ -169,13 +186,18 @@ class ModuleBuilder:
                 lines.append(str(value))
                 continue
             kernel = by_name[name]
-            head, body, shape = texts[name]
+            twin = alike.get(name, kernel)
+            head, body, shape = texts[twin.name]
             group = groups[shape]
             if len(group) == 1:
                 lines.append(f"{head}{{\n{body}}}\n")
                 continue
             if kernel is group[0]:
                 lines.append(self._shared_body(group, shape))
+            if twin is not kernel:
+                prototype: list[str] = []
+                value.descr_prototype(prototype)
+                head = "define" + "".join(prototype).removeprefix("declare")
             args = [f"ptr {arg.get_reference()}" for arg in value.args]
             args += [f"ptr {self._globals[buf.name].get_reference()}" for buf in k.constants(kernel)]
             lines.append(f"{head}{{\nentry:\n  tail call void @\"{group[0].name}.shared\"({', '.join(args)})\n"

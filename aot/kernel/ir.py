@@ -570,6 +570,42 @@ def _contents(kernel: Kernel) -> tuple[tuple[Buffer, ...], int]:
     return result
 
 
+def structure(kernel: Kernel) -> tuple | None:
+    """Everything code generation reads of the kernel but its name and its weights' names and bytes: two
+    kernels of one structure compile to one function of their weights. Every field of every node of
+    the body counts (shared subexpressions as references to their first occurrence; numbers by type and
+    exact value, so 0.0 is not -0.0), parameters and stack buffers by name, type and size, weights by
+    the order first met, type and size. None where the body holds a value of a kind not listed here."""
+    weights = {buf.name: i for i, buf in enumerate(constants(kernel))}
+    seen: dict[int, int] = {}
+
+    def of(node: object) -> object:
+        if isinstance(node, Buffer):
+            if node.is_const:
+                return ("weights", weights[node.name], node.dtype, node.size)
+            return ("buffer", node.name, node.dtype, node.size)
+        if isinstance(node, tuple):
+            return tuple(of(item) for item in node)
+        if isinstance(node, (Expr, Stmt)):
+            if id(node) in seen:
+                return ("ref", seen[id(node)])
+            seen[id(node)] = len(seen)
+            return (type(node).__name__, *(of(getattr(node, f.name)) for f in fields(node)))
+        if isinstance(node, (float, np.floating)):
+            return (type(node).__name__, float(node).hex())
+        if node is None or isinstance(node, (bool, int, str, np.integer, np.bool_)):
+            return (type(node).__name__, node.item() if isinstance(node, np.generic) else node)
+        raise _Unknown
+    try:
+        return (of(kernel.params), of(kernel.stack), bool(kernel.reuse), of(kernel.body))
+    except _Unknown:
+        return None
+
+
+class _Unknown(Exception):
+    """A value in a kernel body that structure() does not know how to compare."""
+
+
 class Builder:
     """Collects statements; loops nest with `with b.loop(...) as i:`."""
 
