@@ -75,11 +75,37 @@ def test_a_build_whose_parts_cannot_be_joined_is_compiled_whole(tmp_path, monkey
     model = _varied_kernels_model()
     joined = aot.build(model, out_dir=tmp_path / "j").object.read_bytes()
 
-    def refuse(*objects):
-        raise CannotJoin("refused here")
+    def refuse(first, second, localize=frozenset()):     # the parts' objects; the weights still join
+        if not localize:
+            raise CannotJoin("refused here")
+        return join(first, second, localize)
     monkeypatch.setattr(codegen, "join", refuse)
     whole = aot.build(model, out_dir=tmp_path / "w")
     assert whole.object.read_bytes() != joined
     assert set(functions(whole.object.read_bytes())) == set(functions(joined))
     result = aot.check(whole, inputs={"x": np.random.default_rng(1).standard_normal((1, 4, 8, 8)).astype(np.float32)})
     assert result.ok, result
+
+
+@pytest.mark.parametrize("target", ["host", "cortex-m4"])
+def test_large_weights_are_joined_as_data_local_to_the_object(target, tmp_path):
+    """Weights of DATA_WEIGHTS bytes or more are not in the LLVM module (only declared there): a data
+    object holds them, joined to the code; in the object they are local, defined, in their sections."""
+    w = np.random.default_rng(0).standard_normal((32, 16, 3, 3)).astype(np.float32)      # 18 KB
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], {"x": (1, 16, 6, 6)},
+                       {"y": (1, 32, 6, 6)}, {"w": w})
+    artifact = aot.build(model, target=target, out_dir=tmp_path / "b", name="net", emit="llvm")
+    assert undefined_symbols(artifact.object.read_bytes()) == []
+    ir_text = (tmp_path / "b" / "net.ll").read_text()
+    obj = tmp_path / "b" / "net.o"
+    symbols = subprocess.run(["readelf", "-s", "-W", str(obj)], capture_output=True, text=True, check=True).stdout
+    sections = subprocess.run(["readelf", "-S", "-W", str(obj)], capture_output=True, text=True, check=True).stdout
+    weights = [line.split()[-1] for line in symbols.splitlines() if re.search(r"\bOBJECT\b", line)]
+    assert weights, symbols
+    for name in weights:
+        assert re.search(rf"{name}\s*$", symbols, re.M)
+        assert re.search(rf"LOCAL\s+DEFAULT\s+\d+\s+{name}$", symbols, re.M), symbols
+        assert f".rodata.aot.{name}" in sections
+    big = [name for name in weights if f'@"{name}" = external dso_local constant' in ir_text]
+    assert big, ir_text[:2000]
+    assert aot.check(model, target=target).ok

@@ -15,7 +15,7 @@ import llvmlite.binding as llvm
 import numpy as np
 from llvmlite import ir
 
-from aot.codegen.relocatable import CannotJoin, join
+from aot.codegen.relocatable import CannotJoin, data_object, join
 from aot.errors import InternalError
 from aot.isa import INT_SIMD
 from aot.kernel import ir as k
@@ -67,10 +67,11 @@ def _splat_value(ty: ir.Type, value: int):
 class ModuleBuilder:
     """One LLVM module for a whole model: kernels as exported functions, weights as const globals."""
 
-    def __init__(self, name: str, target: Target, vectorize: bool = True, opt_level: int = 3):
+    def __init__(self, name: str, target: Target, vectorize: bool = True, opt_level: int = 3, share: bool = True):
         self.target = target
         self.vectorize = vectorize      # False: LLVM's loop and SLP vectorizers stay off (scalar builds)
         self.opt_level = opt_level      # LLVM's pipeline: O2 or O3
+        self.share = share              # kernels alike share one body (_text); False: each has its own
         self.tm = target_machine(target)
         self.module = ir.Module(name=name)
         self.module.triple = self.tm.triple
@@ -93,19 +94,40 @@ class ModuleBuilder:
         return self.scalar(dtype) if lanes == 1 else ir.VectorType(self.scalar(dtype), lanes)
 
     def constant_global(self, buf: k.Buffer) -> ir.GlobalVariable:
+        """The weights as an array of bytes, which kernels address with typed GEPs (pointers are opaque).
+        Small ones are the module's own, their bytes in the IR (LLVM may fold a load of them); larger
+        ones are declared only, their bytes joined to the object as data (emit_object): LLVM never
+        holds or prints them."""
         if buf.name not in self._globals:
-            data = np.ascontiguousarray(buf.data).reshape(-1)
-            # Stored as raw little-endian bytes: cheap to build and print even for large weights;
-            # kernels address it with typed GEPs (pointers are opaque).
-            arr = ir.ArrayType(ir.IntType(8), data.nbytes)
+            arr = ir.ArrayType(ir.IntType(8), buf.data.nbytes)
             g = ir.GlobalVariable(self.module, arr, name=buf.name)
             g.global_constant = True
-            g.linkage = "internal"
             g.align = self.target.align
-            g.section = f"{self.target.weights_prefix}.{buf.name}"
-            g.initializer = _Bytes(arr, bytearray(data.astype(data.dtype.newbyteorder("<")).tobytes()))
+            if _joined_as_data(buf):
+                g.linkage, g.storage_class = "external", "dso_local"
+            else:
+                g.linkage = "internal"
+                g.section = f"{self.target.weights_prefix}.{buf.name}"
+                g.initializer = _Bytes(arr, bytearray(_little_endian(buf)))
             self._globals[buf.name] = g
         return self._globals[buf.name]
+
+    def _with_weights(self, code: bytes) -> bytes:
+        """The code object joined to an object of the weights its module declares, each in a section of
+        its own (the target's weights prefix and its name), local to the object as the module's own are."""
+        blobs: dict[str, k.Buffer] = {}
+        for kernel in self.kernels:
+            for buf in k.constants(kernel):
+                if _joined_as_data(buf):
+                    blobs.setdefault(buf.name, buf)
+        if not blobs:
+            return code
+        data = data_object(code, [(f"{self.target.weights_prefix}.{name}", name, _little_endian(buf), self.target.align)
+                                  for name, buf in blobs.items()])
+        try:
+            return join(code, data, localize=frozenset(blobs))
+        except CannotJoin as err:
+            raise InternalError(f"joining the weights to the code object failed: {err}") from err
 
     def intrinsic(self, name: str, ty: ir.Type, arity: int) -> ir.Function:
         """An overloaded LLVM intrinsic on `ty` (scalar or vector float), declared once."""
@@ -151,7 +173,11 @@ class ModuleBuilder:
         """The LLVM IR text of a module of `kernels` (built in a builder of its own). A kernel of the
         structure of one before it (k.structure: the same code but for its weights) is not built again:
         it calls the body the first one's function becomes (see _text)."""
-        part = ModuleBuilder(self.module.name, self.target, self.vectorize, self.opt_level)
+        part = ModuleBuilder(self.module.name, self.target, self.vectorize, self.opt_level, self.share)
+        if not self.share:
+            for kernel in kernels:
+                part._function(kernel)
+            return str(part.module)
         first: dict[tuple, k.Kernel] = {}
         alike: dict[str, k.Kernel] = {}     # a kernel not built -> the one of its structure that was
         for kernel in kernels:
@@ -290,13 +316,14 @@ class ModuleBuilder:
         where the parts' objects cannot be joined."""
         parts = self._parts()
         if len(parts) == 1:
-            return self.tm.emit_object(self._optimize(self._source(parts[0])))
+            return self._with_weights(self.tm.emit_object(self._optimize(self._source(parts[0]))))
         later = _forked(lambda: self.tm.emit_object(self._optimize(self._source(parts[1]))))
         first = self.tm.emit_object(self._optimize(self._source(parts[0])))
         try:
-            return join(first, later())
+            code = join(first, later())
         except CannotJoin:
-            return self.tm.emit_object(self._optimize(self._source(self.kernels)))
+            code = self.tm.emit_object(self._optimize(self._source(self.kernels)))
+        return self._with_weights(code)
 
     def emit_assembly(self) -> str:
         return self.compile().assembly
@@ -324,11 +351,21 @@ class ModuleBuilder:
         def joined(texts: list[str]) -> str:
             return texts[0] if len(texts) == 1 else "\n".join(
                 f"; part {i + 1} of {len(texts)}\n{text}" for i, text in enumerate(texts))
-        obj = objects[0] if len(objects) == 1 else join(*objects)
+        obj = self._with_weights(objects[0] if len(objects) == 1 else join(*objects))
         return Compiled(obj, joined(sources), joined(optimized), joined(assembly))
 
 
 PARALLEL_KERNELS = 16       # from this many kernels a build compiles them in two processes
+DATA_WEIGHTS = 4096         # weights of this many bytes or more are joined to the object as data
+
+
+def _joined_as_data(buf: k.Buffer) -> bool:
+    return buf.data.nbytes >= DATA_WEIGHTS
+
+
+def _little_endian(buf: k.Buffer) -> bytes:
+    data = np.ascontiguousarray(buf.data).reshape(-1)
+    return data.astype(data.dtype.newbyteorder("<")).tobytes()
 
 
 def _forked(work: Callable[[], bytes]) -> Callable[[], bytes]:

@@ -95,8 +95,10 @@ def _string(table: bytes, at: int) -> str:
     return table[at:table.index(b"\0", at)].decode()
 
 
-def join(first: bytes, second: bytes) -> bytes:
-    """One relocatable object holding both objects' sections and symbols (see the module docstring)."""
+def join(first: bytes, second: bytes, localize: frozenset[str] = frozenset()) -> bytes:
+    """One relocatable object holding both objects' sections and symbols (see the module docstring).
+    The global symbols named in `localize`, defined in one object and referenced from the other, become
+    local to the object joined (as the weights a module declares and a data object holds)."""
     layout = _Layout(first)
     if _Layout(second).header != layout.header:
         raise CannotJoin("objects of different ELF classes or byte orders")
@@ -135,12 +137,24 @@ def join(first: bytes, second: bytes) -> bytes:
         for i in range(1, _first_global(sections_a if which == 0 else sections_b)):
             index[which][i] = len(symbols)
             symbols.append(_renumbered(syms[i], where[which]))
-    first_global = len(symbols)
     named: dict[str, int] = {}
+    for which, syms in enumerate((symbols_a, symbols_b)):
+        for i in range(_first_global(sections_a if which == 0 else sections_b), len(syms)):
+            if syms[i].name in localize and syms[i].shndx:
+                if syms[i].name in named:
+                    raise CannotJoin(f"both objects define {syms[i].name}")
+                named[syms[i].name] = len(symbols)
+                symbols.append(replace(_renumbered(syms[i], where[which]), info=syms[i].info & 0xF))   # STB_LOCAL
+    if len(named) != len(localize):
+        raise CannotJoin(f"no definition of {', '.join(sorted(localize - set(named)))}")
+    first_global = len(symbols)
     for which, syms in enumerate((symbols_a, symbols_b)):
         for i in range(_first_global(sections_a if which == 0 else sections_b), len(syms)):
             symbol = _renumbered(syms[i], where[which])
             at = named.get(symbol.name)
+            if at is not None and symbol.name in localize:
+                index[which][i] = at
+                continue
             if at is None:
                 named[symbol.name] = index[which][i] = len(symbols)
                 symbols.append(symbol)
@@ -244,3 +258,23 @@ def _write(layout: _Layout, header: tuple, sections: list[_Section], names: list
     fields[13] = 1
     struct.pack_into(layout.header, blob, 0, *fields)
     return bytes(blob)
+
+
+def data_object(like: bytes, blobs: list[tuple[str, str, bytes, int]]) -> bytes:
+    """A relocatable object for the machine and ABI of the object `like`, holding each blob (section
+    name, symbol, bytes, alignment) as a read-only section of its own with a global data symbol of its
+    size at its start."""
+    layout = _Layout(like)
+    header = struct.unpack_from(layout.header, like, 0)
+    sections = [_Section("", 0, 0, 0, 0, 0, 0, b""), _Section(".strtab", SHT_STRTAB, 0, 0, 0, 1, 0, b"")]
+    symbols = [_Symbol("", 0, 0, 0, 0, 0)]
+    for section, symbol, data, align in blobs:
+        symbols.append(_Symbol(symbol, 1 << 4 | 1, 0, len(sections), 0, len(data)))     # STB_GLOBAL, STT_OBJECT
+        sections.append(_Section(section, 1, 2, 0, 0, align, 0, data))                 # PROGBITS, SHF_ALLOC
+    strings = _Strings()
+    names = [strings.add(section.name) for section in sections] + [strings.add(".symtab")]
+    symtab = b"".join(_pack_symbol(layout, strings.add(s.name), s) for s in symbols)
+    sections[1] = replace(sections[1], data=strings.data())
+    sections.append(_Section(".symtab", SHT_SYMTAB, 0, 1, 1, 8 if layout.is64 else 4, struct.calcsize(layout.symbol),
+                             symtab))
+    return _write(layout, header, sections, names)
