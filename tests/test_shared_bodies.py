@@ -145,3 +145,12 @@ def test_a_kernels_structure_is_all_its_code_reads_but_names_and_weights():
     assert k.structure(kernel("d", 0.5, ones)) != same
     assert k.structure(kernel("e", 0.0, ones, out_name="out1")) != same
     assert k.structure(kernel("f", 0.0, ones[:4])) != same                      # weights of another size
+
+
+def test_a_build_without_shared_bodies_gives_each_kernel_its_own(tmp_path):
+    artifact = aot.build(repeated_blocks(), target="cortex-m4", out_dir=tmp_path / "b", name="net",
+                         knobs={"share_bodies": False})
+    funcs = kernel_functions(artifact)
+    assert not [name for name in funcs if name.endswith(".shared")]
+    assert all(size > 32 for name, size in funcs.items() if "_conv" in name), funcs
+    assert aot.check(repeated_blocks(), target="cortex-m4", knobs={"share_bodies": False}).ok
