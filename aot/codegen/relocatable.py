@@ -9,16 +9,18 @@ hold are renumbered. Sections that carry no code or data and are alike in both (
 that only identical-code folding reads) are left out, which a linker takes as "every address matters".
 Objects with an extended section index table or with section groups are refused: LLVM gives neither to
 aot's modules unless they hold tens of thousands of sections, and the caller then compiles the module
-whole."""
+whole. data_object makes the object of a module's larger weights, which join makes local to the
+object it joins them to (`localize`), as they would be had LLVM emitted them."""
 
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, replace
 
-SHT_SYMTAB, SHT_STRTAB, SHT_RELA, SHT_REL, SHT_GROUP, SHT_SYMTAB_SHNDX = 2, 3, 4, 9, 17, 18
-SHT_LLVM_ADDRSIG = 0x6FFF4C03
-SHF_LINK_ORDER = 0x80
+SHT_PROGBITS, SHT_SYMTAB, SHT_STRTAB, SHT_RELA, SHT_NOBITS, SHT_REL = 1, 2, 3, 4, 8, 9
+SHT_GROUP, SHT_SYMTAB_SHNDX, SHT_LLVM_ADDRSIG = 17, 18, 0x6FFF4C03
+SHF_ALLOC, SHF_LINK_ORDER = 0x2, 0x80
+STB_GLOBAL, STT_OBJECT = 1, 1
 SHN_LORESERVE = 0xFF00
 _ONCE = {".note.GNU-stack", ".ARM.attributes"}     # kept from the first object only
 
@@ -74,9 +76,8 @@ class _Layout:
         for name, kind, flags, _, offset, size, link, info, align, entsize in raw:
             if kind in (SHT_GROUP, SHT_SYMTAB_SHNDX):
                 raise CannotJoin("section groups or extended section indices")
-            data = b"" if kind == 8 else elf[offset:offset + size]      # SHT_NOBITS holds no bytes
-            sections.append(_Section(_string(elf, names_at + name), kind, flags, link, info, align, entsize,
-                                     data if kind != 8 else bytes(size)))
+            data = bytes(size) if kind == SHT_NOBITS else elf[offset:offset + size]   # (NOBITS: its size only)
+            sections.append(_Section(_string(elf, names_at + name), kind, flags, link, info, align, entsize, data))
         symbols: list[_Symbol] = []
         for section in sections:
             if section.kind == SHT_SYMTAB:
@@ -243,7 +244,7 @@ def _write(layout: _Layout, header: tuple, sections: list[_Section], names: list
         align = max(section.align, 1)
         blob += bytes(-len(blob) % align)
         offsets.append(len(blob))
-        if section.kind != 8:
+        if section.kind != SHT_NOBITS:
             blob += section.data
     blob += bytes(-len(blob) % (8 if layout.is64 else 4))
     shoff = len(blob)
@@ -269,8 +270,8 @@ def data_object(like: bytes, blobs: list[tuple[str, str, bytes, int]]) -> bytes:
     sections = [_Section("", 0, 0, 0, 0, 0, 0, b""), _Section(".strtab", SHT_STRTAB, 0, 0, 0, 1, 0, b"")]
     symbols = [_Symbol("", 0, 0, 0, 0, 0)]
     for section, symbol, data, align in blobs:
-        symbols.append(_Symbol(symbol, 1 << 4 | 1, 0, len(sections), 0, len(data)))     # STB_GLOBAL, STT_OBJECT
-        sections.append(_Section(section, 1, 2, 0, 0, align, 0, data))                 # PROGBITS, SHF_ALLOC
+        symbols.append(_Symbol(symbol, STB_GLOBAL << 4 | STT_OBJECT, 0, len(sections), 0, len(data)))
+        sections.append(_Section(section, SHT_PROGBITS, SHF_ALLOC, 0, 0, align, 0, data))
     strings = _Strings()
     names = [strings.add(section.name) for section in sections] + [strings.add(".symtab")]
     symtab = b"".join(_pack_symbol(layout, strings.add(s.name), s) for s in symbols)
