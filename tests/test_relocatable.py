@@ -109,3 +109,14 @@ def test_large_weights_are_joined_as_data_local_to_the_object(target, tmp_path):
     big = [name for name in weights if f'@"{name}" = external dso_local constant' in ir_text]
     assert big, ir_text[:2000]
     assert aot.check(model, target=target).ok
+
+
+def test_weights_stay_in_the_module_where_the_object_would_hold_too_many_sections(tmp_path, monkeypatch):
+    monkeypatch.setattr(codegen, "SECTIONS_JOINED", 0)
+    w = np.random.default_rng(0).standard_normal((32, 16, 3, 3)).astype(np.float32)      # 18 KB
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], {"x": (1, 16, 6, 6)},
+                       {"y": (1, 32, 6, 6)}, {"w": w})
+    artifact = aot.build(model, out_dir=tmp_path / "b", name="net", emit="llvm")
+    assert "external dso_local" not in (tmp_path / "b" / "net.ll").read_text()
+    assert undefined_symbols(artifact.object.read_bytes()) == []
+    assert aot.check(artifact, inputs={"x": np.ones((1, 16, 6, 6), np.float32)}).ok

@@ -72,6 +72,7 @@ class ModuleBuilder:
         self.vectorize = vectorize      # False: LLVM's loop and SLP vectorizers stay off (scalar builds)
         self.opt_level = opt_level      # LLVM's pipeline: O2 or O3
         self.share = share              # kernels alike share one body (_text); False: each has its own
+        self.data_weights = True        # larger weights declared only, joined to the object as data
         self.tm = target_machine(target)
         self.module = ir.Module(name=name)
         self.module.triple = self.tm.triple
@@ -103,7 +104,7 @@ class ModuleBuilder:
             g = ir.GlobalVariable(self.module, arr, name=buf.name)
             g.global_constant = True
             g.align = self.target.align
-            if _joined_as_data(buf):
+            if self.data_weights and _joined_as_data(buf):
                 g.linkage, g.storage_class = "external", "dso_local"
             else:
                 g.linkage = "internal"
@@ -116,6 +117,8 @@ class ModuleBuilder:
         """The code object joined to an object of the weights its module declares, each in a section of
         its own (the target's weights prefix and its name), local to the object as the module's own are."""
         blobs: dict[str, k.Buffer] = {}
+        if not self._weights_as_data():
+            return code
         for kernel in self.kernels:
             for buf in k.constants(kernel):
                 if _joined_as_data(buf):
@@ -128,6 +131,12 @@ class ModuleBuilder:
             return join(code, data, localize=frozenset(blobs))
         except CannotJoin as err:
             raise InternalError(f"joining the weights to the code object failed: {err}") from err
+
+    def _weights_as_data(self) -> bool:
+        """Whether the larger weights go to a data object: unless the object would hold more sections
+        than an ELF object numbers without an extended index table (which the joiner does not take)."""
+        sections = sum(4 + len(k.constants(kernel)) for kernel in self.kernels)
+        return sections < SECTIONS_JOINED
 
     def intrinsic(self, name: str, ty: ir.Type, arity: int) -> ir.Function:
         """An overloaded LLVM intrinsic on `ty` (scalar or vector float), declared once."""
@@ -174,6 +183,7 @@ class ModuleBuilder:
         structure of one before it (k.structure: the same code but for its weights) is not built again:
         it calls the body the first one's function becomes (see _text)."""
         part = ModuleBuilder(self.module.name, self.target, self.vectorize, self.opt_level, self.share)
+        part.data_weights = self._weights_as_data()
         if not self.share:
             for kernel in kernels:
                 part._function(kernel)
@@ -357,6 +367,7 @@ class ModuleBuilder:
 
 PARALLEL_KERNELS = 16       # from this many kernels a build compiles them in two processes
 DATA_WEIGHTS = 4096         # weights of this many bytes or more are joined to the object as data
+SECTIONS_JOINED = 60_000    # (at most 4 sections per kernel and one per weight buffer; ELF numbers 65,279)
 
 
 def _joined_as_data(buf: k.Buffer) -> bool:
