@@ -15,6 +15,7 @@ import llvmlite.binding as llvm
 import numpy as np
 from llvmlite import ir
 
+from aot.codegen.parts import parts
 from aot.codegen.relocatable import CannotJoin, data_object, join
 from aot.errors import InternalError
 from aot.isa import INT_SIMD
@@ -266,48 +267,7 @@ class ModuleBuilder:
                 f"{{\n{body}}}\n")
 
     def _parts(self) -> list[list[k.Kernel]]:
-        """The kernels in two parts, compiled as two modules and their objects joined (the later part in a
-        child process where the OS can fork, else after the first: the object is the same), or in one.
-        Kernels that read the same weight buffer stay in one part, and so do kernels that look alike
-        (the same template on the same shapes: those that may share a body, see _text); the groups go
-        to the lighter part, largest first, each weighed by the size of the bodies it may need."""
-        n = len(self.kernels)
-        if n < PARALLEL_KERNELS:
-            return [self.kernels]
-        group = list(range(n))
-
-        def root(i: int) -> int:
-            while group[i] != i:
-                group[i] = group[group[i]]
-                i = group[i]
-            return i
-        first_reader: dict[object, int] = {}
-        for i, kernel in enumerate(self.kernels):
-            keys = [buf.name for buf in k.constants(kernel)] + [self._likeness(kernel)]
-            for key in keys:
-                j = first_reader.setdefault(key, i)
-                group[root(i)] = root(j)
-        members: dict[int, list[int]] = {}
-        for i in range(n):
-            members.setdefault(root(i), []).append(i)
-        weight = {r: sum({self._likeness(self.kernels[i]): k.size(self.kernels[i]) for i in m}.values())
-                  for r, m in members.items()}
-        parts: list[list[int]] = [[], []]
-        loads = [0, 0]
-        for r in sorted(members, key=lambda r: (-weight[r], r)):
-            lighter = 0 if loads[0] <= loads[1] else 1
-            parts[lighter] += members[r]
-            loads[lighter] += weight[r]
-        if not parts[1]:
-            return [self.kernels]
-        return [[self.kernels[i] for i in sorted(part)] for part in parts]
-
-    def _likeness(self, kernel: k.Kernel) -> tuple:
-        """What kernels that may share a body have in common, known before their IR is built: the
-        template (the name after the model and step) and the sizes of what they read and write."""
-        template = kernel.name.removeprefix(f"{self.module.name}_").partition("_")[2]
-        return (template, tuple((b.dtype, b.size) for b in kernel.params),
-                tuple((b.dtype, b.size) for b in k.constants(kernel)))
+        return parts(self.kernels, self.module.name)
 
     def _optimize(self, source: str) -> llvm.ModuleRef:
         """The module parsed, verified and optimized (O2 or O3) for the target."""
@@ -365,7 +325,6 @@ class ModuleBuilder:
         return Compiled(obj, joined(sources), joined(optimized), joined(assembly))
 
 
-PARALLEL_KERNELS = 16       # from this many kernels a build compiles them in two processes
 DATA_WEIGHTS = 4096         # weights of this many bytes or more are joined to the object as data
 SECTIONS_JOINED = 60_000    # (at most 4 sections per kernel and one per weight buffer; ELF numbers 65,279)
 
