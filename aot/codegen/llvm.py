@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -15,7 +16,7 @@ import llvmlite.binding as llvm
 import numpy as np
 from llvmlite import ir
 
-from aot.codegen.parts import parts
+from aot.codegen.parts import likeness, parts
 from aot.codegen.relocatable import CannotJoin, data_object, join
 from aot.errors import InternalError
 from aot.isa import INT_SIMD
@@ -191,8 +192,9 @@ class ModuleBuilder:
             return str(part.module)
         first: dict[tuple, k.Kernel] = {}
         alike: dict[str, k.Kernel] = {}     # a kernel not built -> the one of its structure that was
-        for kernel in kernels:
-            structure = k.structure(kernel)
+        looks = Counter(likeness(kernel, self.module.name) for kernel in kernels)
+        for kernel in kernels:       # (a kernel that looks like no other has no twin: its structure is not walked)
+            structure = k.structure(kernel) if looks[likeness(kernel, self.module.name)] > 1 else None
             built = first.setdefault(structure, kernel) if structure is not None else kernel
             if built is kernel:
                 part._function(kernel)
