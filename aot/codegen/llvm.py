@@ -335,9 +335,10 @@ def _joined_as_data(buf: k.Buffer) -> bool:
     return buf.data.nbytes >= DATA_WEIGHTS
 
 
-def _little_endian(buf: k.Buffer) -> bytes:
+def _little_endian(buf: k.Buffer) -> memoryview:
+    """The weights' bytes, little-endian: a view of the array where it is so already (no copy)."""
     data = np.ascontiguousarray(buf.data).reshape(-1)
-    return data.astype(data.dtype.newbyteorder("<")).tobytes()
+    return np.ascontiguousarray(data.astype(data.dtype.newbyteorder("<"), copy=False)).view(np.uint8).data
 
 
 def _forked(work: Callable[[], bytes]) -> Callable[[], bytes]:

@@ -38,7 +38,7 @@ class _Section:
     info: int
     align: int
     entsize: int
-    data: bytes
+    data: bytes | memoryview
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,10 @@ class _Layout:
         self.sym_shift = 32 if self.is64 else 8
 
     def read(self, elf: bytes) -> tuple[tuple, list[_Section], list[_Symbol]]:
+        """The header, the sections (their bytes as views of `elf`, not copies: weights run to megabytes)
+        and the symbols of an object."""
         header = struct.unpack_from(self.header, elf, 0)
+        view = memoryview(elf)
         shoff, shnum, shstrndx = header[6], header[12], header[13]
         raw = [struct.unpack_from(self.section, elf, shoff + i * struct.calcsize(self.section))
                for i in range(shnum)]
@@ -76,12 +79,12 @@ class _Layout:
         for name, kind, flags, _, offset, size, link, info, align, entsize in raw:
             if kind in (SHT_GROUP, SHT_SYMTAB_SHNDX):
                 raise CannotJoin("section groups or extended section indices")
-            data = bytes(size) if kind == SHT_NOBITS else elf[offset:offset + size]   # (NOBITS: its size only)
+            data = bytes(size) if kind == SHT_NOBITS else view[offset:offset + size]   # (NOBITS: its size only)
             sections.append(_Section(_string(elf, names_at + name), kind, flags, link, info, align, entsize, data))
         symbols: list[_Symbol] = []
         for section in sections:
             if section.kind == SHT_SYMTAB:
-                strings = sections[section.link].data
+                strings = bytes(sections[section.link].data)
                 for pos in range(0, len(section.data), section.entsize):
                     fields = struct.unpack_from(self.symbol, section.data, pos)
                     if self.is64:
@@ -237,31 +240,32 @@ class _Strings:
 
 
 def _write(layout: _Layout, header: tuple, sections: list[_Section], names: list[int]) -> bytes:
-    header_size = struct.calcsize(layout.header)
-    blob = bytearray(header_size)
+    """The object: the header, each section's bytes aligned, the section header table; one copy of the
+    bytes, joined at the end."""
+    chunks: list[bytes | memoryview] = []
+    size = struct.calcsize(layout.header)
     offsets = [0]
     for section in sections[1:]:
-        align = max(section.align, 1)
-        blob += bytes(-len(blob) % align)
-        offsets.append(len(blob))
+        pad = -size % max(section.align, 1)
+        chunks.append(bytes(pad))
+        size += pad
+        offsets.append(size)
         if section.kind != SHT_NOBITS:
-            blob += section.data
-    blob += bytes(-len(blob) % (8 if layout.is64 else 4))
-    shoff = len(blob)
+            chunks.append(section.data)
+            size += len(section.data)
+    pad = -size % (8 if layout.is64 else 4)
+    chunks.append(bytes(pad))
+    shoff = size + pad
     for i, section in enumerate(sections):
-        size = len(section.data)
-        offset = offsets[i] if i else 0
-        blob += struct.pack(layout.section, names[i] if i else 0, section.kind, section.flags, 0, offset, size,
-                            section.link, section.info, section.align, section.entsize)
+        chunks.append(struct.pack(layout.section, names[i] if i else 0, section.kind, section.flags, 0,
+                                  offsets[i] if i else 0, len(section.data), section.link, section.info,
+                                  section.align, section.entsize))
     fields = list(header)
-    fields[6] = shoff
-    fields[12] = len(sections)
-    fields[13] = 1
-    struct.pack_into(layout.header, blob, 0, *fields)
-    return bytes(blob)
+    fields[6], fields[12], fields[13] = shoff, len(sections), 1
+    return b"".join([struct.pack(layout.header, *fields), *chunks])
 
 
-def data_object(like: bytes, blobs: list[tuple[str, str, bytes, int]]) -> bytes:
+def data_object(like: bytes, blobs: list[tuple[str, str, bytes | memoryview, int]]) -> bytes:
     """A relocatable object for the machine and ABI of the object `like`, holding each blob (section
     name, symbol, bytes, alignment) as a read-only section of its own with a global data symbol of its
     size at its start."""
