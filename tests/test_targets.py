@@ -222,11 +222,8 @@ def test_a_build_compiled_in_two_processes_is_the_build_compiled_in_one(tmp_path
 
 def _later_part(artifact) -> list[str]:
     """The kernels of a build that the child process compiles."""
-    from aot.codegen.llvm import ModuleBuilder
-    mb = ModuleBuilder(artifact.name, artifact.target)
-    for call in artifact.program.calls:
-        mb.add_kernel(call.kernel)
-    parts = mb._parts()
+    from aot.codegen.parts import parts as split
+    parts = split([call.kernel for call in artifact.program.calls], artifact.name)
     assert len(parts) == 2
     return [kernel.name for kernel in parts[1]]
 

@@ -67,7 +67,8 @@ def _splat_value(ty: ir.Type, value: int):
 
 
 class ModuleBuilder:
-    """One LLVM module for a whole model: kernels as exported functions, weights as const globals."""
+    """One LLVM module for a whole model: kernels as exported functions, weights as const globals (the
+    larger ones only declared, their bytes joined to the object as data)."""
 
     def __init__(self, name: str, target: Target, vectorize: bool = True, opt_level: int = 3, share: bool = True):
         self.target = target
@@ -118,9 +119,9 @@ class ModuleBuilder:
     def _with_weights(self, code: bytes) -> bytes:
         """The code object joined to an object of the weights its module declares, each in a section of
         its own (the target's weights prefix and its name), local to the object as the module's own are."""
-        blobs: dict[str, k.Buffer] = {}
         if not self._weights_as_data():
             return code
+        blobs: dict[str, k.Buffer] = {}
         for kernel in self.kernels:
             for buf in k.constants(kernel):
                 if _joined_as_data(buf):
@@ -192,9 +193,10 @@ class ModuleBuilder:
             return str(part.module)
         first: dict[tuple, k.Kernel] = {}
         alike: dict[str, k.Kernel] = {}     # a kernel not built -> the one of its structure that was
-        looks = Counter(likeness(kernel, self.module.name) for kernel in kernels)
-        for kernel in kernels:       # (a kernel that looks like no other has no twin: its structure is not walked)
-            structure = k.structure(kernel) if looks[likeness(kernel, self.module.name)] > 1 else None
+        looks = [likeness(kernel, self.module.name) for kernel in kernels]
+        alikes = Counter(looks)
+        for kernel, look in zip(kernels, looks):    # one that looks like no other has no twin: not walked
+            structure = k.structure(kernel) if alikes[look] > 1 else None
             built = first.setdefault(structure, kernel) if structure is not None else kernel
             if built is kernel:
                 part._function(kernel)
@@ -337,8 +339,7 @@ def _joined_as_data(buf: k.Buffer) -> bool:
 
 def _little_endian(buf: k.Buffer) -> memoryview:
     """The weights' bytes, little-endian: a view of the array where it is so already (no copy)."""
-    data = np.ascontiguousarray(buf.data).reshape(-1)
-    return np.ascontiguousarray(data.astype(data.dtype.newbyteorder("<"), copy=False)).view(np.uint8).data
+    return np.ascontiguousarray(buf.data, dtype=buf.data.dtype.newbyteorder("<")).reshape(-1).view(np.uint8).data
 
 
 def _forked(work: Callable[[], bytes]) -> Callable[[], bytes]:

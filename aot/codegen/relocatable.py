@@ -137,13 +137,14 @@ def join(first: bytes, second: bytes, localize: frozenset[str] = frozenset()) ->
     # definition in the other object).
     symbols: list[_Symbol] = [symbols_a[0]]
     index: list[dict[int, int]] = [{0: 0}, {0: 0}]      # per object: its symbol index -> the output's
-    for which, syms in enumerate((symbols_a, symbols_b)):
-        for i in range(1, _first_global(sections_a if which == 0 else sections_b)):
+    objects = list(enumerate(zip((symbols_a, symbols_b), (_first_global(sections_a), _first_global(sections_b)))))
+    for which, (syms, first) in objects:
+        for i in range(1, first):
             index[which][i] = len(symbols)
             symbols.append(_renumbered(syms[i], where[which]))
     named: dict[str, int] = {}
-    for which, syms in enumerate((symbols_a, symbols_b)):
-        for i in range(_first_global(sections_a if which == 0 else sections_b), len(syms)):
+    for which, (syms, first) in objects:
+        for i in range(first, len(syms)):
             if syms[i].name in localize and syms[i].shndx:
                 if syms[i].name in named:
                     raise CannotJoin(f"both objects define {syms[i].name}")
@@ -152,11 +153,11 @@ def join(first: bytes, second: bytes, localize: frozenset[str] = frozenset()) ->
     if len(named) != len(localize):
         raise CannotJoin(f"no definition of {', '.join(sorted(localize - set(named)))}")
     first_global = len(symbols)
-    for which, syms in enumerate((symbols_a, symbols_b)):
-        for i in range(_first_global(sections_a if which == 0 else sections_b), len(syms)):
+    for which, (syms, first) in objects:
+        for i in range(first, len(syms)):
             symbol = _renumbered(syms[i], where[which])
             at = named.get(symbol.name)
-            if at is not None and symbol.name in localize:
+            if symbol.name in localize:
                 index[which][i] = at
                 continue
             if at is None:
