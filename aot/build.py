@@ -23,7 +23,7 @@ from aot import budget, report, report_svg, stages
 from aot.codegen import wrapper
 from aot.codegen.elf import undefined_symbols
 from aot.codegen.llvm import ModuleBuilder, llvm_version
-from aot.errors import ModelError, OptionError, ShapeError, UnsupportedOpError
+from aot.errors import ModelError, OptionError, PlanError, ShapeError, UnsupportedOpError
 from aot.frontend.onnx import FreezeValue, LoadedModel, load, to_graph
 from aot.graph.ir import Graph
 from aot.graph.passes import optimize
@@ -105,17 +105,38 @@ def build(model: str | os.PathLike | onnx.ModelProto, target: str | Target = "ho
         raise type(err)(f"{loaded.label}: {err}") from None
     if after_optimize is not None:
         graph = verify(after_optimize(graph), "after_optimize")
-    lowering_target = tgt if schedule.simd else scalar_variant(tgt)
     limits = {**tgt.memory, **totals}
+    try:
+        program, schedule, files = _compile(graph, tgt, loaded, name, schedule, limits, emitted,
+                                            narrow_over_limits="wide_weights" not in (knobs or {}))
+    except _WideOverLimits:     # the weights as int8, twice smaller, may fit
+        program, schedule, files = _compile(graph, tgt, loaded, name, dataclasses.replace(schedule, wide_weights=False),
+                                            limits, emitted)
+    _write_atomically(dest, files)
+    return Artifact(dest, name, tgt, program, loaded, json.loads(files["plan.json"]),
+                    json.loads(files["metadata.json"]), files["report.txt"].decode())
+
+
+class _WideOverLimits(Exception):
+    """A build with its weights widened (knob wide_weights) went over the device's flash or RAM."""
+
+
+def _compile(graph: Graph, tgt: Target, loaded: LoadedModel, name: str, schedule: Knobs, limits: dict[str, int],
+             emitted: frozenset[str], narrow_over_limits: bool = False) -> tuple[Program, Knobs, dict[str, bytes]]:
+    """The program, the knobs it was built with (tuning records may step down) and the build's files.
+    With `narrow_over_limits`, widened weights that do not fit raise _WideOverLimits."""
+    lowering_target = tgt if schedule.simd else scalar_variant(tgt)
     program = _program(graph, lowering_target, name, schedule, limits, loaded.label)
     if schedule.schedules.records and schedule.records_keep_workspace:
         program, schedule = _records_within_workspace(program, graph, lowering_target, name, schedule, limits,
                                                       loaded.label)
     _check_overrides_used(program, schedule)
-    files = _render(program, tgt, loaded, limits, schedule, emitted)
-    _write_atomically(dest, files)
-    return Artifact(dest, name, tgt, program, loaded, json.loads(files["plan.json"]),
-                    json.loads(files["metadata.json"]), files["report.txt"].decode())
+    try:
+        return program, schedule, _render(program, tgt, loaded, limits, schedule, emitted)
+    except PlanError:
+        if narrow_over_limits and schedule.wide_weights:
+            raise _WideOverLimits() from None
+        raise
 
 
 def _program(graph: Graph, target: Target, name: str, knobs: Knobs, limits: dict[str, int], label: str) -> Program:

@@ -47,6 +47,10 @@ class Knobs:
     # dense int8 channel loops on the Arm DSP run as loops of their own (PairLoop, schedule channels = "pairs")
     # from this many steps of 4 channels on (0: never); shorter ones LLVM unrolls whole either way
     pair_loop_steps: int = 0
+    # int8 weights of dense convolutions and Gemm on the Arm DSP stored as the 16-bit pairs sxtb16 would
+    # make of them: twice their flash, one widening less per weight word (a build over its flash limit
+    # falls back to int8 weights unless the knob was given)
+    wide_weights: bool = False
     # LLVM's optimization pipeline, O3 or O2 (the target files say where O2 makes code as fast or faster)
     opt_level: int = 3
     # kernels whose code differs only in their weights share one body (false: each has its own, at twice

@@ -6,6 +6,8 @@ requantization)."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnx
 import pytest
@@ -15,7 +17,7 @@ from test_quantized import quantized
 
 import aot
 from aot.codegen.llvm import ModuleBuilder
-from aot.kernel.ir import dump
+from aot.kernel.ir import constants, dump
 from aot.target import get_target
 
 _ONNX = {"int8": TensorProto.INT8, "uint8": TensorProto.UINT8}
@@ -144,3 +146,38 @@ def test_pair_loops_are_refused_without_the_dsp(tmp_path):
                                               'cortex-m0plus lacks'):
         aot.build(model, target="cortex-m0plus", out_dir=tmp_path / "p", knobs={"node": {node: {"channels": "pairs"}}})
     assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("case", ["pointwise_w2", "one_pixel", "conv3x3_pad", "conv3x3_stride2_u8"])
+@pytest.mark.parametrize("pair_loop_steps", [0, 1])
+def test_widened_weights_sum_what_int8_weights_sum(case, pair_loop_steps, tmp_path):
+    """The knob wide_weights (on by default on the M4) stores each weight word as its two 16-bit pairs:
+    twice the weight bytes, the same sums bit for bit, in the generic tile loop and in PairLoops."""
+    model, x = qdq_conv(*CASES[case])
+    builds = {wide: aot.build(model, target="cortex-m4", out_dir=tmp_path / str(wide),
+                              knobs={"wide_weights": wide, "pair_loop_steps": pair_loop_steps})
+              for wide in (False, True)}
+    runs = {wide: aot.check(artifact, inputs={"x": x}) for wide, artifact in builds.items()}
+    np.testing.assert_array_equal(runs[True].outputs["y"], runs[False].outputs["y"])
+    assert runs[True].comparisons[0].max_abs <= 1, runs[True].comparisons[0]
+    weights = {wide: {buf.name: buf.dtype for call in artifact.program.calls for buf in constants(call.kernel)
+                      if re.search(r"_w\d+$", buf.name)} for wide, artifact in builds.items()}
+    assert weights[True] and weights[True].keys() == weights[False].keys(), weights
+    assert set(weights[True].values()) == {"i16"} and set(weights[False].values()) == {"i8"}, weights
+
+
+def test_widened_weights_give_way_to_a_flash_limit_they_exceed(tmp_path):
+    """Over --memory flash the build keeps the weights int8 (and says so in metadata.json's knobs), unless
+    wide_weights was asked for: then it fails naming the flash."""
+    model, _ = qdq_conv(64, 64, 3, 1, 1, (4, 4))
+    flash = {wide: aot.build(model, target="cortex-m4", out_dir=tmp_path / str(wide),
+                             knobs={"wide_weights": wide}).metadata["memory"]["flash"] for wide in (False, True)}
+    assert flash[True] > flash[False] + 30_000, flash
+    limit = {"flash": (flash[True] + flash[False]) // 2}
+    fitted = aot.build(model, target="cortex-m4", out_dir=tmp_path / "fit", memory=limit)
+    assert fitted.metadata["knobs"]["wide_weights"] is False
+    assert fitted.metadata["memory"]["flash"] == flash[False]
+    with pytest.raises(aot.PlanError, match="bytes of FLASH"):
+        aot.build(model, target="cortex-m4", out_dir=tmp_path / "asked", memory=limit, knobs={"wide_weights": True})
+    assert not (tmp_path / "asked").exists()

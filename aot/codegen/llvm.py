@@ -455,6 +455,8 @@ class _FunctionEmitter:
         mr, nr = len(s.accs), len(s.accs[0])
         u = 2 if s.steps % 2 == 0 else 1
         i8 = ir.IntType(8)
+        wide = s.w.dtype == "i16"       # weights stored as their pairs (BytePairArith.weights)
+        size = 8 if wide else 4         # bytes of a channel's weights per step
         accs = [v for row in s.accs for v in row]
         zero = self.expr(s.zero_pair) if s.zero_pair is not None else None
         px0, pw0 = self.address(s.x, s.pixel), self.address(s.w, s.weights)
@@ -479,16 +481,16 @@ class _FunctionEmitter:
         smlad = self.mb.declare("llvm.arm.smlad", ir.FunctionType(_I32, [_I32] * 3))
         for step in range(u):
             xs = [word(px, 4 * step + i * s.pixel_stride) for i in range(mr)]
-            ws = [word(pw, 4 * (step * nr + j)) for j in range(nr)]
+            ws = [[word(pw, size * (step * nr + j) + 4 * odd) for odd in range(size // 4)] for j in range(nr)]
             pairs = [(self._extend16(v, False, zero, s.unsigned), self._extend16(v, True, zero, s.unsigned))
                      for v in xs]
             for j, wv in enumerate(ws):
                 for odd in (False, True):
-                    w = self._extend16(wv, odd, None, False)
+                    w = wv[odd] if wide else self._extend16(wv[0], odd, None, False)
                     for i in range(mr):
                         cur[i * nr + j] = self.b.call(smlad, [pairs[i][odd], w, cur[i * nr + j]])
         nx = self.b.gep(px, [ir.Constant(_I32, 4 * u)], source_etype=i8)
-        nw = self.b.gep(pw, [ir.Constant(_I32, 4 * nr * u)], source_etype=i8)
+        nw = self.b.gep(pw, [ir.Constant(_I32, size * nr * u)], source_etype=i8)
         left = self.b.sub(count, ir.Constant(_I32, 1))
         px.add_incoming(nx, self.b.block)
         pw.add_incoming(nw, self.b.block)

@@ -435,7 +435,8 @@ class PairLoop(Stmt):
     channels, each taking pixel i's word x[pixel + i * pixel_stride + 4 step] and output channel j's word
     w[weights + 4 (step * nr + j)] (nr = the tile's channels), widening both into byte pairs as BytePairs
     does (the activations with `zero_pair` added, zero-extended if `unsigned`) and adding the products to
-    accs[i][j], mutable int32 locals, two pairs at a time (SMLAD, wrapping as Dot)."""
+    accs[i][j], mutable int32 locals, two pairs at a time (SMLAD, wrapping as Dot). int16 weights are
+    stored as those pairs already (BytePairArith.weights): the channel's two words, nothing to widen."""
     accs: tuple[tuple[Var, ...], ...]
     x: Buffer
     pixel: Expr

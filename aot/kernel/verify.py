@@ -107,8 +107,9 @@ class _Verifier:
         nr = len(s.accs[0]) if s.accs else 0
         if not nr or s.steps < 1 or any(len(row) != nr for row in s.accs):
             raise self.fail(f"pair_loop of {[len(row) for row in s.accs]} accumulators over {s.steps} steps")
-        if s.x.dtype not in ("i8", "u8") or s.w.dtype != "i8":
-            raise self.fail(f"pair_loop over {s.x.dtype} activations and {s.w.dtype} weights, not bytes")
+        if s.x.dtype not in ("i8", "u8") or s.w.dtype not in ("i8", "i16"):
+            raise self.fail(f"pair_loop over {s.x.dtype} activations and {s.w.dtype} weights, not bytes "
+                            "and bytes or their pairs")
         for var in (v for row in s.accs for v in row):
             if var.name not in self.mutable or self.scope.get(var.name) is not var or var.dtype != "i32":
                 raise self.fail(f"pair_loop accumulates into {var.name}, which is no mutable int32 local in scope")
