@@ -20,7 +20,7 @@ from pathlib import Path
 import onnx
 
 from aot import budget, report, report_svg, stages
-from aot.codegen import wrapper
+from aot.codegen import library, wrapper
 from aot.codegen.elf import undefined_symbols
 from aot.codegen.llvm import ModuleBuilder, llvm_version
 from aot.errors import ModelError, OptionError, PlanError, ShapeError, UnsupportedOpError
@@ -201,9 +201,12 @@ def _render(program: Program, tgt: Target, loaded: LoadedModel, limits: dict[str
     fp = report.footprint(program, obj, tgt.weights_prefix)
     report.check_fits(fp, limits, loaded.label, tgt.name)
     requires = undefined_symbols(obj)
-    header, source = wrapper.render(program, banner, requires)
+    header, source = wrapper.render(program, banner, requires, tgt)
     inputs, outputs = wrapper.io_tensors(program)
+    archive = library.static_library(name, tgt, obj, header, source)
     files = {f"{name}.o": obj, f"{name}.h": header.encode(), f"{name}.c": source.encode(),
+             **({f"{name}.a": archive} if archive is not None else {}),
+             **library.build_files(name, tgt, banner, archive is not None),
              "plan.json": _json(plan_json(program)),
              "report.txt": report.render(program, obj, tgt.weights_prefix, banner, limits).encode(),
              "report.svg": report_svg.render(program, banner, tgt.name).encode(),
@@ -222,6 +225,10 @@ def _render(program: Program, tgt: Target, loaded: LoadedModel, limits: dict[str
                                        "weights": r.weights, "section": r.section}
                                       for r in wrapper.workspace_blocks(program)]} if program.regions else {})},
         "requires": requires,
+        # NAME.a: the object and the wrapper compiled with these (null where the compiler was not found)
+        "library": {"file": f"{name}.a" if archive is not None else None, "cc": tgt.cc,
+                    "cflags": library.compile_flags(tgt),
+                    **({} if archive is not None else {"missing": library.missing_tools(tgt)})},
         "memory": {"flash": fp.flash, "code": fp.code, "weights": fp.weights, "ram": fp.ram,
                    "limits": dict(sorted(limits.items()))},
         "inputs": [_io(t) for t in inputs], "outputs": [_io(t) for t in outputs],

@@ -349,6 +349,10 @@ def _build(args) -> int:
           f"bytes{f' ({split})' if split else ''} (lower bound {plan['lower_bound']:,}); "
           f"flash {artifact.metadata['memory']['flash']:,}, "
           f"RAM {artifact.metadata['memory']['ram']:,} bytes")
+    missing = artifact.metadata["library"].get("missing")
+    if missing:
+        print(f"note: no {artifact.name}.a ({missing}): install the target's toolchain to have the library",
+              file=sys.stderr)
     return 0
 
 

@@ -232,7 +232,7 @@ def _compile(program: Program, target: Target, knobs: Knobs, out: Path) -> Artif
     for call in program.calls:
         mb.add_kernel(call.kernel)
     obj = mb.emit_object()
-    header, source = wrapper.render(program, "aot tuning kernel", undefined_symbols(obj))
+    header, source = wrapper.render(program, "aot tuning kernel", undefined_symbols(obj), target)
     (out / "tk.o").write_bytes(obj)
     (out / "tk.h").write_text(header)
     (out / "tk.c").write_text(source)

@@ -25,7 +25,13 @@ from aot.target import get_target
 
 STAGES = "graph,kir,llvm,asm"
 EMITTED = ["net.graph.txt", "net.kir.txt", "net.ll", "net.opt.ll", "net.s"]
-ARTIFACTS = ["net.o", "net.h", "net.c", "plan.json", "metadata.json", "report.txt", "report.svg"]
+ARTIFACTS = ["net.o", "net.h", "net.c", "net.a", "CMakeLists.txt", "net.mk", "plan.json", "metadata.json", "report.txt",
+             "report.svg"]
+
+
+def artifacts(target: str) -> list[str]:
+    """A build's files: a cross target's also a CMake toolchain file."""
+    return ARTIFACTS + (["toolchain.cmake"] if target != "host" else [])
 
 
 def aot_cli(*args):
@@ -59,12 +65,12 @@ def test_every_stage_is_written_hashed_readable_and_reproducible(model_file, tmp
         proc = aot_cli("build", model_file, "--target", target, "-o", tmp_path / d, "--emit", STAGES)
         assert proc.returncode == 0, proc.stderr
     out = tmp_path / "a"
-    assert sorted(os.listdir(out)) == sorted(ARTIFACTS + EMITTED)
-    match, mismatch, errors = filecmp.cmpfiles(out, tmp_path / "b", ARTIFACTS + EMITTED, shallow=False)
-    assert sorted(match) == sorted(ARTIFACTS + EMITTED), (mismatch, errors)
+    assert sorted(os.listdir(out)) == sorted(artifacts(target) + EMITTED)
+    match, mismatch, errors = filecmp.cmpfiles(out, tmp_path / "b", artifacts(target) + EMITTED, shallow=False)
+    assert sorted(match) == sorted(artifacts(target) + EMITTED), (mismatch, errors)
 
     meta = json.loads((out / "metadata.json").read_text())
-    assert set(meta["files"]) == set(ARTIFACTS + EMITTED) - {"metadata.json"}
+    assert set(meta["files"]) == set(artifacts(target) + EMITTED) - {"metadata.json"}
     for name, digest in meta["files"].items():
         assert hashlib.sha256((out / name).read_bytes()).hexdigest() == digest, name
 

@@ -1114,9 +1114,11 @@ def problems(case: Case, outcome: Outcome) -> list[str]:
     if outcome.code == 0:
         if case.expect == "error":
             found.append(f"built an invalid model: {outcome.stdout.strip()}")
-        name_files = [f for f in outcome.outputs or [] if f.endswith((".o", ".h", ".c"))]
-        if (outcome.outputs is None or len(outcome.outputs) != 7 or len(name_files) != 3
-                or not {"plan.json", "metadata.json", "report.txt", "report.svg"} <= set(outcome.outputs)):
+        suffixes = (".o", ".h", ".c", ".a", ".mk")
+        named = sorted(os.path.splitext(f)[1] for f in outcome.outputs or [] if f.endswith(suffixes))
+        others = {"plan.json", "metadata.json", "report.txt", "report.svg", "CMakeLists.txt"}
+        if (outcome.outputs is None or len(outcome.outputs) != len(named) + len(others)
+                or named != [".a", ".c", ".h", ".mk", ".o"] or not others <= set(outcome.outputs)):
             found.append(f"succeeded without a complete output directory: {outcome.outputs}")
         if outcome.stderr:
             found.append(f"succeeded but printed to stderr: {outcome.stderr!r}")

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 
 import jinja2
 
+from aot.codegen import library
 from aot.kernel.ir import uses_tiles
 from aot.program import Location, Program
-from aot.target import C_KEYWORDS
+from aot.target import C_KEYWORDS, Target
 
 _TEMPLATES = jinja2.Environment(
     loader=jinja2.PackageLoader("aot.codegen", "templates"),
@@ -116,8 +117,9 @@ def _arg(program: Program, value: str, writable: bool, inputs: list[Tensor], out
     return f"({'' if writable else 'const '}{ctype} *)({base} + {loc.index + loc.offset})"
 
 
-def render(program: Program, banner: str, requires: list[str]) -> tuple[str, str]:
-    """Return (header, source) text. `requires`: symbols the object leaves to the toolchain's runtime."""
+def render(program: Program, banner: str, requires: list[str], target: Target) -> tuple[str, str]:
+    """Return (header, source) text. `requires`: symbols the object leaves to the toolchain's runtime;
+    the header checks that it is compiled for `target`'s core and float ABI (see library.guard)."""
     name = program.name
     inputs, outputs = io_tensors(program)
     calls = []
@@ -136,7 +138,8 @@ def render(program: Program, banner: str, requires: list[str]) -> tuple[str, str
                    outputs=outputs, calls=calls, workspace_size=program.plan.size,
                    workspace_align=program.plan.alignment, lower_bound=program.plan.lower_bound,
                    requires=requires, steps=len(calls), regions=workspace_blocks(program),
-                   tiles=any(uses_tiles(call.kernel) for call in program.calls))
+                   tiles=any(uses_tiles(call.kernel) for call in program.calls), target=target,
+                   guard=library.guard(target), flags=library.compile_flags(target))
     header = _TEMPLATES.get_template("model.h.j2").render(**context)
     source = _TEMPLATES.get_template("model.c.j2").render(**context)
     return header, source
