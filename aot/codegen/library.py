@@ -23,9 +23,9 @@ _TEMPLATES = jinja2.Environment(
     loader=jinja2.PackageLoader("aot.codegen", "templates"),
     undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
 
-# What the compiler predefines for each instruction set: the header checks the core and float ABI
-# (`arch`, `abi`), and a CMake project's configure step the family (`family`), which the compiler's
-# defaults already show before any -mcpu flag.
+# What the compiler predefines for each instruction set: the header checks the architecture (and the
+# float ABI, see guard), a CMake project's configure step only the family, which a compiler shows by
+# default, before any -mcpu flag a project may give its targets alone.
 _ARCHES = {     # triple prefix -> (arch, family)
     "thumbv6m": ("defined(__ARM_ARCH_6M__)", "__arm__"),
     "thumbv7em": ("defined(__ARM_ARCH_7EM__)", "__arm__"),
@@ -36,7 +36,7 @@ _ARCHES = {     # triple prefix -> (arch, family)
     "aarch64": ("defined(__aarch64__)", "__aarch64__"),
     "x86_64": ("defined(__x86_64__)", "__x86_64__"),
 }
-_NATIVE_COMPILERS = ("gcc", "cc", "clang")
+_NATIVE_COMPILERS = ("gcc", "cc", "clang")     # a target built with one of these needs no toolchain file
 
 
 @dataclass(frozen=True)
@@ -104,13 +104,14 @@ def build_files(name: str, tgt: Target, banner: str, library: bool) -> dict[str,
     `library`: whether NAME.a was made."""
     g = guard(tgt)
     flags = compile_flags(tgt)
-    context = dict(banner=banner, name=name, NAME=name.upper(), target=tgt, flags=flags, library=library,
+    cross = tgt.cc not in _NATIVE_COMPILERS
+    context = dict(banner=banner, name=name, NAME=name.upper(), target=tgt, flags=flags, library=library, cross=cross,
                    family=g.family if g else "", tools=missing_tools(tgt) if not library else "",
                    cmake_flags=" ".join(f for f in flags if not f.startswith("-O")),
                    system="Generic" if tgt.os == "none" else "Linux",
                    processor=tgt.cpu if tgt.os == "none" else tgt.triple.split("-")[0])
     files = {"CMakeLists.txt": _TEMPLATES.get_template("CMakeLists.txt.j2").render(**context).encode(),
              f"{name}.mk": _TEMPLATES.get_template("model.mk.j2").render(**context).encode()}
-    if tgt.cc not in _NATIVE_COMPILERS:
+    if cross:
         files["toolchain.cmake"] = _TEMPLATES.get_template("toolchain.cmake.j2").render(**context).encode()
     return files
