@@ -50,3 +50,9 @@ def functions(elf: bytes) -> dict[str, tuple[int, int]]:
     """Each defined function's (address, size); Thumb addresses without their low bit."""
     return {name: (value & ~1, size) for name, value, size, info, shndx in _symbols(elf)
             if info & 0xF == 2 and shndx != 0}        # STT_FUNC
+
+
+def defined_globals(obj: bytes) -> list[str]:
+    """Names of the global and weak symbols the object defines, in its symbol table's order (what an
+    archive's index lists for it)."""
+    return list(dict.fromkeys(name for name, _, _, info, shndx in _symbols(obj) if shndx != 0 and info >> 4 in (1, 2)))

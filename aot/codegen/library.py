@@ -3,8 +3,8 @@ compiled with the target's own compiler and flags), `CMakeLists.txt` (an importe
 `NAME.mk` (a Make fragment: sources, object, include path, flags) and, for a cross target,
 `toolchain.cmake` (a CMake toolchain file for the target's compiler and core).
 
-Each is the same bytes for the same build: the archive is written by the toolchain's `ar` in its
-deterministic mode, its wrapper object compiled from a relative path, the text files carry no paths."""
+Each is the same bytes for the same build: the archive is deterministic (archive.py), its wrapper object
+compiled from a relative path, the text files carry no paths."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import jinja2
 
+from aot.codegen.archive import archive
 from aot.errors import OptionError, TargetError
 from aot.target import Target
 
@@ -63,40 +64,33 @@ def compile_flags(tgt: Target) -> list[str]:
     return list(tgt.cflags)
 
 
-def archiver(tgt: Target) -> str:
-    """The toolchain's ar beside its compiler: arm-none-eabi-gcc -> arm-none-eabi-ar, gcc or cc -> ar."""
-    return tgt.cc[: -len("gcc")] + "ar" if tgt.cc.endswith("gcc") else "ar"
-
-
-def static_library(name: str, tgt: Target, obj: bytes, header: str, source: str) -> bytes | None:
-    """NAME.a: the model object NAME.o and the wrapper compiled from NAME.c with the target's compiler and
-    flags (member NAME.c.o); None where that compiler or its ar is not installed."""
-    cc, ar = shutil.which(tgt.cc), shutil.which(archiver(tgt))
-    if cc is None or ar is None:
+def static_library(name: str, tgt: Target, obj: bytes, header: str, source: str) -> list[bytes] | None:
+    """NAME.a as chunks to write in order (see archive.py): the model object NAME.o and the wrapper compiled
+    from NAME.c with the target's compiler and flags (member NAME.c.o); None where that compiler is not
+    installed."""
+    cc = shutil.which(tgt.cc)
+    if cc is None:
         return None
     with tempfile.TemporaryDirectory(prefix="aot-lib-") as tmp:
         work = Path(tmp)
         try:
             (work / f"{name}.h").write_text(header)
             (work / f"{name}.c").write_text(source)
-            (work / f"{name}.o").write_bytes(obj)
         except OSError as err:      # a --name the file system refuses (too long)
             shown = f"{name[:60]}{'...' if len(name) > 60 else ''}"
             raise OptionError(f"cannot make {shown}.a: {err.strerror or err}") from None
-        steps = ([cc, *compile_flags(tgt), "-c", f"{name}.c", "-o", f"{name}.c.o"],
-                 [ar, "rcsD", f"{name}.a", f"{name}.o", f"{name}.c.o"])
-        for cmd in steps:
-            proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
-            if proc.returncode != 0:
-                raise TargetError(f"target {tgt.name}: making {name}.a failed ({' '.join(cmd)}):\n"
-                                  f"{proc.stderr.strip()}")
-        return (work / f"{name}.a").read_bytes()
+        cmd = [cc, *compile_flags(tgt), "-c", f"{name}.c", "-o", f"{name}.c.o"]
+        proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)    # relative: no path in it
+        if proc.returncode != 0:
+            raise TargetError(f"target {tgt.name}: compiling {name}.c for {name}.a failed ({' '.join(cmd)}):\n"
+                              f"{proc.stderr.strip()}")
+        wrapper = (work / f"{name}.c.o").read_bytes()
+    return archive([(f"{name}.o", obj), (f"{name}.c.o", wrapper)])
 
 
 def missing_tools(tgt: Target) -> str:
     """Why static_library made nothing, for a note."""
-    absent = [tool for tool in (tgt.cc, archiver(tgt)) if shutil.which(tool) is None]
-    return f"{' and '.join(absent)} not found" if absent else ""
+    return f"{tgt.cc} not found" if shutil.which(tgt.cc) is None else ""
 
 
 def build_files(name: str, tgt: Target, banner: str, library: bool) -> dict[str, bytes]:
