@@ -214,3 +214,13 @@ def test_without_the_target_compiler_the_build_says_there_is_no_library(resnet8,
                           "--target", "m4-elsewhere", "-o", str(tmp_path / "c")], capture_output=True, text=True)
     assert cli.returncode == 0, cli.stderr
     assert "note: no resnet8.a (no-such-eabi-gcc not found)" in cli.stderr
+
+
+def test_a_compiler_that_fails_on_the_wrapper_fails_the_build_saying_so(resnet8, tmp_path):
+    source = get_target("cortex-m4").source
+    text = Path(source).read_text().replace('name = "cortex-m4"', 'name = "m4-broken"').replace(
+        'aliases = ["m4"]', "aliases = []").replace('cc = "arm-none-eabi-gcc"', 'cc = "false"')
+    (tmp_path / "m4-broken.toml").write_text(text)
+    with pytest.raises(aot.RunError, match=r"target m4-broken: compiling resnet8.c for resnet8.a failed \(.*false "):
+        aot.build(resnet8, target=get_target("m4-broken", [tmp_path]), out_dir=tmp_path / "b")
+    assert not (tmp_path / "b").exists()

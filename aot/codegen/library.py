@@ -17,7 +17,7 @@ from pathlib import Path
 import jinja2
 
 from aot.codegen.archive import archive
-from aot.errors import OptionError, TargetError
+from aot.errors import OptionError, RunError
 from aot.target import Target
 
 _TEMPLATES = jinja2.Environment(
@@ -82,7 +82,7 @@ def static_library(name: str, tgt: Target, obj: bytes, header: str, source: str)
         cmd = [cc, *compile_flags(tgt), "-c", f"{name}.c", "-o", f"{name}.c.o"]
         proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)    # relative: no path in it
         if proc.returncode != 0:
-            raise TargetError(f"target {tgt.name}: compiling {name}.c for {name}.a failed ({' '.join(cmd)}):\n"
+            raise RunError(f"target {tgt.name}: compiling {name}.c for {name}.a failed ({' '.join(cmd)}):\n"
                               f"{proc.stderr.strip()}")
         wrapper = (work / f"{name}.c.o").read_bytes()
     return archive([(f"{name}.o", obj), (f"{name}.c.o", wrapper)])
