@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import llvmlite.binding as llvm
 import numpy as np
 
 from aot import ops
+from aot.codegen import elf
 from aot.errors import PlanError
 from aot.graph.ir import Graph, Node
 from aot.graph.node_quant import node_quant
@@ -15,16 +15,17 @@ from aot.plan import memory
 from aot.program import Program, sharing_used
 from aot.registry import Fusion, op_def, operand
 
+SHF_EXECINSTR = 0x4
+
 
 def object_sections(obj: bytes, weights_prefix: str) -> tuple[int, int]:
     """(code bytes, weight bytes) measured from the object file's sections."""
     code = weights = 0
-    for section in llvm.ObjectFileRef.from_data(obj).sections():
-        name = (section.name() or b"").decode()
-        if section.is_text():
-            code += section.size()
+    for name, flags, size in elf.sections(obj):
+        if flags & SHF_EXECINSTR:
+            code += size
         elif name.startswith(weights_prefix) or name.startswith(".rodata"):
-            weights += section.size()
+            weights += size
     return code, weights
 
 

@@ -7,8 +7,8 @@ import struct
 from collections.abc import Iterator
 
 
-def _symbols(elf: bytes) -> Iterator[tuple[str, int, int, int, int]]:
-    """(name, value, size, info, section index) of every named symbol in the symbol tables."""
+def _section_table(elf: bytes) -> tuple[bool, str, list[tuple[int, int, int, int, int, int, int]]]:
+    """(64-bit, byte order, each section's (name offset, type, flags, offset, size, link, entry size))."""
     if elf[:4] != b"\x7fELF":
         raise ValueError("not an ELF file")
     is64, little = elf[4] == 2, elf[5] == 1
@@ -23,10 +23,26 @@ def _symbols(elf: bytes) -> Iterator[tuple[str, int, int, int, int]]:
     for i in range(shnum):
         base = shoff + i * shentsize
         if is64:
-            _, kind, _, _, offset, size, link, _, _, entsize = struct.unpack_from(end + "IIQQQQIIQQ", elf, base)
+            name, kind, flags, _, offset, size, link, _, _, entsize = struct.unpack_from(end + "IIQQQQIIQQ", elf, base)
         else:
-            _, kind, _, _, offset, size, link, _, _, entsize = struct.unpack_from(end + "IIIIIIIIII", elf, base)
-        sections.append((kind, offset, size, link, entsize))
+            name, kind, flags, _, offset, size, link, _, _, entsize = struct.unpack_from(end + "IIIIIIIIII", elf, base)
+        sections.append((name, kind, flags, offset, size, link, entsize))
+    return is64, end, sections
+
+
+def sections(elf: bytes) -> list[tuple[str, int, int]]:
+    """Each section's (name, flags, size), read in place (an object may carry megabytes of weights)."""
+    _, end, table = _section_table(elf)
+    shstrndx, = struct.unpack_from(end + "H", elf, 0x3E if elf[4] == 2 else 0x32)
+    names_at = table[shstrndx][3] if table else 0
+    return [(elf[names_at + name:elf.index(b"\0", names_at + name)].decode(), flags, size)
+            for name, _, flags, _, size, _, _ in table[1:]]
+
+
+def _symbols(elf: bytes) -> Iterator[tuple[str, int, int, int, int]]:
+    """(name, value, size, info, section index) of every named symbol in the symbol tables."""
+    is64, end, table = _section_table(elf)
+    sections = [(kind, offset, size, link, entsize) for _, kind, _, offset, size, link, entsize in table]
     for kind, offset, size, link, entsize in sections:
         if kind != 2:           # SHT_SYMTAB
             continue

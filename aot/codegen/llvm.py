@@ -129,7 +129,7 @@ class ModuleBuilder:
         if not blobs:
             return code
         data = data_object(code, [(f"{self.target.weights_prefix}.{name}", name, _little_endian(buf), self.target.align)
-                                  for name, buf in blobs.items()])
+                                  for name, buf in blobs.items()], read=True)
         try:
             return join(code, data, localize=frozenset(blobs))
         except CannotJoin as err:

@@ -99,15 +99,22 @@ def _string(table: bytes, at: int) -> str:
     return table[at:table.index(b"\0", at)].decode()
 
 
-def join(first: bytes, second: bytes, localize: frozenset[str] = frozenset()) -> bytes:
+Read = tuple[tuple, list[_Section], list[_Symbol]]     # an object as _Layout.read gives it
+
+
+def join(first: bytes, second: bytes | Read, localize: frozenset[str] = frozenset()) -> bytes:
     """One relocatable object holding both objects' sections and symbols (see the module docstring).
     The global symbols named in `localize`, defined in one object and referenced from the other, become
-    local to the object joined (as the weights a module declares and a data object holds)."""
+    local to the object joined (as the weights a module declares and a data object holds). `second` may
+    be given read already (data_object's: its weights are never copied into an object of their own)."""
     layout = _Layout(first)
-    if _Layout(second).header != layout.header:
-        raise CannotJoin("objects of different ELF classes or byte orders")
+    if isinstance(second, tuple):
+        header_b, sections_b, symbols_b = second
+    else:
+        if _Layout(second).header != layout.header:
+            raise CannotJoin("objects of different ELF classes or byte orders")
+        header_b, sections_b, symbols_b = layout.read(second)
     header, sections_a, symbols_a = layout.read(first)
-    header_b, sections_b, symbols_b = layout.read(second)
     if header[1:4] != header_b[1:4] or header[7] != header_b[7]:
         raise CannotJoin("objects for different machines or ABIs")
 
@@ -266,10 +273,11 @@ def _write(layout: _Layout, header: tuple, sections: list[_Section], names: list
     return b"".join([struct.pack(layout.header, *fields), *chunks])
 
 
-def data_object(like: bytes, blobs: list[tuple[str, str, bytes | memoryview, int]]) -> bytes:
+def data_object(like: bytes, blobs: list[tuple[str, str, bytes | memoryview, int]], read: bool = False
+                ) -> bytes | Read:
     """A relocatable object for the machine and ABI of the object `like`, holding each blob (section
     name, symbol, bytes, alignment) as a read-only section of its own with a global data symbol of its
-    size at its start."""
+    size at its start; with `read`, as join takes it read (the blobs' bytes not copied)."""
     layout = _Layout(like)
     header = struct.unpack_from(layout.header, like, 0)
     sections = [_Section("", 0, 0, 0, 0, 0, 0, b""), _Section(".strtab", SHT_STRTAB, 0, 0, 0, 1, 0, b"")]
@@ -283,4 +291,4 @@ def data_object(like: bytes, blobs: list[tuple[str, str, bytes | memoryview, int
     sections[1] = replace(sections[1], data=strings.data())
     sections.append(_Section(".symtab", SHT_SYMTAB, 0, 1, 1, 8 if layout.is64 else 4, struct.calcsize(layout.symbol),
                              symtab))
-    return _write(layout, header, sections, names)
+    return (header, sections, symbols) if read else _write(layout, header, sections, names)
