@@ -1,5 +1,6 @@
-"""Just enough ELF reading to list an object's undefined symbols (what a link must provide) and a
-linked program's function addresses (what an instruction counter is told to watch)."""
+"""Just enough ELF reading to list an object's undefined symbols (what a link must provide), the global
+symbols it defines (a library's index), its sections' sizes (the report's code and weights) and a linked
+program's function addresses (what an instruction counter is told to watch)."""
 
 from __future__ import annotations
 
