@@ -15,14 +15,12 @@ from aot.plan import memory
 from aot.program import Program, sharing_used
 from aot.registry import Fusion, op_def, operand
 
-SHF_EXECINSTR = 0x4
-
 
 def object_sections(obj: bytes, weights_prefix: str) -> tuple[int, int]:
     """(code bytes, weight bytes) measured from the object file's sections."""
     code = weights = 0
     for name, flags, size in elf.sections(obj):
-        if flags & SHF_EXECINSTR:
+        if flags & elf.SHF_EXECINSTR:
             code += size
         elif name.startswith(weights_prefix) or name.startswith(".rodata"):
             weights += size

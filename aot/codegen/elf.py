@@ -7,6 +7,12 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 
+SHT_PROGBITS, SHT_SYMTAB, SHT_STRTAB, SHT_RELA, SHT_NOBITS, SHT_REL = 1, 2, 3, 4, 8, 9
+SHT_GROUP, SHT_SYMTAB_SHNDX, SHT_LLVM_ADDRSIG = 17, 18, 0x6FFF4C03
+SHF_ALLOC, SHF_EXECINSTR, SHF_LINK_ORDER = 0x2, 0x4, 0x80
+STB_GLOBAL, STT_OBJECT = 1, 1
+SHN_LORESERVE = 0xFF00
+
 
 def _section_table(elf: bytes) -> tuple[bool, str, list[tuple[int, int, int, int, int, int, int]]]:
     """(64-bit, byte order, each section's (name offset, type, flags, offset, size, link, entry size))."""
@@ -45,7 +51,7 @@ def _symbols(elf: bytes) -> Iterator[tuple[str, int, int, int, int]]:
     is64, end, table = _section_table(elf)
     sections = [(kind, offset, size, link, entsize) for _, kind, _, offset, size, link, entsize in table]
     for kind, offset, size, link, entsize in sections:
-        if kind != 2:           # SHT_SYMTAB
+        if kind != SHT_SYMTAB:
             continue
         str_offset = sections[link][1]
         for pos in range(offset + entsize, offset + size, entsize):   # entry 0 is the null symbol

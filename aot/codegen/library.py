@@ -14,15 +14,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import jinja2
-
 from aot.codegen.archive import archive
+from aot.codegen.templates import TEMPLATES
 from aot.errors import OptionError, RunError
 from aot.target import Target
-
-_TEMPLATES = jinja2.Environment(
-    loader=jinja2.PackageLoader("aot.codegen", "templates"),
-    undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
 
 # What the compiler predefines for each instruction set: the header checks the architecture (and the
 # float ABI, see guard), a CMake project's configure step only the family, which a compiler shows by
@@ -83,14 +78,14 @@ def static_library(name: str, tgt: Target, obj: bytes, header: str, source: str)
         proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)    # relative: no path in it
         if proc.returncode != 0:
             raise RunError(f"target {tgt.name}: compiling {name}.c for {name}.a failed ({' '.join(cmd)}):\n"
-                              f"{proc.stderr.strip()}")
+                           f"{proc.stderr.strip()}")
         wrapper = (work / f"{name}.c.o").read_bytes()
     return archive([(f"{name}.o", obj), (f"{name}.c.o", wrapper)])
 
 
 def missing_tools(tgt: Target) -> str:
-    """Why static_library made nothing, for a note."""
-    return f"{tgt.cc} not found" if shutil.which(tgt.cc) is None else ""
+    """Why static_library made nothing (the one reason it has), for a note."""
+    return f"{tgt.cc} not found"
 
 
 def build_files(name: str, tgt: Target, banner: str, library: bool) -> dict[str, bytes]:
@@ -104,8 +99,8 @@ def build_files(name: str, tgt: Target, banner: str, library: bool) -> dict[str,
                    cmake_flags=" ".join(f for f in flags if not f.startswith("-O")),
                    system="Generic" if tgt.os == "none" else "Linux",
                    processor=tgt.cpu if tgt.os == "none" else tgt.triple.split("-")[0])
-    files = {"CMakeLists.txt": _TEMPLATES.get_template("CMakeLists.txt.j2").render(**context).encode(),
-             f"{name}.mk": _TEMPLATES.get_template("model.mk.j2").render(**context).encode()}
+    files = {"CMakeLists.txt": TEMPLATES.get_template("CMakeLists.txt.j2").render(**context).encode(),
+             f"{name}.mk": TEMPLATES.get_template("model.mk.j2").render(**context).encode()}
     if cross:
-        files["toolchain.cmake"] = _TEMPLATES.get_template("toolchain.cmake.j2").render(**context).encode()
+        files["toolchain.cmake"] = TEMPLATES.get_template("toolchain.cmake.j2").render(**context).encode()
     return files

@@ -25,16 +25,16 @@ def parts(kernels: list[k.Kernel], model: str) -> list[list[k.Kernel]]:
             group[i] = group[group[i]]
             i = group[i]
         return i
+    looks = [likeness(kernel, model) for kernel in kernels]
     first_reader: dict[object, int] = {}
     for i, kernel in enumerate(kernels):
-        for key in [buf.name for buf in k.constants(kernel)] + [likeness(kernel, model)]:
+        for key in [buf.name for buf in k.constants(kernel)] + [looks[i]]:
             j = first_reader.setdefault(key, i)
             group[root(i)] = root(j)
     members: dict[int, list[int]] = {}
     for i in range(n):
         members.setdefault(root(i), []).append(i)
-    weight = {r: sum({likeness(kernels[i], model): k.size(kernels[i]) for i in m}.values())
-              for r, m in members.items()}
+    weight = {r: sum({looks[i]: k.size(kernels[i]) for i in m}.values()) for r, m in members.items()}
     split: list[list[int]] = [[], []]
     loads = [0, 0]
     for r in sorted(members, key=lambda r: (-weight[r], r)):

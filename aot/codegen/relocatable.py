@@ -17,11 +17,23 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, replace
 
-SHT_PROGBITS, SHT_SYMTAB, SHT_STRTAB, SHT_RELA, SHT_NOBITS, SHT_REL = 1, 2, 3, 4, 8, 9
-SHT_GROUP, SHT_SYMTAB_SHNDX, SHT_LLVM_ADDRSIG = 17, 18, 0x6FFF4C03
-SHF_ALLOC, SHF_LINK_ORDER = 0x2, 0x80
-STB_GLOBAL, STT_OBJECT = 1, 1
-SHN_LORESERVE = 0xFF00
+from aot.codegen.elf import (
+    SHF_ALLOC,
+    SHF_LINK_ORDER,
+    SHN_LORESERVE,
+    SHT_GROUP,
+    SHT_LLVM_ADDRSIG,
+    SHT_NOBITS,
+    SHT_PROGBITS,
+    SHT_REL,
+    SHT_RELA,
+    SHT_STRTAB,
+    SHT_SYMTAB,
+    SHT_SYMTAB_SHNDX,
+    STB_GLOBAL,
+    STT_OBJECT,
+)
+
 _ONCE = {".note.GNU-stack", ".ARM.attributes"}     # kept from the first object only
 
 

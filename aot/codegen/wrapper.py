@@ -6,16 +6,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import jinja2
-
 from aot.codegen import library
+from aot.codegen.templates import TEMPLATES
 from aot.kernel.ir import uses_tiles
 from aot.program import Location, Program
 from aot.target import C_KEYWORDS, Target
-
-_TEMPLATES = jinja2.Environment(
-    loader=jinja2.PackageLoader("aot.codegen", "templates"),
-    undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=False, autoescape=False)
 
 _CTYPES = {"float32": "float", "int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "int32": "int32_t",
            "int64": "int64_t", "bool": "uint8_t"}     # a bool is one byte, 0 or 1
@@ -140,6 +135,6 @@ def render(program: Program, banner: str, requires: list[str], target: Target) -
                    requires=requires, steps=len(calls), regions=workspace_blocks(program),
                    tiles=any(uses_tiles(call.kernel) for call in program.calls), target=target,
                    guard=library.guard(target), flags=library.compile_flags(target))
-    header = _TEMPLATES.get_template("model.h.j2").render(**context)
-    source = _TEMPLATES.get_template("model.c.j2").render(**context)
+    header = TEMPLATES.get_template("model.h.j2").render(**context)
+    source = TEMPLATES.get_template("model.c.j2").render(**context)
     return header, source
