@@ -14,8 +14,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from aot.codegen import TEMPLATES
 from aot.codegen.archive import archive
-from aot.codegen.templates import TEMPLATES
 from aot.errors import OptionError, RunError
 from aot.target import Target
 

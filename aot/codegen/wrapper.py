@@ -6,8 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from aot.codegen import library
-from aot.codegen.templates import TEMPLATES
+from aot.codegen import TEMPLATES, library
 from aot.kernel.ir import uses_tiles
 from aot.program import Location, Program
 from aot.target import C_KEYWORDS, Target
