@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from aot.errors import InternalError, UnsupportedOpError
 from aot.graph.ir import Graph, Node, Rewriter
+from aot.graph.passes.pad_channels import pad_channels
 from aot.graph.passes.row_bands import BandChoice
 from aot.kernel.ir import Kernel, Reuse, constants
 from aot.knobs import Knobs, resolve
@@ -119,6 +120,8 @@ def materialize_outputs(graph: Graph) -> Graph:
 
 def build_program(graph: Graph, target: Target, name: str, knobs: Knobs | None = None) -> Program:
     graph = materialize_outputs(graph)
+    if target.int_simd.byte_pairs:
+        graph = pad_channels(graph)
     knobs = knobs or resolve(target)
     share = knobs.share_memory
     either_way = frozenset(n.name for n in graph.nodes if op_def(n.op).rows_either_way) if share else frozenset()

@@ -10,7 +10,8 @@ plugin (aot/run/count.py); both outputs are checked against onnxruntime. The tab
 kernels executed, per multiply-accumulate, on the Cortex-M cores the cycles estimated from the same kind of
 run (aot/run/cycles.py: LLVM's model of the core, an estimate), how many times fewer the SIMD build needs, the
 ratio to CMSIS-NN's instructions and estimated cycles where there are figures (REFERENCE), and the code size
-of the kernels (text bytes of the object). --layers adds the instructions of each kernel. --records DIR adds
+of the kernels (text bytes of the object). --layers adds the instructions (and estimated cycles) of each kernel.
+--records DIR adds
 the build from the tuning records DIR/<model>_<precision>_<target>.json (made first with --tune DURATION where
 missing: `aot tune` counting instructions per kernel) and its ratio to the default schedules' count.
 """
@@ -76,8 +77,10 @@ def _count(model: onnx.ModelProto, target: str, knobs: dict, tmp: Path, layers: 
         insns, estimated = estimate.instructions, estimate.cycles
     else:
         outputs, insns = count_instructions(artifact, feeds)
+    kernel_cycles = {}
     if layers and cycles.available(artifact.target):
-        estimated = cycles.estimate_cycles(artifact, feeds)[1].cycles
+        estimate = cycles.estimate_cycles(artifact, feeds)[1]
+        estimated, kernel_cycles = estimate.cycles, estimate.per_kernel
     comparisons = reference.compare(outputs, reference.reference_outputs(model, feeds),
                                     quantization_steps(artifact.program))
     graph = artifact.program.graph
@@ -85,7 +88,7 @@ def _count(model: onnx.ModelProto, target: str, knobs: dict, tmp: Path, layers: 
     text = sum(size for _, size in functions(artifact.object.read_bytes()).values())
     return {"insns": insns, "cycles": estimated, "macs": sum(kernel_macs.values()), "text": text,
             "ok": all(c.ok for c in comparisons),
-            "layers": [(k, n, kernel_macs.get(k, 0)) for k, n in per_kernel.items()]}
+            "layers": [(k, n, kernel_macs.get(k, 0), kernel_cycles.get(k)) for k, n in per_kernel.items()]}
 
 
 def records_path(records: Path, label: str, target: str) -> Path:
@@ -115,11 +118,12 @@ def _print(title: str, rows: list[tuple[str, ...]], left: int) -> None:
 
 def _layer_table(target: str, label: str, run: dict) -> None:
     total = run["insns"]
-    rows = [("kernel", "MACs", "insns", "insns/MAC", "share")]
-    for name, n, n_macs in run["layers"]:
+    rows = [("kernel", "MACs", "insns", "insns/MAC", "share", "est. cycles", "est. cycles/MAC")]
+    for name, n, n_macs, n_cycles in run["layers"]:
         rows.append((name.split("_k", 1)[-1], f"{n_macs}", f"{n}", f"{n / n_macs:.2f}" if n_macs else "-",
-                     f"{100 * n / total:.1f}%"))
-    _print(f"{target} {label}: instructions per kernel", rows, 1)
+                     f"{100 * n / total:.1f}%", "-" if n_cycles is None else f"{n_cycles}",
+                     f"{n_cycles / n_macs:.2f}" if n_cycles is not None and n_macs else "-"))
+    _print(f"{target} {label}: instructions (and on a Cortex-M core estimated cycles) per kernel", rows, 1)
 
 
 def insns_table(models: dict[str, onnx.ModelProto], knobs: dict | None = None,
@@ -185,7 +189,8 @@ def main() -> int:
                         help="default fp32 and int8")
     parser.add_argument("--knobs", type=Path, help="TOML knob overrides for every build")
     parser.add_argument("--no-scalar", action="store_true", help="skip the scalar (simd = false) builds")
-    parser.add_argument("--layers", action="store_true", help="also print the instructions of each kernel")
+    parser.add_argument("--layers", action="store_true",
+                        help="also print the instructions (and estimated cycles) of each kernel")
     parser.add_argument("--records", type=Path, metavar="DIR", help="also count the builds from tuning records "
                         "DIR/<model>_<precision>_<target>.json")
     parser.add_argument("--tune", metavar="DURATION", help="with --records: first tune each model without a "

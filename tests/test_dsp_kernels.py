@@ -94,6 +94,8 @@ CASES = {   # c, m, kernel, stride, pad, (h, w), group, dtype, x_zp
     "depthwise_stride2": (8, 8, 3, 2, 1, (5, 6), 8, "int8", 17),
     "depthwise_valid_u8": (8, 8, 3, 1, 0, (4, 6), 8, "uint8", 140),
     "one_pixel": (20, 7, 1, 1, 0, (1, 1), 1, "int8", 4),
+    "rgb_padded_to_words": (3, 16, 3, 1, 1, (6, 9), 1, "int8", 7),
+    "seven_padded_u8": (7, 6, 3, 1, 1, (7, 8), 1, "uint8", 133),
 }
 
 
@@ -181,3 +183,49 @@ def test_widened_weights_give_way_to_a_flash_limit_they_exceed(tmp_path):
     with pytest.raises(aot.PlanError, match="bytes of FLASH"):
         aot.build(model, target="cortex-m4", out_dir=tmp_path / "asked", memory=limit, knobs={"wide_weights": True})
     assert not (tmp_path / "asked").exists()
+
+
+@pytest.mark.parametrize("channels, stride, padded", [(3, 1, True), (7, 1, True), (11, 1, True), (2, 1, False),
+                                                     (4, 1, False), (6, 1, False), (3, 2, False)])
+def test_channels_one_short_of_a_word_are_padded_with_the_zero_point(channels, stride, padded, tmp_path):
+    """An int8 convolution over 3 (7, 11) input channels reads them through a Pad to 4 (8, 12) that adds the
+    zero point, its weights a zero channel (pad_channels); fewer channels, whole words and strided rows
+    stay as they are. The MACs reported are the model's."""
+    from aot.ops import macs
+
+    model, _ = qdq_conv(channels, 8, 3, stride, 1, (5, 6), x_zp=-9)
+    program = aot.build(model, target="cortex-m4", out_dir=tmp_path).program
+    ops = [call.node.op for call in program.calls if call.node.op != "Transpose"]    # NCHW in and out
+    assert ops == (["Pad", "Conv"] if padded else ["Conv"])
+    conv = next(call.node for call in program.calls if call.node.op == "Conv")
+    x = program.graph.values[conv.inputs[0]]
+    assert x.shape[-1] == (channels + 1 if padded else channels)
+    out = program.graph.values[conv.outputs[0]].shape
+    assert macs(program.graph, conv) == out[1] * out[2] * 8 * channels * 9
+    if padded:
+        pad = next(call.node for call in program.calls if call.node.op == "Pad")
+        assert pad.attrs["value"] == -9 and x.quant.same_as(program.graph.values[pad.inputs[0]].quant)
+        assert not program.graph.constants[conv.inputs[1]][:, channels:].any()
+    host = aot.build(model, target="host", out_dir=tmp_path / "host").program
+    assert "Pad" not in [call.node.op for call in host.calls]      # other targets read the channels as they are
+
+
+
+def test_the_word_pad_writes_over_its_input_in_place():
+    """The Pad to whole words copies rows from the last, each read whole before its copy is written: its
+    declaration (the result may start where the input does) holds against its loops replayed, one two
+    bytes bolder does not, and the plan places the two at the same byte (no second copy of the input)."""
+    import dataclasses
+
+    from kernel_trace import Trace
+
+    model, _ = qdq_conv(3, 8, 3, 1, 1, (6, 7))
+    program = aot.build(model, target="cortex-m4", out_dir=None).program
+    call = next(c for c in program.calls if c.node.op == "Pad")
+    (reuse,) = call.kernel.reuse
+    Trace(call.kernel).check(reuse)
+    bolder = dataclasses.replace(reuse, progress=tuple((written + 2, needed) for written, needed in reuse.progress))
+    with pytest.raises(AssertionError, match="breaks its reads"):
+        Trace(call.kernel).check(bolder)
+    source, result = program.roots[call.node.inputs[0]], program.roots[call.node.outputs[0]]
+    assert program.plan.offsets[source] == program.plan.offsets[result]

@@ -14,7 +14,7 @@ from aot.errors import ModelError
 from aot.graph.ir import Graph, Node, Rewriter
 from aot.graph.node_quant import Quant, node_quant
 from aot.graph.quant import QuantParams
-from aot.kernel.ir import Buffer, Builder, Expr, Kernel, binop, const, maximum, minimum, select
+from aot.kernel.ir import Buffer, Builder, Expr, Kernel, Reuse, binop, const, maximum, minimum, select
 from aot.ops import LowerContext
 from aot.ops.quantized import dequantize, quantize
 from aot.ops.rewrite import as_int64, const_input, crop, emit, fed_input, fused_acts, gather_along, refuse, view
@@ -109,12 +109,18 @@ def pad(ctx: LowerContext, node: Node, name: str) -> Kernel:
     b = Builder()
     lanes = ctx.target.lanes
     if mode == "constant":
+        dtype = outs[0].dtype       # f32; or bytes, where pad_channels pads a quantized input with its zero point
+        value = node.attrs["value"] if dtype == "f32" else int(node.attrs["value"])
+        fill = const(value, dtype)
+        ends = node.attrs["pads"][rank:]
+        if not any(begins) and not any(ends[:-1]) and in_shape[-1] <= ROW_READ_WHOLE and 0 not in in_shape:
+            reuse = _pad_rows(b, ins[0], outs[0], in_shape, out_shape, fill)
+            return Kernel(name, params, b.block(), (reuse,))
         total = int(np.prod(out_shape, dtype=np.int64))
-        fill = const(node.attrs["value"], "f32")
         main = total - total % lanes
         if main:
             with b.loop("i", 0, main, lanes) as i:
-                b.store(outs[0], i, const(node.attrs["value"], "f32", lanes))
+                b.store(outs[0], i, const(value, dtype, lanes))
         if total > main:
             with b.loop("i", main, total) as i:
                 b.store(outs[0], i, fill)
@@ -142,6 +148,28 @@ def pad(ctx: LowerContext, node: Node, name: str) -> Kernel:
                 body(depth + 1, s, d)
     body(0, 0, 0)
     return Kernel(name, params, b.block())
+
+
+ROW_READ_WHOLE = 16     # the longest row _pad_rows reads whole before writing its padded copy
+
+
+def _pad_rows(b: Builder, x: Buffer, out: Buffer, in_shape: list[int], out_shape: list[int], fill: Expr) -> Reuse:
+    """A constant Pad that only lengthens the rows (the last axis, at its end): the rows copied from the last
+    to the first, each read whole before its padded copy is written, so that the result may start where the
+    input does and cover it (pad_channels' words: no second copy of a first layer's input in the workspace)."""
+    rows = int(np.prod(in_shape[:-1], dtype=np.int64))
+    width, padded = in_shape[-1], out_shape[-1]
+    with b.loop("r", 0, rows) as r:
+        row = b.let("row", (rows - 1) - r)
+        values = [b.let("v", x[row * width + c]) for c in range(width)]
+        for c in range(padded):
+            b.store(out, row * padded + c, values[c] if c < width else fill)
+    size = out.nbytes // out.size
+    # per row, from the last: its reads (input below the row's end), then its writes (output from its start)
+    progress = tuple(point for row in reversed(range(rows))
+                     for point in (((row + 1) * padded * size, (row + 1) * width * size),
+                                   (row * padded * size, row * width * size)))
+    return Reuse(0, progress=progress, backward=True)
 
 
 def copy(ctx: LowerContext, node: Node, name: str) -> Kernel:

@@ -54,7 +54,8 @@ from aot.registry import MATRIX_OPERANDS, Fusion, Layout, QuantForm, define, ope
 
 def _conv_macs(graph: Graph, node: Node) -> int:
     w = graph.constants[node.inputs[1]]
-    return int(np.prod(graph.shape(node.outputs[0]))) * int(np.prod(w.shape[1:]))
+    channels = w.shape[1] - node.attrs.get("padded_channels", 0)     # see pad_channels
+    return int(np.prod(graph.shape(node.outputs[0]))) * channels * int(np.prod(w.shape[2:]))
 
 
 def conv(ctx: LowerContext, node: Node, name: str) -> Kernel:
