@@ -11,9 +11,9 @@ kernels executed, per multiply-accumulate, on the Cortex-M cores the cycles esti
 run (aot/run/cycles.py: LLVM's model of the core, an estimate), how many times fewer the SIMD build needs, the
 ratio to CMSIS-NN's instructions and estimated cycles where there are figures (REFERENCE), and the code size
 of the kernels (text bytes of the object). --layers adds the instructions (and estimated cycles) of each kernel.
---records DIR adds
-the build from the tuning records DIR/<model>_<precision>_<target>.json (made first with --tune DURATION where
-missing: `aot tune` counting instructions per kernel) and its ratio to the default schedules' count.
+--records DIR adds the build from the tuning records DIR/<model>_<precision>_<target>.json (made first with
+--tune DURATION where missing: `aot tune` counting instructions per kernel) and its ratio to the default
+schedules' count.
 """
 
 from __future__ import annotations
