@@ -47,6 +47,9 @@ class Knobs:
     # dense int8 channel loops on the Arm DSP run as loops of their own (PairLoop, schedule channels = "pairs")
     # from this many steps of 4 channels on (0: never); shorter ones LLVM unrolls whole either way
     pair_loop_steps: int = 0
+    # a PairLoop ends when its weight pointer reaches the weights' end rather than on a counter: a register
+    # fewer (Cortex-M4, estimated: DS-CNN int8 -3 %; the Cortex-M7's dual issue does better with the counter)
+    pair_loop_to_end: bool = False
     # int8 weights of dense convolutions and Gemm on the Arm DSP stored as the 16-bit pairs sxtb16 would
     # make of them: twice their flash, one widening less per weight word (a build over its flash limit
     # falls back to int8 weights unless the knob was given)

@@ -111,16 +111,18 @@ def test_dsp_layers_match_onnxruntime_and_the_scalar_build(case):
 
 
 @pytest.mark.qemu
+@pytest.mark.parametrize("to_end", [True, False])
 @pytest.mark.parametrize("case", ["pointwise_w2", "pointwise_w4", "one_pixel", "conv3x3_pad", "conv3x3_stride2_u8"])
-def test_pair_loops_sum_what_the_generic_tile_loop_sums(case, tmp_path):
-    """Full tiles run their channels as a PairLoop: two steps a turn (8 channels) or one (4, 12, 20), with the
-    zero point's pair (padded), uint8 activations; a one-pixel output in a tile of 1 x 3 channels.
-    Bit-identical to the generic tile loop, and within one step of onnxruntime."""
+def test_pair_loops_sum_what_the_generic_tile_loop_sums(case, to_end, tmp_path):
+    """Full tiles run their channels as a PairLoop (1 to 5 steps of 4 channels), ending on the weight pointer
+    or on a counter, with the zero point's pair (padded), uint8 activations; a one-pixel output in a tile of
+    1 x 3 channels. Bit-identical to the generic tile loop, and within one step of onnxruntime."""
     model, x = qdq_conv(*CASES[case])
-    pairs = {"pair_loop_steps": 1}
+    pairs = {"pair_loop_steps": 1, "pair_loop_to_end": to_end}
     kernels = {call.kernel.name: dump(call.kernel) for call in
                aot.build(model, target="cortex-m4", out_dir=tmp_path / "m4", knobs=pairs).program.calls}
-    assert any("pair_loop[" in text for name, text in kernels.items() if name.endswith("_pairs")), kernels
+    loops = [line for text in kernels.values() for line in text.splitlines() if "pair_loop[" in line]
+    assert loops and all(("to the weights end" in line) == to_end for line in loops), loops
     if case == "one_pixel":
         assert any("_1x3_" in name for name in kernels), list(kernels)
     paired = aot.check(model, inputs={"x": x}, target="cortex-m4", knobs=pairs)

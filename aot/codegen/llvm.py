@@ -448,18 +448,19 @@ class _FunctionEmitter:
         self.b.call(self.mb.declare(f"llvm.x86.{name}", ir.FunctionType(ir.VoidType(), types)), args)
 
     def pair_loop(self, s: k.PairLoop) -> None:
-        """A loop of its own with the accumulators, both pointers and a down-counter as phis, two steps a
-        turn when their number is even; each step's words loaded first, then widened and multiplied.
-        LLVM's scheduler may reorder them; what this form saves is the generic loop's index arithmetic
-        (DS-CNN's estimated Cortex-M4 cycles: -9.5 %). Two steps a turn: -0.8 % on ResNet-8."""
+        """A loop of its own with the accumulators and both pointers as phis, one step a turn (LLVM unrolls
+        it as it sees fit); each step's words loaded first, then widened and multiplied. LLVM's scheduler may
+        reorder them; what this form saves is the generic loop's index arithmetic (DS-CNN's estimated
+        Cortex-M4 cycles: -9.5 %). The loop ends when the weight pointer reaches the weights' end
+        (`to_end`: a register fewer than a down-counter) or when a counter does (see Knobs)."""
         mr, nr = len(s.accs), len(s.accs[0])
-        u = 2 if s.steps % 2 == 0 else 1
         i8 = ir.IntType(8)
         wide = s.w.dtype == "i16"       # weights stored as their pairs (BytePairArith.weights)
         size = 8 if wide else 4         # bytes of a channel's weights per step
         accs = [v for row in s.accs for v in row]
         zero = self.expr(s.zero_pair) if s.zero_pair is not None else None
         px0, pw0 = self.address(s.x, s.pixel), self.address(s.w, s.weights)
+        end = self.b.gep(pw0, [ir.Constant(_I32, size * nr * s.steps)], source_etype=i8)
         start = [self.b.load(self.slots[v.name]) for v in accs]
         pre = self.b.block
         body = self.fn.append_basic_block("pairs.body")
@@ -471,33 +472,33 @@ class _FunctionEmitter:
         acc = [self.b.phi(_I32) for _ in accs]
         px.add_incoming(px0, pre)
         pw.add_incoming(pw0, pre)
-        count.add_incoming(ir.Constant(_I32, s.steps // u), pre)
+        count.add_incoming(ir.Constant(_I32, s.steps), pre)
         for phi, value in zip(acc, start):
             phi.add_incoming(value, pre)
         cur = list(acc)
+
         def word(base, offset: int):
             return self.b.load(self.b.gep(base, [ir.Constant(_I32, offset)], source_etype=i8), typ=_I32, align=1)
 
         smlad = self.mb.declare("llvm.arm.smlad", ir.FunctionType(_I32, [_I32] * 3))
-        for step in range(u):
-            xs = [word(px, 4 * step + i * s.pixel_stride) for i in range(mr)]
-            ws = [[word(pw, size * (step * nr + j) + 4 * odd) for odd in range(size // 4)] for j in range(nr)]
-            pairs = [(self._extend16(v, False, zero, s.unsigned), self._extend16(v, True, zero, s.unsigned))
-                     for v in xs]
-            for j, wv in enumerate(ws):
-                for odd in (False, True):
-                    w = wv[odd] if wide else self._extend16(wv[0], odd, None, False)
-                    for i in range(mr):
-                        cur[i * nr + j] = self.b.call(smlad, [pairs[i][odd], w, cur[i * nr + j]])
-        nx = self.b.gep(px, [ir.Constant(_I32, 4 * u)], source_etype=i8)
-        nw = self.b.gep(pw, [ir.Constant(_I32, size * nr * u)], source_etype=i8)
+        xs = [word(px, i * s.pixel_stride) for i in range(mr)]
+        ws = [[word(pw, size * j + 4 * odd) for odd in range(size // 4)] for j in range(nr)]
+        pairs = [(self._extend16(v, False, zero, s.unsigned), self._extend16(v, True, zero, s.unsigned)) for v in xs]
+        for j, wv in enumerate(ws):
+            for odd in (False, True):
+                w = wv[odd] if wide else self._extend16(wv[0], odd, None, False)
+                for i in range(mr):
+                    cur[i * nr + j] = self.b.call(smlad, [pairs[i][odd], w, cur[i * nr + j]])
+        nx = self.b.gep(px, [ir.Constant(_I32, 4)], source_etype=i8)
+        nw = self.b.gep(pw, [ir.Constant(_I32, size * nr)], source_etype=i8)
         left = self.b.sub(count, ir.Constant(_I32, 1))
         px.add_incoming(nx, self.b.block)
         pw.add_incoming(nw, self.b.block)
         count.add_incoming(left, self.b.block)
         for phi, value in zip(acc, cur):
             phi.add_incoming(value, self.b.block)
-        self.b.cbranch(self.b.icmp_signed("!=", left, ir.Constant(_I32, 0)), body, done)
+        more = self.b.icmp_unsigned("!=", nw, end) if s.to_end else self.b.icmp_signed("!=", left, ir.Constant(_I32, 0))
+        self.b.cbranch(more, body, done)
         self.b.position_at_end(done)
         for v, value in zip(accs, cur):
             self.b.store(value, self.slots[v.name])

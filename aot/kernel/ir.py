@@ -446,6 +446,7 @@ class PairLoop(Stmt):
     steps: int
     unsigned: bool = False
     zero_pair: Expr | None = None
+    to_end: bool = False    # the loop ends on the weight pointer, not on a counter (Knobs.pair_loop_to_end)
 
 
 @dataclass(frozen=True, eq=False)
@@ -742,7 +743,7 @@ def dump(kernel: Kernel) -> str:
             zero = f", add {ex(s.zero_pair)}" if s.zero_pair is not None else ""
             lines.append(f"{pad}pair_loop[{len(s.accs)}x{len(s.accs[0])}]({accs} += {s.x.name}[{ex(s.pixel)}, "
                          f"pixels every {s.pixel_stride}] . {s.w.name}[{ex(s.weights)}], {s.steps} steps"
-                         f"{', unsigned' if s.unsigned else ''}{zero})")
+                         f"{', unsigned' if s.unsigned else ''}{zero}{', to the weights end' if s.to_end else ''})")
         elif isinstance(s, Tile):
             args = [f"tmm{t}" for t in s.tiles] + ([s.buf.name] if s.buf is not None else [])
             args += [f"at {ex(s.index)}"] if s.index is not None else []

@@ -112,7 +112,7 @@ def lower_dense(ctx: LowerContext, node: Node, name: str, g: Geometry, groups: i
             if pixels == range(rows) and chosen.schedule.channels == "pairs":
                 for wrow, acc in zip(wrows, accs):
                     b.emit(PairLoop(tuple(tuple(row) for row in acc), x, pixel0, g.stride[1] * g.c, wbuf, wrow,
-                                    cg // arith.span, arith.unsigned, arith.zero_pair))
+                                    cg // arith.span, arith.unsigned, arith.zero_pair, knobs.pair_loop_to_end))
                 return
             with b.loop("c", 0, cg, arith.span) as c:
                 def at(i: int) -> Expr:
