@@ -12,6 +12,7 @@ from aot.graph.ir import Node
 from aot.kernel.ir import (
     Buffer,
     Builder,
+    Const,
     Expr,
     Kernel,
     PairLoop,
@@ -74,6 +75,11 @@ def lower_dense(ctx: LowerContext, node: Node, name: str, g: Geometry, groups: i
 
     panel_size = g.kh * g.kw * cg
     matrix = isinstance(arith, MatrixArith)
+    # A core tile's window columns unrolled where the stride keeps its pixels' taps apart: each tap then
+    # addresses its words by constant offsets (ResNet-8 int8, Cortex-M4: its two strided 3x3 layers -7 %
+    # estimated cycles). At a stride of 1 a pixel's taps and its neighbour's read the same words, and LLVM,
+    # keeping them from one tap to the next, runs out of registers (+6 %).
+    unrolled_columns = core and g.stride[1] > 1
 
     def joined(starts: list[Expr]) -> Expr:
         return arith.join(starts) if matrix else starts[0]
@@ -143,6 +149,9 @@ def lower_dense(ctx: LowerContext, node: Node, name: str, g: Geometry, groups: i
             if kw_lo is None:       # a border tile at a constant column: each tap for the pixels it fits
                 for kw, i0, i1 in g.tap_pixels(ow0.value, rows):
                     tap(kh, ih, const(kw), range(i0, i1))
+            elif unrolled_columns and isinstance(kw_lo, Const) and isinstance(kw_hi, Const):
+                for kw in range(kw_lo.value, kw_hi.value):
+                    tap(kh, ih, const(kw), range(rows))
             else:
                 with b.loop("kw", kw_lo, kw_hi) as kw:
                     tap(kh, ih, kw, range(rows))
