@@ -94,6 +94,7 @@ CASES = {   # c, m, kernel, stride, pad, (h, w), group, dtype, x_zp
     "depthwise_stride2": (8, 8, 3, 2, 1, (5, 6), 8, "int8", 17),
     "depthwise_valid_u8": (8, 8, 3, 1, 0, (4, 6), 8, "uint8", 140),
     "one_pixel": (20, 7, 1, 1, 0, (1, 1), 1, "int8", 4),
+    "conv3x3_sixteen": (16, 6, 3, 1, 1, (5, 7), 1, "int8", -5),
     "rgb_padded_to_words": (3, 16, 3, 1, 1, (6, 9), 1, "int8", 7),
     "seven_padded_u8": (7, 6, 3, 1, 1, (7, 8), 1, "uint8", 133),
 }
@@ -231,3 +232,21 @@ def test_the_word_pad_writes_over_its_input_in_place():
         Trace(call.kernel).check(bolder)
     source, result = program.roots[call.node.inputs[0]], program.roots[call.node.outputs[0]]
     assert program.plan.offsets[source] == program.plan.offsets[result]
+
+
+@pytest.mark.parametrize("case, fresh", [("conv3x3_sixteen", True), ("conv3x3_valid", True), ("conv3x3_pad", False),
+                                         ("conv3x3_stride2_u8", False)])
+def test_taps_at_stride_one_load_their_words_anew(case, fresh, tmp_path):
+    """At a stride of 1 a pixel's taps and its neighbour's read the same words; where a tap takes more than
+    one step of 4 channels, the tile loop loads them anew at each tap (Load.fresh: volatile loads in the
+    LLVM IR) rather than keep them across taps. One step a tap (4 channels) or a stride of 2: plain loads.
+    The outputs are checked by test_dsp_layers_match_onnxruntime_and_the_scalar_build."""
+    model, _ = qdq_conv(*CASES[case])
+    artifact = aot.build(model, target="cortex-m4", out_dir=tmp_path, knobs={"pair_loop_steps": 0})
+    mb = ModuleBuilder("m", get_target("cortex-m4"))
+    for call in artifact.program.calls:
+        mb.add_kernel(call.kernel)
+    text = "\n".join(dump(call.kernel) for call in artifact.program.calls)
+    assert (" fresh" in text) == fresh
+    assert ("load volatile" in mb.compile().ir) == fresh
+

@@ -342,6 +342,16 @@ def _little_endian(buf: k.Buffer) -> memoryview:
     return np.ascontiguousarray(buf.data, dtype=buf.data.dtype.newbyteorder("<")).reshape(-1).view(np.uint8).data
 
 
+class _VolatileLoad(ir.LoadInstr):
+    """A volatile load (k.Load.fresh): LLVM neither merges it with an equal load nor reorders it with
+    another volatile access. llvmlite's loads have no volatile flag."""
+
+    def descr(self, buf: list[str]) -> None:
+        [pointer] = self.operands
+        buf.append(f"load volatile {self.type}, {pointer.type} {pointer.get_reference()}, align {self.align}"
+                   f"{self._stringify_metadata(leading_comma=True)}\n")
+
+
 def _forked(work: Callable[[], bytes]) -> Callable[[], bytes]:
     """Start `work` in a child process (fork: it inherits the built kernels); the function returned
     waits for its bytes. llvmlite serializes every call into LLVM with one lock, so threads would not
@@ -548,6 +558,11 @@ class _FunctionEmitter:
             return self.env[e.name]
         if isinstance(e, k.Load):
             ptr = self.address(e.buf, e.index)
+            if e.fresh:
+                load = _VolatileLoad(b.block, ptr, typ=self.mb.type_of(e.buf.dtype, e.lanes))
+                load.align = self.align(e.buf)
+                b._insert(load)     # noqa: SLF001 - IRBuilder.load makes only plain loads
+                return load
             return b.load(ptr, typ=self.mb.type_of(e.buf.dtype, e.lanes), align=self.align(e.buf))
         if isinstance(e, k.Broadcast):
             vt = self.mb.type_of(e.dtype, e.lanes)

@@ -58,6 +58,7 @@ class Load(Expr):
     buf: Buffer
     index: Expr
     lanes: int = 1
+    fresh: bool = False     # read anew: never merged with an equal load nor moved past another fresh one
 
     @property
     def dtype(self) -> str:  # type: ignore[override]
@@ -682,7 +683,8 @@ def dump(kernel: Kernel) -> str:
         if isinstance(e, Var):
             return e.name
         if isinstance(e, Load):
-            return f"{e.buf.name}[{ex(e.index)}]" + (f"<{e.lanes}>" if e.lanes > 1 else "")
+            return (f"{e.buf.name}[{ex(e.index)}]" + (f"<{e.lanes}>" if e.lanes > 1 else "")
+                    + (" fresh" if e.fresh else ""))
         if isinstance(e, Bin):
             return f"{e.op}({ex(e.a)}, {ex(e.b)})"
         if isinstance(e, Fma):

@@ -19,6 +19,7 @@ from aot.kernel.ir import (
     Dot,
     Expr,
     Lanes,
+    Load,
     MatrixDot,
     Reinterpret,
     Shuffle,
@@ -498,6 +499,7 @@ class BytePairArith(IntArith):
         self.group, self.scalar = style.group, True
         self.unsigned = x_dtype == "u8"
         self.wide = ctx.knobs.wide_weights
+        self.fresh = False      # activation words loaded anew at each use (k.Load.fresh; see lower_dense)
         self.zero_pair = None
         if padded or not quant.x_zp:
             super().__init__(ctx, quant, bias, residual)
@@ -519,7 +521,7 @@ class BytePairArith(IntArith):
         return packed.astype(np.int8)
 
     def operand(self, x: Buffer, index: Expr, lanes: int) -> Expr:
-        return Reinterpret(x.vec(index, self.group), "i32", 1)
+        return Reinterpret(Load(x, index, self.group, self.fresh), "i32", 1)
 
     def load_w(self, value: Expr) -> Expr:
         return Reinterpret(value, "i32", 2 if self.wide else 1)

@@ -75,11 +75,17 @@ def lower_dense(ctx: LowerContext, node: Node, name: str, g: Geometry, groups: i
 
     panel_size = g.kh * g.kw * cg
     matrix = isinstance(arith, MatrixArith)
-    # A core tile's window columns unrolled where the stride keeps its pixels' taps apart: each tap then
-    # addresses its words by constant offsets (ResNet-8 int8, Cortex-M4: its two strided 3x3 layers -7 %
-    # estimated cycles). At a stride of 1 a pixel's taps and its neighbour's read the same words, and LLVM,
-    # keeping them from one tap to the next, runs out of registers (+6 %).
-    unrolled_columns = core and g.stride[1] > 1
+    # A core tile's window columns unrolled: each tap then addresses its words by constant offsets, with no
+    # loop over the taps (ResNet-8 int8, Cortex-M4: its two strided 3x3 layers -7 % estimated cycles). At a
+    # stride of 1 a pixel's taps and its neighbour's read the same words, which LLVM would keep from one tap
+    # to the next, out of registers beyond a step of 4 channels (its 16-channel layers +6 %): there each tap
+    # loads its words anew (Load.fresh; those layers -3 to -5 % instead). One step a tap shares them; tiles
+    # whose channels run in PairLoops keep the loop over their border tiles' taps.
+    fresh = (type(arith) is BytePairArith and chosen.schedule.channels != "pairs" and g.stride[1] == 1
+             and g.kw > 1 and cg // arith.span > 1)
+    unrolled_columns = core and (g.stride[1] > 1 or fresh)
+    if fresh:
+        arith.fresh = True
 
     def joined(starts: list[Expr]) -> Expr:
         return arith.join(starts) if matrix else starts[0]
