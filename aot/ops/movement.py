@@ -165,11 +165,11 @@ def _pad_rows(b: Builder, x: Buffer, out: Buffer, in_shape: list[int], out_shape
         for c in range(padded):
             b.store(out, row * padded + c, values[c] if c < width else fill)
     size = out.nbytes // out.size
-    # per row, from the last: its reads (input below the row's end), then its writes (output from its start)
-    progress = tuple(point for row in reversed(range(rows))
-                     for point in (((row + 1) * padded * size, (row + 1) * width * size),
-                                   (row * padded * size, row * width * size)))
-    return Reuse(0, progress=progress, backward=True)
+    # Per row, from the last: its reads (input below the row's end), then its writes (output from the row's
+    # start). At each checkpoint needed - written is r * (width - padded) bytes for some row r <= rows, so
+    # the first (r = rows) and the last (r = 0, the largest) say all the planner needs (Reuse.shift).
+    first, last = rows * padded * size, rows * width * size
+    return Reuse(0, progress=((first, last), (0, 0)), backward=True)
 
 
 def copy(ctx: LowerContext, node: Node, name: str) -> Kernel:
