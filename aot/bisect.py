@@ -142,7 +142,7 @@ def bisect(model: str | os.PathLike | onnx.ModelProto, inputs: dict[str, np.ndar
     if isinstance(model, (str, os.PathLike)):
         model = os.fspath(model)
     loaded = load(model, input_shapes, freeze)
-    onnx_model = _OnnxSide(loaded.inferred)
+    onnx_model = _OnnxSide(loaded.inferred_with_weights())
     probes: dict[str, tuple[str, bool, str]] = {}
 
     def add_probes(graph: Graph) -> Graph:

@@ -117,7 +117,7 @@ def build(model: str | os.PathLike | onnx.ModelProto, target: str | Target = "ho
                     json.loads(files["metadata.json"]), files["report.txt"].decode())
 
 
-Files = dict[str, "bytes | list[bytes]"]     # a build's files by name: bytes, or chunks written in order
+Files = dict[str, "bytes | list[bytes | memoryview]"]     # a build's files by name: bytes, or chunks in order
 
 
 class _WideOverLimits(Exception):
@@ -200,7 +200,7 @@ def _render(program: Program, tgt: Target, loaded: LoadedModel, limits: dict[str
     for call in program.calls:
         mb.add_kernel(call.kernel)
     compiled = mb.compile() if emitted & stages.NEEDS_MODULE else None
-    obj = compiled.object if compiled else mb.emit_object()
+    obj = compiled.object if compiled else mb.emit_object(chunked=True)     # the weights stay in their arrays
     fp = report.footprint(program, obj, tgt.weights_prefix)
     report.check_fits(fp, limits, loaded.label, tgt.name)
     requires = undefined_symbols(obj)
@@ -248,8 +248,8 @@ def _io(t: wrapper.Tensor) -> dict:
     return io
 
 
-def _sha256(data: bytes | list[bytes]) -> str:
-    """A file's hash; a file given as chunks (the library: see archive.py) hashed as written."""
+def _sha256(data: bytes | list[bytes | memoryview]) -> str:
+    """A file's hash; a file given as chunks (the object and the library: elf.Blob) hashed as written."""
     digest = hashlib.sha256()
     for chunk in [data] if isinstance(data, bytes) else data:
         digest.update(chunk)

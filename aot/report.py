@@ -16,7 +16,7 @@ from aot.program import Program, sharing_used
 from aot.registry import Fusion, op_def, operand
 
 
-def object_sections(obj: bytes, weights_prefix: str) -> tuple[int, int]:
+def object_sections(obj: elf.Blob, weights_prefix: str) -> tuple[int, int]:
     """(code bytes, weight bytes) measured from the object file's sections."""
     code = weights = 0
     for name, flags, size in elf.sections(obj):
@@ -48,7 +48,7 @@ class Footprint:
         return self.workspace + self.io + (self.weights if self.weights_in_ram else 0)
 
 
-def footprint(program: Program, obj: bytes, weights_prefix: str) -> Footprint:
+def footprint(program: Program, obj: elf.Blob, weights_prefix: str) -> Footprint:
     code, weights = object_sections(obj, weights_prefix)
     graph = program.graph
     io = sum(graph.values[v].nbytes for v in graph.inputs + graph.outputs)
@@ -67,7 +67,7 @@ def check_fits(fp: Footprint, limits: dict, model: str, target_name: str) -> Non
                             f"({detail}), the limit is {limit:,}; raise it with --memory {kind}=SIZE")
 
 
-def render(program: Program, obj: bytes, weights_prefix: str, header: str, limits: dict | None = None) -> str:
+def render(program: Program, obj: elf.Blob, weights_prefix: str, header: str, limits: dict | None = None) -> str:
     graph = program.graph
     rows = [("#", "op", "node", "inputs -> output", "MACs", "out bytes", "where")]
     total_macs = 0

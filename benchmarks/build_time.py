@@ -21,7 +21,6 @@ fp32 networks on a Cortex-M4) is built with --memory flash=64M,ram=64M, as a use
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile

@@ -553,3 +553,42 @@ def test_a_size_found_for_a_named_dimension_is_that_names_everywhere():
     model = _typed_model(nodes, [("n", I64, [])], [("y", F32, [6])],
                          [("zero", np.float32(0.0)), ("one", np.float32(1.0))])
     _compare(model, {"n": np.array(6, np.int64)})
+
+
+def test_large_initializers_reach_shape_inference_as_stubs(tmp_path):
+    """Shape inference copies the model a few times: its large initializers (but int32/int64 ones, shapes
+    and axes) reach it as stubs (name, type, dims), so the inferred model holds no second copy of the
+    weights. The graph's constants are the model's own; inferred_with_weights (bisect) gives them back."""
+    from aot.frontend.onnx import STUB_BYTES, load, to_graph
+
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
+    shape = np.array([1, -1], np.int64)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Reshape", ["c", "shape"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, [1, 8, 5, 5])],
+                              [helper.make_tensor_value_info("y", F32, [1, 16 * 25])],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(shape, "shape")])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    assert w.nbytes >= STUB_BYTES
+    loaded = load(path)
+    assert loaded.stubs == {"w"}
+    stub = next(t for t in loaded.inferred.graph.initializer if t.name == "w")
+    assert list(stub.dims) == list(w.shape) and not stub.raw_data and not stub.float_data
+    assert [d.dim_value for d in loaded.inferred.graph.output[0].type.tensor_type.shape.dim] == [1, 16 * 25]
+    np.testing.assert_array_equal(to_graph(loaded).constants["w"], w)
+    full = {t.name: t for t in loaded.inferred_with_weights().graph.initializer}
+    np.testing.assert_array_equal(numpy_helper.to_array(full["w"]), w)
+    model = onnx.load(path)
+    assert _compare(model, {"x": rng.standard_normal((1, 8, 5, 5)).astype(np.float32)})["y"].shape == (1, 400)
+
+
+def test_shape_inference_that_folds_constants_reads_the_whole_model():
+    """Where inference alone leaves shapes unknown and constants must be folded (a PyTorch-style dynamic
+    batch, whose fc weights are large), it runs on the model with every initializer's data: no stubs."""
+    from aot.frontend.onnx import load
+
+    loaded = load(_pytorch_style_dynamic_batch(), {"x": (2, 3, 8, 8)})
+    assert loaded.stubs == frozenset()
+    assert all(t.raw_data or t.float_data or t.int64_data for t in loaded.inferred.graph.initializer)

@@ -75,10 +75,10 @@ def test_a_build_whose_parts_cannot_be_joined_is_compiled_whole(tmp_path, monkey
     model = _varied_kernels_model()
     joined = aot.build(model, out_dir=tmp_path / "j").object.read_bytes()
 
-    def refuse(first, second, localize=frozenset()):     # the parts' objects; the weights still join
+    def refuse(first, second, localize=frozenset(), chunked=False):     # the parts' objects; the weights still join
         if not localize:
             raise CannotJoin("refused here")
-        return join(first, second, localize)
+        return join(first, second, localize, chunked)
     monkeypatch.setattr(codegen, "join", refuse)
     whole = aot.build(model, out_dir=tmp_path / "w")
     assert whole.object.read_bytes() != joined
@@ -120,3 +120,33 @@ def test_weights_stay_in_the_module_where_the_object_would_hold_too_many_section
     assert "external dso_local" not in (tmp_path / "b" / "net.ll").read_text()
     assert undefined_symbols(artifact.object.read_bytes()) == []
     assert aot.check(artifact, inputs={"x": np.ones((1, 16, 6, 6), np.float32)}).ok
+
+
+@pytest.mark.parametrize("target", ["host", "cortex-m4"])
+def test_an_object_in_chunks_is_its_bytes_and_keeps_the_weights_in_place(target, tmp_path):
+    """emit_object(chunked=True) gives the very bytes emit_object gives, in chunks, the weights' chunks
+    views of the kernels' own arrays (no copy of the weights); the ELF readers read the chunks as they read
+    the bytes; the build writes them as the object and inside NAME.a."""
+    from aot.codegen.elf import defined_globals, sections
+    from aot.target import get_target
+
+    w = np.random.default_rng(0).standard_normal((32, 16, 3, 3)).astype(np.float32)      # 18 KB
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], {"x": (1, 16, 6, 6)},
+                       {"y": (1, 32, 6, 6)}, {"w": w})
+    artifact = aot.build(model, target=target, out_dir=tmp_path / "b", name="net")
+
+    def module():
+        knobs = artifact.metadata["knobs"]
+        mb = codegen.ModuleBuilder("net", get_target(target), vectorize=knobs["simd"], opt_level=knobs["opt_level"],
+                                   share=knobs["share_bodies"])
+        for call in artifact.program.calls:
+            mb.add_kernel(call.kernel)
+        return mb
+    whole, chunks = module().emit_object(), module().emit_object(chunked=True)
+    assert isinstance(whole, bytes) and isinstance(chunks, list)
+    assert b"".join(chunks) == whole == artifact.object.read_bytes()
+    assert any(isinstance(c, memoryview) and c.nbytes >= w.nbytes for c in chunks)
+    for read in (sections, undefined_symbols, functions, defined_globals):
+        assert read(chunks) == read(whole), read.__name__
+    if (tmp_path / "b" / "net.a").exists():
+        assert whole in (tmp_path / "b" / "net.a").read_bytes()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import struct
 
-from aot.codegen.elf import defined_globals
+from aot.codegen.elf import Blob, defined_globals
 
 MAGIC = b"!<arch>\n"
 
@@ -22,8 +22,10 @@ def _padded(data_size: int) -> bytes:
     return b"\n" if data_size % 2 else b""
 
 
-def archive(members: list[tuple[str, bytes]]) -> list[bytes]:
-    """The archive of `members` ((file name, ELF object) in link order) as chunks to write in order."""
+def archive(members: list[tuple[str, Blob]]) -> list[bytes | memoryview]:
+    """The archive of `members` ((file name, ELF object: bytes or chunks) in link order) as chunks to write
+    in order."""
+    members = [(name, [data] if isinstance(data, bytes) else list(data)) for name, data in members]
     names = b"".join(f"{name}/\n".encode() for name, _ in members if len(name) > 15)
     refs, at = [], 0
     for name, _ in members:     # short names in the header, long ones in the "//" member
@@ -37,16 +39,16 @@ def archive(members: list[tuple[str, bytes]]) -> list[bytes]:
     offset = len(MAGIC) + 60 + table_size + len(_padded(table_size))
     if names:
         offset += 60 + len(names) + len(_padded(len(names)))
-    starts = []
-    for _, data in members:
+    starts, sizes = [], [sum(map(len, data)) for _, data in members]
+    for size in sizes:
         starts.append(offset)
-        offset += 60 + len(data) + len(_padded(len(data)))
+        offset += 60 + size + len(_padded(size))
     index = struct.pack(">I", sum(map(len, symbols))) + b"".join(
         struct.pack(">I", start) for start, syms in zip(starts, symbols) for _ in syms)
     index += b"".join(s.encode() + b"\0" for syms in symbols for s in syms)
     chunks = [MAGIC, _header("/", len(index), "0"), index, _padded(len(index))]
     if names:
         chunks += [_header("//", len(names), ""), names, _padded(len(names))]
-    for ref, (_, data) in zip(refs, members):
-        chunks += [_header(ref, len(data)), data, _padded(len(data))]
-    return [c for c in chunks if c]
+    for ref, (_, data), size in zip(refs, members, sizes):
+        chunks += [_header(ref, size), *data, _padded(size)]
+    return [c for c in chunks if len(c)]

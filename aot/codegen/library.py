@@ -16,6 +16,7 @@ from pathlib import Path
 
 from aot.codegen import TEMPLATES
 from aot.codegen.archive import archive
+from aot.codegen.elf import Blob
 from aot.errors import OptionError, RunError
 from aot.target import Target
 
@@ -59,7 +60,7 @@ def compile_flags(tgt: Target) -> list[str]:
     return list(tgt.cflags)
 
 
-def static_library(name: str, tgt: Target, obj: bytes, header: str, source: str) -> list[bytes] | None:
+def static_library(name: str, tgt: Target, obj: Blob, header: str, source: str) -> list[bytes | memoryview] | None:
     """NAME.a as chunks to write in order (see archive.py): the model object NAME.o and the wrapper compiled
     from NAME.c with the target's compiler and flags (member NAME.c.o); None where that compiler is not
     installed."""

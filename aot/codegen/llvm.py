@@ -16,6 +16,7 @@ import llvmlite.binding as llvm
 import numpy as np
 from llvmlite import ir
 
+from aot.codegen.elf import Blob
 from aot.codegen.parts import likeness, parts
 from aot.codegen.relocatable import CannotJoin, data_object, join
 from aot.errors import InternalError
@@ -116,9 +117,10 @@ class ModuleBuilder:
             self._globals[buf.name] = g
         return self._globals[buf.name]
 
-    def _with_weights(self, code: bytes) -> bytes:
+    def _with_weights(self, code: bytes, chunked: bool = False) -> Blob:
         """The code object joined to an object of the weights its module declares, each in a section of
-        its own (the target's weights prefix and its name), local to the object as the module's own are."""
+        its own (the target's weights prefix and its name), local to the object as the module's own are;
+        `chunked`: as its chunks (elf.Blob), the weights not copied out of their arrays."""
         if not self._weights_as_data():
             return code
         blobs: dict[str, k.Buffer] = {}
@@ -131,7 +133,7 @@ class ModuleBuilder:
         data = data_object(code, [(f"{self.target.weights_prefix}.{name}", name, _little_endian(buf), self.target.align)
                                   for name, buf in blobs.items()], read=True)
         try:
-            return join(code, data, localize=frozenset(blobs))
+            return join(code, data, localize=frozenset(blobs), chunked=chunked)
         except CannotJoin as err:
             raise InternalError(f"joining the weights to the code object failed: {err}") from err
 
@@ -284,20 +286,20 @@ class ModuleBuilder:
         pb.getModulePassManager().run(mod, pb)
         return mod
 
-    def emit_object(self) -> bytes:
+    def emit_object(self, chunked: bool = False) -> Blob:
         """The object. With many kernels, in two parts optimized and compiled at the same time (the later
         in a child process) and joined into one object (aot/codegen/relocatable.py); compiled whole
-        where the parts' objects cannot be joined."""
+        where the parts' objects cannot be joined. `chunked`: as its chunks (see _with_weights)."""
         parts = self._parts()
         if len(parts) == 1:
-            return self._with_weights(self.tm.emit_object(self._optimize(self._source(parts[0]))))
+            return self._with_weights(self.tm.emit_object(self._optimize(self._source(parts[0]))), chunked)
         later = _forked(lambda: self.tm.emit_object(self._optimize(self._source(parts[1]))))
         first = self.tm.emit_object(self._optimize(self._source(parts[0])))
         try:
             code = join(first, later())
         except CannotJoin:
             code = self.tm.emit_object(self._optimize(self._source(self.kernels)))
-        return self._with_weights(code)
+        return self._with_weights(code, chunked)
 
     def emit_assembly(self) -> str:
         return self.compile().assembly

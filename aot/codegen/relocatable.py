@@ -114,11 +114,13 @@ def _string(table: bytes, at: int) -> str:
 Read = tuple[tuple, list[_Section], list[_Symbol]]     # an object as _Layout.read gives it
 
 
-def join(first: bytes, second: bytes | Read, localize: frozenset[str] = frozenset()) -> bytes:
+def join(first: bytes, second: bytes | Read, localize: frozenset[str] = frozenset(), chunked: bool = False
+         ) -> bytes | list[bytes | memoryview]:
     """One relocatable object holding both objects' sections and symbols (see the module docstring).
     The global symbols named in `localize`, defined in one object and referenced from the other, become
     local to the object joined (as the weights a module declares and a data object holds). `second` may
-    be given read already (data_object's: its weights are never copied into an object of their own)."""
+    be given read already (data_object's: its weights are never copied into an object of their own).
+    `chunked`: the object as its chunks in order (elf.Blob), the sections' bytes as they were given."""
     layout = _Layout(first)
     if isinstance(second, tuple):
         header_b, sections_b, symbols_b = second
@@ -205,7 +207,7 @@ def join(first: bytes, second: bytes | Read, localize: frozenset[str] = frozense
     out[1] = replace(out[1], data=strings.data())
     out.append(_Section(".symtab", SHT_SYMTAB, 0, 1, first_global, 8 if layout.is64 else 4,
                         struct.calcsize(layout.symbol), symtab))
-    return _write(layout, header, out, names)
+    return _write(layout, header, out, names, chunked)
 
 
 def _first_global(sections: list[_Section]) -> int:
@@ -259,9 +261,10 @@ class _Strings:
         return b"".join(self._parts)
 
 
-def _write(layout: _Layout, header: tuple, sections: list[_Section], names: list[int]) -> bytes:
+def _write(layout: _Layout, header: tuple, sections: list[_Section], names: list[int], chunked: bool = False
+           ) -> bytes | list[bytes | memoryview]:
     """The object: the header, each section's bytes aligned, the section header table; one copy of the
-    bytes, joined at the end."""
+    bytes, joined at the end (with `chunked`, the chunks, nothing copied)."""
     chunks: list[bytes | memoryview] = []
     size = struct.calcsize(layout.header)
     offsets = [0]
@@ -282,7 +285,8 @@ def _write(layout: _Layout, header: tuple, sections: list[_Section], names: list
                                   section.align, section.entsize))
     fields = list(header)
     fields[6], fields[12], fields[13] = shoff, len(sections), 1
-    return b"".join([struct.pack(layout.header, *fields), *chunks])
+    chunks.insert(0, struct.pack(layout.header, *fields))
+    return [c for c in chunks if len(c)] if chunked else b"".join(chunks)
 
 
 def data_object(like: bytes, blobs: list[tuple[str, str, bytes | memoryview, int]], read: bool = False

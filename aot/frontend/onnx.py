@@ -36,11 +36,30 @@ class LoadedModel:
     """The checked ONNX model (input shapes fixed) and where it came from."""
 
     proto: onnx.ModelProto      # the user's model, inputs frozen and shapes fixed
-    inferred: onnx.ModelProto   # the same with every tensor's shape inferred (for to_graph)
+    # the same with every tensor's shape inferred (for to_graph); the initializers named in `stubs` only
+    # declared there (name, type, dims: one copy of the weights is enough), their data in `proto`
+    inferred: onnx.ModelProto
     label: str                  # file name for messages, e.g. "mobilenet.onnx"
     sha256: str
     frozen: dict[str, np.ndarray] = field(default_factory=dict)    # inputs bound with --freeze
     original: onnx.ModelProto | None = None     # the model as given: no input frozen, no shape fixed
+    stubs: frozenset[str] = frozenset()
+
+    def stubbed(self) -> dict[str, onnx.TensorProto]:
+        """The initializers `inferred` has as stubs, with their data, by name."""
+        return {t.name: t for t in self.proto.graph.initializer if t.name in self.stubs}
+
+    def inferred_with_weights(self) -> onnx.ModelProto:
+        """`inferred` with every initializer's data (a copy, where there are stubs)."""
+        if not self.stubs:
+            return self.inferred
+        full = self.stubbed()
+        result = onnx.ModelProto()
+        result.CopyFrom(self.inferred)
+        for tensor in result.graph.initializer:
+            if tensor.name in full:
+                tensor.CopyFrom(full[tensor.name])
+        return result
 
     def reference(self) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
         """What a reference runtime runs, and the inputs to add to its feeds: the model as the user gave
@@ -114,9 +133,57 @@ def load(model: str | os.PathLike | onnx.ModelProto,
     proto = _fix_input_shapes(proto, input_shapes or {}, label)
     proto, empty = _freeze_empty_inputs(proto)
     frozen.update(empty)
-    inferred = _infer_static_shapes(proto, label)
+    sha256 = hashlib.sha256(data).hexdigest()
+    del data
+    light, stubs = _stubbed(proto)
+    try:
+        inferred = _infer_static_shapes(light, label, light=bool(stubs))
+    except _NeedsWeights:
+        inferred, stubs = _infer_static_shapes(proto, label), frozenset()
     validate.check_attributes(inferred, label, inferred=True)
-    return LoadedModel(proto, inferred, label, hashlib.sha256(data).hexdigest(), frozen, original)
+    return LoadedModel(proto, inferred, label, sha256, frozen, original, stubs)
+
+
+STUB_BYTES = 1024   # initializers this large (but for int32/int64: shapes, axes, pads) infer from a stub
+
+
+def _stubbed(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, frozenset[str]]:
+    """The model with its large initializers as stubs (name, type, dims, no data), and their names:
+    shape inference reads only the values of shapes, axes, pads and scales, which are small or integers,
+    and its copies of the model (a serialization each) then stay small. The model itself if it has none."""
+    g = proto.graph
+    large = [t for t in g.initializer if t.data_type not in (onnx.TensorProto.INT32, onnx.TensorProto.INT64)
+             and _tensor_bytes(t) >= STUB_BYTES]
+    if not large:
+        return proto, frozenset()
+    names = {t.name for t in large}
+    light = onnx.ModelProto()
+    for field_name in ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string"):
+        setattr(light, field_name, getattr(proto, field_name))
+    light.opset_import.extend(proto.opset_import)
+    light.metadata_props.extend(proto.metadata_props)
+    light.functions.extend(proto.functions)
+    for field_name in ("node", "input", "output", "value_info", "sparse_initializer", "quantization_annotation",
+                       "metadata_props"):
+        getattr(light.graph, field_name).extend(getattr(g, field_name))
+    light.graph.name, light.graph.doc_string = g.name, g.doc_string
+    for t in g.initializer:
+        if t.name in names:
+            light.graph.initializer.add(name=t.name, data_type=t.data_type, dims=t.dims)
+        else:
+            light.graph.initializer.append(t)
+    return light, frozenset(names)
+
+
+def _tensor_bytes(t: onnx.TensorProto) -> int:
+    count = int(np.prod(t.dims, dtype=np.int64))
+    size = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize \
+        if t.data_type not in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED) else 0
+    return count * size
+
+
+class _NeedsWeights(Exception):
+    """Shape inference on a model with stubs needs to fold constants: it runs again on the whole model."""
 
 
 def _initializers_as_constants(proto: onnx.ModelProto) -> onnx.ModelProto:
@@ -259,36 +326,37 @@ def _node_fault(proto: onnx.ModelProto, message: str) -> str | None:
     return None
 
 
-def _infer_static_shapes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
+def _infer_static_shapes(proto: onnx.ModelProto, label: str, light: bool = False) -> onnx.ModelProto:
     """Every tensor's shape, from the nodes. The model's own annotations (intermediate value_info, the
     graph outputs' shapes) are hints, and exporters leave stale ones behind (a Reshape annotated with
     the rank it had before the graph was edited) that onnxruntime ignores; strict inference would
     call them a contradiction. So shapes are first inferred without them; only if a tensor they
     annotate is left unknown are they used, those the nodes contradict dropped. A graph output's
     declared shape is the model's interface, which the compiled model's header gives: one the nodes
-    contradict is a ModelError saying both."""
+    contradict is a ModelError saying both. `light`: the model has stubs (see _stubbed), and inference
+    that would fold constants raises _NeedsWeights."""
     proto = _forget_unknown_dims(proto)
     floored = _floor_dropped_ceil_windows_first(proto, label)
     if floored is not None:
-        return _infer_static_shapes(floored, label)
+        return _infer_static_shapes(floored, label, light)
     g = proto.graph
     hints = {vi.name for vi in g.value_info} | {vi.name for vi in g.output if vi.type.tensor_type.HasField("shape")}
     try:
-        inferred = _resolve_shapes(_without_annotations(proto), label)
+        inferred = _resolve_shapes(_without_annotations(proto), label, light)
     except ModelError:
         if not hints:
             raise
         inferred = None     # perhaps an annotation says what inference cannot find: try with them
     floored = _floor_dropped_ceil_windows(proto, inferred, label) if inferred is not None else None
     if floored is not None:     # the pools' counts corrected, inference runs again (and finds none)
-        return _infer_static_shapes(floored, label)
+        return _infer_static_shapes(floored, label, light)
     if inferred is not None and not _unknown_outputs(inferred) & hints:
         _check_declared_outputs(proto, inferred, label)
         return inferred
-    return _resolve_shapes(_consistent_annotations(proto, inferred, label), label)
+    return _resolve_shapes(_consistent_annotations(proto, inferred, label), label, light)
 
 
-def _resolve_shapes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
+def _resolve_shapes(proto: onnx.ModelProto, label: str, light: bool = False) -> onnx.ModelProto:
     """ONNX shape inference, helped where it stops short: exporters compute shapes and pads with
     chains of small ops (Shape, Gather, Concat, Slice, Range, ConstantOfShape, ...) that inference
     does not always follow, and an If or Loop may decide on a value known only after folding. While
@@ -298,6 +366,8 @@ def _resolve_shapes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
     so this ends."""
     inferred = _infer(proto, label)
     while _unknown_outputs(inferred) or control_flow.has_control_flow(inferred):
+        if light:
+            raise _NeedsWeights()
         helped = (control_flow.inline_constant_control_flow(inferred) or _fold_constant_nodes(inferred, label)
                   or _contrib_shapes(inferred) or backward_shapes.shapes_from_outputs(inferred, label)
                   or control_flow.select_between_branches(inferred))
@@ -786,7 +856,8 @@ def to_graph(model: LoadedModel) -> Graph:
     label = model.label
     control_flow.refuse_control_flow(model.inferred, label)
     opset = next((o.version for o in model.inferred.opset_import if o.domain in ("", "ai.onnx")), 17)
-    constants: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    stubbed = model.stubbed()
+    constants: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(stubbed.get(t.name, t)) for t in g.initializer}
     infos = {vi.name: vi for vi in list(g.value_info) + list(g.input) + list(g.output)}
     values: dict[str, Value] = {}
 
