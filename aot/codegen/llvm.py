@@ -350,7 +350,8 @@ class _VolatileLoad(ir.LoadInstr):
 
     def descr(self, buf: list[str]) -> None:
         [pointer] = self.operands
-        buf.append(f"load volatile {self.type}, {pointer.type} {pointer.get_reference()}, align {self.align}"
+        align = f", align {self.align}" if self.align is not None else ""
+        buf.append(f"load volatile {self.type}, {pointer.type} {pointer.get_reference()}{align}"
                    f"{self._stringify_metadata(leading_comma=True)}\n")
 
 

@@ -158,21 +158,28 @@ def _stubbed(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, frozenset[str]]:
         return proto, frozenset()
     names = {t.name for t in large}
     light = onnx.ModelProto()
-    for field_name in ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string"):
-        setattr(light, field_name, getattr(proto, field_name))
-    light.opset_import.extend(proto.opset_import)
-    light.metadata_props.extend(proto.metadata_props)
-    light.functions.extend(proto.functions)
-    for field_name in ("node", "input", "output", "value_info", "sparse_initializer", "quantization_annotation",
-                       "metadata_props"):
-        getattr(light.graph, field_name).extend(getattr(g, field_name))
-    light.graph.name, light.graph.doc_string = g.name, g.doc_string
+    _copy_fields(proto, light, skip="graph")
+    _copy_fields(g, light.graph, skip="initializer")
     for t in g.initializer:
         if t.name in names:
             light.graph.initializer.add(name=t.name, data_type=t.data_type, dims=t.dims)
         else:
             light.graph.initializer.append(t)
     return light, frozenset(names)
+
+
+def _copy_fields(source, dest, skip: str) -> None:
+    """Every field `source` sets but `skip`, copied into the empty message `dest`."""
+    for field_descriptor, value in source.ListFields():
+        if field_descriptor.name == skip:
+            continue
+        target = getattr(dest, field_descriptor.name)
+        if hasattr(target, "extend"):           # a repeated field
+            target.extend(value)
+        elif hasattr(target, "CopyFrom"):       # a message
+            target.CopyFrom(value)
+        else:
+            setattr(dest, field_descriptor.name, value)
 
 
 def _tensor_bytes(t: onnx.TensorProto) -> int:
