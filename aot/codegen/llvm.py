@@ -17,7 +17,7 @@ import numpy as np
 from llvmlite import ir
 
 from aot.codegen.elf import Blob
-from aot.codegen.parts import likeness, parts
+from aot.codegen.parts import PARALLEL_KERNELS, likeness, parts
 from aot.codegen.relocatable import CannotJoin, data_object, join
 from aot.errors import InternalError
 from aot.isa import INT_SIMD
@@ -71,11 +71,13 @@ class ModuleBuilder:
     """One LLVM module for a whole model: kernels as exported functions, weights as const globals (the
     larger ones only declared, their bytes joined to the object as data)."""
 
-    def __init__(self, name: str, target: Target, vectorize: bool = True, opt_level: int = 3, share: bool = True):
+    def __init__(self, name: str, target: Target, vectorize: bool = True, opt_level: int = 3, share: bool = True,
+                 dense_lsr: bool = True):
         self.target = target
         self.vectorize = vectorize      # False: LLVM's loop and SLP vectorizers stay off (scalar builds)
         self.opt_level = opt_level      # LLVM's pipeline: O2 or O3
         self.share = share              # kernels alike share one body (_text); False: each has its own
+        self.dense_lsr = dense_lsr      # False: the float dense kernels compiled without LSR (Knobs.dense_lsr)
         self.data_weights = True        # larger weights declared only, joined to the object as data
         self.tm = target_machine(target)
         self.module = ir.Module(name=name)
@@ -187,7 +189,8 @@ class ModuleBuilder:
         """The LLVM IR text of a module of `kernels` (built in a builder of its own). A kernel of the
         structure of one before it (k.structure: the same code but for its weights) is not built again:
         it calls the body the first one's function becomes (see _text)."""
-        part = ModuleBuilder(self.module.name, self.target, self.vectorize, self.opt_level, self.share)
+        part = ModuleBuilder(self.module.name, self.target, self.vectorize, self.opt_level, self.share,
+                             self.dense_lsr)
         part.data_weights = self._weights_as_data()
         if not self.share:
             for kernel in kernels:
@@ -272,8 +275,29 @@ class ModuleBuilder:
         return (f'define internal void @"{name}"({args}) "no-builtins" nounwind section ".text.{name}"\n'
                 f"{{\n{body}}}\n")
 
-    def _parts(self) -> list[list[k.Kernel]]:
-        return parts(self.kernels, self.module.name)
+    def _parts(self) -> list[tuple[list[k.Kernel], bool]]:
+        """The kernels in the parts compiled apart, each with whether LLVM's loop strength reduction runs
+        on it: the float dense kernels in parts of their own without it where the knob dense_lsr is off (and
+        the model has kernels enough to be compiled in parts at all)."""
+        if not self.dense_lsr and len(self.kernels) >= PARALLEL_KERNELS:
+            dense = [kernel for kernel in self.kernels if _float_dense(kernel)]
+            rest = [kernel for kernel in self.kernels if not _float_dense(kernel)]
+            if dense:
+                return [(part, False) for part in parts(dense, self.module.name)] + ([(rest, True)] if rest else [])
+        return [(part, True) for part in parts(self.kernels, self.module.name)]
+
+    def _emit(self, kernels: list[k.Kernel], lsr: bool = True) -> bytes:
+        """The object of a module of `kernels`, optimized and compiled; without loop strength reduction
+        unless `lsr` (a process-wide LLVM option, read as the code generator's pipeline is built: set for
+        this compilation alone, under a lock against other threads' compilations)."""
+        with _CODEGEN_OPTIONS:
+            if not lsr:
+                llvm.set_option("aot", "-disable-lsr=true")
+            try:
+                return self.tm.emit_object(self._optimize(self._source(kernels)))
+            finally:
+                if not lsr:
+                    llvm.set_option("aot", "-disable-lsr=false")
 
     def _optimize(self, source: str) -> llvm.ModuleRef:
         """The module parsed, verified and optimized (O2 or O3) for the target."""
@@ -292,13 +316,13 @@ class ModuleBuilder:
         where the parts' objects cannot be joined. `chunked`: as its chunks (see _with_weights)."""
         parts = self._parts()
         if len(parts) == 1:
-            return self._with_weights(self.tm.emit_object(self._optimize(self._source(parts[0]))), chunked)
-        later = _forked(lambda: self.tm.emit_object(self._optimize(self._source(parts[1]))))
-        first = self.tm.emit_object(self._optimize(self._source(parts[0])))
+            return self._with_weights(self._emit(*parts[0]), chunked)
+        later = [_forked(lambda part=part: self._emit(*part)) for part in parts[1:]]
+        objects = [self._emit(*parts[0]), *(result() for result in later)]
         try:
-            code = join(first, later())
+            code = functools.reduce(join, objects)
         except CannotJoin:
-            code = self.tm.emit_object(self._optimize(self._source(self.kernels)))
+            code = self._emit(self.kernels)
         return self._with_weights(code, chunked)
 
     def emit_assembly(self) -> str:
@@ -312,26 +336,44 @@ class ModuleBuilder:
         try:
             return self._compile(parts)
         except CannotJoin:
-            return self._compile([self.kernels])
+            return self._compile([(self.kernels, True)])
 
-    def _compile(self, parts: list[list[k.Kernel]]) -> Compiled:
+    def _compile(self, parts: list[tuple[list[k.Kernel], bool]]) -> Compiled:
         sources, optimized, assembly, objects = [], [], [], []
-        for part in parts:
+        for part, lsr in parts:
             sources.append(self._source(part))
             mod = self._optimize(sources[-1])
             optimized.append(str(mod))
             copy = mod.clone()
-            objects.append(self.tm.emit_object(mod))
-            assembly.append(self.tm.emit_assembly(copy))
+            with _CODEGEN_OPTIONS:
+                if not lsr:
+                    llvm.set_option("aot", "-disable-lsr=true")
+                try:
+                    objects.append(self.tm.emit_object(mod))
+                    assembly.append(self.tm.emit_assembly(copy))
+                finally:
+                    if not lsr:
+                        llvm.set_option("aot", "-disable-lsr=false")
 
         def joined(texts: list[str]) -> str:
             return texts[0] if len(texts) == 1 else "\n".join(
                 f"; part {i + 1} of {len(texts)}\n{text}" for i, text in enumerate(texts))
-        obj = self._with_weights(objects[0] if len(objects) == 1 else join(*objects))
+        obj = self._with_weights(functools.reduce(join, objects))
         return Compiled(obj, joined(sources), joined(optimized), joined(assembly))
 
 
 DATA_WEIGHTS = 4096         # weights of this many bytes or more are joined to the object as data
+_CODEGEN_OPTIONS = threading.Lock()     # held while a compilation may have changed LLVM's options (_emit)
+
+
+def _float_dense(kernel: k.Kernel) -> bool:
+    """A float dense convolution over an image: the template "dense" on more than one input pixel (its
+    workload key, geometry.workload: "dense NxHxWxC>M ..."). Not Gemm (one pixel: LSR speeds the
+    Cortex-M4's FC-AutoEncoder by 24 %) nor int8 tiles ("dense_core")."""
+    if kernel.schedule is None or kernel.schedule.schedule.template != "dense":
+        return False
+    _, h, w, _ = kernel.schedule.workload.split()[1].split(">")[0].split("x")
+    return int(h) * int(w) > 1
 SECTIONS_JOINED = 60_000    # (at most 4 sections per kernel and one per weight buffer; ELF numbers 65,279)
 
 
