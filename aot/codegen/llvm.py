@@ -283,7 +283,8 @@ class ModuleBuilder:
             dense = [kernel for kernel in self.kernels if _float_dense(kernel)]
             rest = [kernel for kernel in self.kernels if not _float_dense(kernel)]
             if dense:
-                return [(part, False) for part in parts(dense, self.module.name)] + ([(rest, True)] if rest else [])
+                return ([(part, False) for part in parts(dense, self.module.name)]
+                        + [(part, True) for part in (parts(rest, self.module.name) if rest else [])])
         return [(part, True) for part in parts(self.kernels, self.module.name)]
 
     def _emit(self, kernels: list[k.Kernel], lsr: bool = True) -> bytes:
@@ -311,14 +312,17 @@ class ModuleBuilder:
         return mod
 
     def emit_object(self, chunked: bool = False) -> Blob:
-        """The object. With many kernels, in two parts optimized and compiled at the same time (the later
-        in a child process) and joined into one object (aot/codegen/relocatable.py); compiled whole
-        where the parts' objects cannot be joined. `chunked`: as its chunks (see _with_weights)."""
+        """The object. With many kernels, in parts optimized and compiled in two processes at the same time
+        (every other part in a child process) and joined in order into one object
+        (aot/codegen/relocatable.py); compiled whole where the parts' objects cannot be joined. `chunked`:
+        as its chunks (see _with_weights)."""
         parts = self._parts()
         if len(parts) == 1:
             return self._with_weights(self._emit(*parts[0]), chunked)
-        later = [_forked(lambda part=part: self._emit(*part)) for part in parts[1:]]
-        objects = [self._emit(*parts[0]), *(result() for result in later)]
+        later = _forked(lambda: _packed([self._emit(*part) for part in parts[1::2]]))
+        mine = [self._emit(*part) for part in parts[0::2]]
+        theirs = _unpacked(later())
+        objects = [(mine if i % 2 == 0 else theirs)[i // 2] for i in range(len(parts))]
         try:
             code = functools.reduce(join, objects)
         except CannotJoin:
@@ -384,6 +388,20 @@ def _joined_as_data(buf: k.Buffer) -> bool:
 def _little_endian(buf: k.Buffer) -> memoryview:
     """The weights' bytes, little-endian: a view of the array where it is so already (no copy)."""
     return np.ascontiguousarray(buf.data, dtype=buf.data.dtype.newbyteorder("<")).reshape(-1).view(np.uint8).data
+
+
+def _packed(objects: list[bytes]) -> bytes:
+    """Objects as one byte string through a pipe: each its 8-byte length, then its bytes."""
+    return b"".join(len(o).to_bytes(8, "little") + o for o in objects)
+
+
+def _unpacked(data: bytes) -> list[bytes]:
+    objects, at = [], 0
+    while at < len(data):
+        size = int.from_bytes(data[at:at + 8], "little")
+        objects.append(data[at + 8:at + 8 + size])
+        at += 8 + size
+    return objects
 
 
 class _VolatileLoad(ir.LoadInstr):
