@@ -5,11 +5,12 @@ detector with repeated blocks that halves the code and the time LLVM takes to co
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
@@ -289,16 +290,9 @@ class ModuleBuilder:
 
     def _emit(self, kernels: list[k.Kernel], lsr: bool = True) -> bytes:
         """The object of a module of `kernels`, optimized and compiled; without loop strength reduction
-        unless `lsr` (a process-wide LLVM option, read as the code generator's pipeline is built: set for
-        this compilation alone, under a lock against other threads' compilations)."""
-        with _CODEGEN_OPTIONS:
-            if not lsr:
-                llvm.set_option("aot", "-disable-lsr=true")
-            try:
-                return self.tm.emit_object(self._optimize(self._source(kernels)))
-            finally:
-                if not lsr:
-                    llvm.set_option("aot", "-disable-lsr=false")
+        unless `lsr` (see _strength_reduction)."""
+        with _strength_reduction(lsr):
+            return self.tm.emit_object(self._optimize(self._source(kernels)))
 
     def _optimize(self, source: str) -> llvm.ModuleRef:
         """The module parsed, verified and optimized (O2 or O3) for the target."""
@@ -349,15 +343,9 @@ class ModuleBuilder:
             mod = self._optimize(sources[-1])
             optimized.append(str(mod))
             copy = mod.clone()
-            with _CODEGEN_OPTIONS:
-                if not lsr:
-                    llvm.set_option("aot", "-disable-lsr=true")
-                try:
-                    objects.append(self.tm.emit_object(mod))
-                    assembly.append(self.tm.emit_assembly(copy))
-                finally:
-                    if not lsr:
-                        llvm.set_option("aot", "-disable-lsr=false")
+            with _strength_reduction(lsr):
+                objects.append(self.tm.emit_object(mod))
+                assembly.append(self.tm.emit_assembly(copy))
 
         def joined(texts: list[str]) -> str:
             return texts[0] if len(texts) == 1 else "\n".join(
@@ -367,7 +355,28 @@ class ModuleBuilder:
 
 
 DATA_WEIGHTS = 4096         # weights of this many bytes or more are joined to the object as data
-_CODEGEN_OPTIONS = threading.Lock()     # held while a compilation may have changed LLVM's options (_emit)
+SECTIONS_JOINED = 60_000    # (at most 4 sections per kernel and one per weight buffer; ELF numbers 65,279)
+
+
+def _joined_as_data(buf: k.Buffer) -> bool:
+    return buf.data.nbytes >= DATA_WEIGHTS
+
+
+_CODEGEN_OPTIONS = threading.Lock()     # held while a compilation runs with LLVM's options changed
+
+
+@contextlib.contextmanager
+def _strength_reduction(on: bool) -> Iterator[None]:
+    """Compile with LLVM's loop strength reduction on or off: a process-wide option, read as each code
+    generator pipeline is built, set for one compilation under a lock against other threads' ones."""
+    with _CODEGEN_OPTIONS:
+        if not on:
+            llvm.set_option("aot", "-disable-lsr=true")
+        try:
+            yield
+        finally:
+            if not on:
+                llvm.set_option("aot", "-disable-lsr=false")
 
 
 def _float_dense(kernel: k.Kernel) -> bool:
@@ -378,11 +387,6 @@ def _float_dense(kernel: k.Kernel) -> bool:
         return False
     _, h, w, _ = kernel.schedule.workload.split()[1].split(">")[0].split("x")
     return int(h) * int(w) > 1
-SECTIONS_JOINED = 60_000    # (at most 4 sections per kernel and one per weight buffer; ELF numbers 65,279)
-
-
-def _joined_as_data(buf: k.Buffer) -> bool:
-    return buf.data.nbytes >= DATA_WEIGHTS
 
 
 def _little_endian(buf: k.Buffer) -> memoryview:
