@@ -21,7 +21,7 @@ import onnx
 
 from aot import budget, report, report_svg, stages
 from aot.codegen import library, wrapper
-from aot.codegen.elf import undefined_symbols
+from aot.codegen.elf import Blob, chunks, undefined_symbols
 from aot.codegen.llvm import ModuleBuilder, llvm_version
 from aot.errors import ModelError, OptionError, PlanError, ShapeError, UnsupportedOpError
 from aot.frontend.onnx import FreezeValue, LoadedModel, load, to_graph
@@ -117,7 +117,7 @@ def build(model: str | os.PathLike | onnx.ModelProto, target: str | Target = "ho
                     json.loads(files["metadata.json"]), files["report.txt"].decode())
 
 
-Files = dict[str, "bytes | list[bytes | memoryview]"]     # a build's files by name: bytes, or chunks in order
+Files = dict[str, Blob]     # a build's files by name: bytes, or chunks in order
 
 
 class _WideOverLimits(Exception):
@@ -248,10 +248,10 @@ def _io(t: wrapper.Tensor) -> dict:
     return io
 
 
-def _sha256(data: bytes | list[bytes | memoryview]) -> str:
+def _sha256(data: Blob) -> str:
     """A file's hash; a file given as chunks (the object and the library: elf.Blob) hashed as written."""
     digest = hashlib.sha256()
-    for chunk in [data] if isinstance(data, bytes) else data:
+    for chunk in chunks(data):
         digest.update(chunk)
     return digest.hexdigest()
 
@@ -318,7 +318,7 @@ def _write_and_rename(dest: Path, files: Files) -> None:
     try:
         for fname, data in files.items():
             with open(tmp / fname, "wb") as f:
-                f.writelines([data] if isinstance(data, bytes) else data)
+                f.writelines(chunks(data))
             os.chmod(tmp / fname, 0o644)
         os.chmod(tmp, 0o755)
         for attempt in range(8):    # another build of the same directory may move it in between: the last wins

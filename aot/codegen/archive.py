@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import struct
 
-from aot.codegen.elf import Blob, defined_globals
+from aot.codegen.elf import Blob, chunks, defined_globals
 
 MAGIC = b"!<arch>\n"
 
@@ -25,7 +25,7 @@ def _padded(data_size: int) -> bytes:
 def archive(members: list[tuple[str, Blob]]) -> list[bytes | memoryview]:
     """The archive of `members` ((file name, ELF object: bytes or chunks) in link order) as chunks to write
     in order."""
-    members = [(name, [data] if isinstance(data, bytes) else list(data)) for name, data in members]
+    members = [(name, chunks(data)) for name, data in members]
     names = b"".join(f"{name}/\n".encode() for name, _ in members if len(name) > 15)
     refs, at = [], 0
     for name, _ in members:     # short names in the header, long ones in the "//" member
@@ -46,9 +46,9 @@ def archive(members: list[tuple[str, Blob]]) -> list[bytes | memoryview]:
     index = struct.pack(">I", sum(map(len, symbols))) + b"".join(
         struct.pack(">I", start) for start, syms in zip(starts, symbols) for _ in syms)
     index += b"".join(s.encode() + b"\0" for syms in symbols for s in syms)
-    chunks = [MAGIC, _header("/", len(index), "0"), index, _padded(len(index))]
+    out = [MAGIC, _header("/", len(index), "0"), index, _padded(len(index))]
     if names:
-        chunks += [_header("//", len(names), ""), names, _padded(len(names))]
+        out += [_header("//", len(names), ""), names, _padded(len(names))]
     for ref, (_, data), size in zip(refs, members, sizes):
-        chunks += [_header(ref, size), *data, _padded(size)]
-    return [c for c in chunks if len(c)]
+        out += [_header(ref, size), *data, _padded(size)]
+    return [c for c in out if len(c)]

@@ -19,11 +19,16 @@ STB_GLOBAL, STT_OBJECT = 1, 1
 SHN_LORESERVE = 0xFF00
 
 
+def chunks(blob: Blob) -> list[bytes | memoryview]:
+    """A file's chunks in order (one, where it is given as its bytes)."""
+    return [blob] if isinstance(blob, (bytes, bytearray, memoryview)) else list(blob)
+
+
 class _Reader:
     """Reads an ELF file in place, whole or in chunks."""
 
     def __init__(self, elf: Blob):
-        self.chunks = [elf] if isinstance(elf, (bytes, bytearray, memoryview)) else list(elf)
+        self.chunks = chunks(elf)
         self.starts = [0]
         for chunk in self.chunks:
             self.starts.append(self.starts[-1] + len(chunk))

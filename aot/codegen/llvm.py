@@ -537,7 +537,6 @@ class _FunctionEmitter:
         accs = [v for row in s.accs for v in row]
         zero = self.expr(s.zero_pair) if s.zero_pair is not None else None
         px0, pw0 = self.address(s.x, s.pixel), self.address(s.w, s.weights)
-        end = self.b.gep(pw0, [ir.Constant(_I32, size * nr * s.steps)], source_etype=i8)
         start = [self.b.load(self.slots[v.name]) for v in accs]
         pre = self.b.block
         body = self.fn.append_basic_block("pairs.body")
@@ -545,11 +544,12 @@ class _FunctionEmitter:
         self.b.branch(body)
         self.b.position_at_end(body)
         px, pw = self.b.phi(ir.PointerType()), self.b.phi(ir.PointerType())
-        count = self.b.phi(_I32)
+        count = None if s.to_end else self.b.phi(_I32)
         acc = [self.b.phi(_I32) for _ in accs]
         px.add_incoming(px0, pre)
         pw.add_incoming(pw0, pre)
-        count.add_incoming(ir.Constant(_I32, s.steps), pre)
+        if count is not None:
+            count.add_incoming(ir.Constant(_I32, s.steps), pre)
         for phi, value in zip(acc, start):
             phi.add_incoming(value, pre)
         cur = list(acc)
@@ -568,13 +568,17 @@ class _FunctionEmitter:
                     cur[i * nr + j] = self.b.call(smlad, [pairs[i][odd], w, cur[i * nr + j]])
         nx = self.b.gep(px, [ir.Constant(_I32, 4)], source_etype=i8)
         nw = self.b.gep(pw, [ir.Constant(_I32, size * nr)], source_etype=i8)
-        left = self.b.sub(count, ir.Constant(_I32, 1))
         px.add_incoming(nx, self.b.block)
         pw.add_incoming(nw, self.b.block)
-        count.add_incoming(left, self.b.block)
         for phi, value in zip(acc, cur):
             phi.add_incoming(value, self.b.block)
-        more = self.b.icmp_unsigned("!=", nw, end) if s.to_end else self.b.icmp_signed("!=", left, ir.Constant(_I32, 0))
+        if count is None:
+            more = self.b.icmp_unsigned("!=", nw, self.b.gep(pw0, [ir.Constant(_I32, size * nr * s.steps)],
+                                                             source_etype=i8))
+        else:
+            left = self.b.sub(count, ir.Constant(_I32, 1))
+            count.add_incoming(left, self.b.block)
+            more = self.b.icmp_signed("!=", left, ir.Constant(_I32, 0))
         self.b.cbranch(more, body, done)
         self.b.position_at_end(done)
         for v, value in zip(accs, cur):
