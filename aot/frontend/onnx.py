@@ -138,7 +138,9 @@ def load(model: str | os.PathLike | onnx.ModelProto,
     light, stubs = _stubbed(proto)
     try:
         inferred = _infer_static_shapes(light, label, light=bool(stubs))
-    except _NeedsWeights:
+    except (_NeedsWeights, ModelError):     # a refusal is the whole model's to make, never a stub's
+        if not stubs:
+            raise
         inferred, stubs = _infer_static_shapes(proto, label), frozenset()
     validate.check_attributes(inferred, label, inferred=True)
     return LoadedModel(proto, inferred, label, sha256, frozen, original, stubs)
