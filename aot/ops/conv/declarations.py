@@ -36,27 +36,38 @@ def overlap_shift(g: Geometry, order: Order, in_bytes: int, out_bytes: int) -> i
     return int(((needed - written) if order.backward else (written - needed)).max())
 
 def _checkpoint_arrays(g: Geometry, order: Order, in_bytes: int, out_bytes: int) -> tuple[np.ndarray, np.ndarray]:
-    """progress's checkpoints as two arrays, written and needed."""
+    """progress's checkpoints as two arrays, written and needed: every row's phases at once, each row's
+    those of one row of tiles (_row_phases) moved to its pixels and to the input rows its window reads."""
     out_pixel, in_pixel = g.m * out_bytes, g.c * in_bytes
     cols = Columns.of(g, order.mr, order.border)
     template = {careful: _row_phases(g, cols.tiles(careful, order.columns_backward))
                 for careful in {0, order.careful}}
-    images = range(g.n - 1, -1, -1) if order.backward else range(g.n)
-    rows = range(g.oh - 1, -1, -1) if order.backward else range(g.oh)
-    parts = []
-    for n in images:
-        for oh in rows:
-            in_rows = [oh * g.stride[0] - g.pads[0] + t * g.dilation[0] for t in range(g.kh)]
-            in_rows = [r for r in in_rows if 0 <= r < g.h]
-            ow0, width, writes, col_lo, col_hi, reads = template[order.careful if n == oh == 0 else 0]
-            first = (n * g.oh + oh) * g.ow
-            read = reads & bool(in_rows)
-            top, bottom = ((n * g.h + in_rows[0]) * g.w, (n * g.h + in_rows[-1]) * g.w) \
-                if in_rows else (0, 0)
-            parts.append((writes, (first + ow0) * out_pixel, (first + ow0 + width) * out_pixel,
-                          read, (top + col_lo) * in_pixel, (bottom + col_hi + 1) * in_pixel))
-    writes, w_lo, w_hi, reads, r_lo, r_hi = (np.concatenate(column) for column in zip(*parts))
+    image, row = np.arange(g.n).repeat(g.oh), np.tile(np.arange(g.oh), g.n)    # the rows in the order they run
+    if order.backward:
+        image, row = image[::-1], row[::-1]
+    taps = row[:, None] * g.stride[0] - g.pads[0] + np.arange(g.kh) * g.dilation[0]   # the input rows read
+    inside = (taps >= 0) & (taps < g.h)
+    read_any = inside.any(axis=1)
+    top = np.where(read_any, (image * g.h + np.where(inside, taps, g.h).min(axis=1)) * g.w, 0)
+    bottom = np.where(read_any, (image * g.h + np.where(inside, taps, -1).max(axis=1)) * g.w, 0)
+    first = (image * g.oh + row) * g.ow
+
+    def phases(rows: slice, careful: int) -> list[np.ndarray]:
+        ow0, width, writes, col_lo, col_hi, reads = template[careful]
+        at = first[rows, None] + ow0
+        return [np.broadcast_to(writes, at.shape).ravel(), (at * out_pixel).ravel(),
+                ((at + width) * out_pixel).ravel(), (reads & read_any[rows, None]).ravel(),
+                ((top[rows, None] + col_lo) * in_pixel).ravel(), ((bottom[rows, None] + col_hi + 1) * in_pixel).ravel()]
+    count = len(first)      # image 0's first row, where the careful pixels are, runs first (last backward)
+    if not order.careful:
+        runs = [phases(slice(0, count), 0)]
+    elif order.backward:
+        runs = [phases(slice(0, count - 1), 0), phases(slice(count - 1, count), order.careful)]
+    else:
+        runs = [phases(slice(0, 1), order.careful), phases(slice(1, count), 0)]
+    writes, w_lo, w_hi, reads, r_lo, r_hi = (np.concatenate(column) for column in zip(*runs))
     return _checkpoints(writes, w_lo, w_hi, reads, r_lo, r_hi, order.backward)
+
 
 def _row_phases(g: Geometry, tiles: list[tuple[int, int, bool]]) -> tuple[np.ndarray, ...]:
     """The phases of one row of `tiles` (first column, width, computed whole): per phase its tile's first
