@@ -56,9 +56,9 @@ class Knobs:
     wide_weights: bool = False
     # LLVM's optimization pipeline, O3 or O2 (the target files say where O2 makes code as fast or faster)
     opt_level: int = 3
-    # LLVM's loop strength reduction on the float dense kernels (false: compiled without it, in a part of
-    # their own; on the Cortex-M4 it takes 80 % of their compile time and changes their cycles by 1 %)
-    dense_lsr: bool = True
+    # LLVM's loop strength reduction on the float kernels but matrix-vector products (false: compiled without
+    # it, in parts of their own; it takes most of their compile time and changes their cycles by about 1 %)
+    float_lsr: bool = True
     # kernels whose code differs only in their weights share one body (false: each has its own, at twice
     # the code; a Cortex-M4's int8 convolutions ran up to 12 % fewer instructions so)
     share_bodies: bool = True

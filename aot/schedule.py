@@ -247,6 +247,12 @@ def workload_key(template: str, shape: tuple[int, ...], out_channels: int, kerne
             f"g{groups} {dtype}")
 
 
+def input_pixels(key: str) -> int:
+    """The input pixels (H x W) of a workload key (see workload_key)."""
+    _, h, w, _ = key.split()[1].split(">")[0].split("x")
+    return int(h) * int(w)
+
+
 # --- tuning records ---------------------------------------------------------------------------------
 
 def read_records(path: str | os.PathLike) -> list[dict]:

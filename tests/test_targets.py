@@ -248,8 +248,8 @@ def test_a_failure_in_the_child_process_is_an_internal_error_naming_it(tmp_path,
 
 
 def _varied_kernels_model():
-    """40 kernels of many shapes (convolutions of three kinds, activations, pooling): two parts of a build
-    with code of their own, not one shared body."""
+    """41 kernels of many shapes (convolutions of three kinds, activations, pooling, a Gemm): two parts of a
+    build with code of their own, not one shared body."""
     from onnx import TensorProto, helper, numpy_helper
     rng = np.random.default_rng(2)
     nodes, inits, x, channels = [], [], "x", 4
@@ -260,9 +260,11 @@ def _varied_kernels_model():
         nodes.append(helper.make_node("Conv", [x, f"w{i}"], [f"y{i}"], pads=[kernel // 2] * 4))
         nodes.append(helper.make_node(("Tanh", "Relu", "Sigmoid")[i % 3], [f"y{i}"], [f"t{i}"]))
         x, channels = f"t{i}", out
-    nodes.append(helper.make_node("GlobalAveragePool", [x], ["y"]))
+    inits.append(numpy_helper.from_array((rng.standard_normal((10, channels)) * 0.4).astype(np.float32), "wg"))
+    nodes += [helper.make_node("GlobalAveragePool", [x], ["p"]), helper.make_node("Flatten", ["p"], ["f"]),
+              helper.make_node("Gemm", ["f", "wg"], ["y"], transB=1)]
     graph = helper.make_graph(nodes, "varied", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, 1, 1])], inits)
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -285,32 +287,34 @@ def test_the_emitted_stages_describe_the_joined_object(tmp_path):
     emitted = aot.build(model, target="cortex-m4", out_dir=tmp_path / "e", emit="llvm,asm")
     assert emitted.object.read_bytes() == plain.object.read_bytes()
     assembly = (tmp_path / "e" / "varied.s").read_text()
-    assert "; part 2 of " in assembly      # 2 parts, or 3 where the knob dense_lsr splits them (cortex-m4)
+    assert "; part 2 of " in assembly      # 2 parts, or more where the knob float_lsr splits them (cortex-m4)
     for name in _later_part(plain):
         assert f"{name}:" in assembly
 
 
-def test_float_convolutions_compile_without_loop_strength_reduction_where_the_knob_says(tmp_path):
-    """Knob dense_lsr (false on the Cortex-M4): the float convolutions over images are compiled in parts of
-    their own without LLVM's loop strength reduction; the other kernels keep it. The object is the same
+def test_float_kernels_compile_without_loop_strength_reduction_where_the_knob_says(tmp_path):
+    """Knob float_lsr (false on the Cortex-M4): the float kernels are compiled in parts of their own without
+    LLVM's loop strength reduction; a matrix times a vector (the Gemm) keeps it. The object is the same
     from build to build."""
     import aot
-    from aot.codegen.llvm import ModuleBuilder, _float_dense
+    from aot.codegen.llvm import ModuleBuilder, _float_kernel
     from aot.target import get_target
 
     model = _varied_kernels_model()
     first = aot.build(model, target="cortex-m4", out_dir=tmp_path / "a")
-    assert first.metadata["knobs"]["dense_lsr"] is False
-    for dense_lsr in (False, True):
-        mb = ModuleBuilder("varied", get_target("cortex-m4"), dense_lsr=dense_lsr)
+    assert first.metadata["knobs"]["float_lsr"] is False
+    for float_lsr in (False, True):
+        mb = ModuleBuilder("varied", get_target("cortex-m4"), float_lsr=float_lsr)
         for call in first.program.calls:
             mb.add_kernel(call.kernel)
         parts = mb._parts()
         assert sorted(k.name for part, _ in parts for k in part) == sorted(k.name for k in mb.kernels)
-        if dense_lsr:
+        if float_lsr:
             assert all(lsr for _, lsr in parts)
         else:
             assert any(not lsr for _, lsr in parts) and any(lsr for _, lsr in parts)
-            assert all(all(_float_dense(k) for k in part) != lsr for part, lsr in parts)
+            assert all(all(_float_kernel(k) for k in part) != lsr for part, lsr in parts)
+            assert [k.name for part, lsr in parts if lsr for k in part] == [
+                k.name for k in mb.kernels if "_gemm" in k.name]
     again = aot.build(model, target="cortex-m4", out_dir=tmp_path / "b")
     assert again.object.read_bytes() == first.object.read_bytes()

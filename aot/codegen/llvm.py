@@ -24,6 +24,7 @@ from aot.errors import InternalError
 from aot.isa import INT_SIMD
 from aot.kernel import ir as k
 from aot.kernel.verify import verify_kernel
+from aot.schedule import input_pixels
 from aot.target import Target
 
 _F32 = ir.FloatType()
@@ -73,12 +74,12 @@ class ModuleBuilder:
     larger ones only declared, their bytes joined to the object as data)."""
 
     def __init__(self, name: str, target: Target, vectorize: bool = True, opt_level: int = 3, share: bool = True,
-                 dense_lsr: bool = True):
+                 float_lsr: bool = True):
         self.target = target
         self.vectorize = vectorize      # False: LLVM's loop and SLP vectorizers stay off (scalar builds)
         self.opt_level = opt_level      # LLVM's pipeline: O2 or O3
         self.share = share              # kernels alike share one body (_text); False: each has its own
-        self.dense_lsr = dense_lsr      # False: the float dense kernels compiled without LSR (Knobs.dense_lsr)
+        self.float_lsr = float_lsr      # False: the float kernels compiled without LSR (Knobs.float_lsr)
         self.data_weights = True        # larger weights declared only, joined to the object as data
         self.tm = target_machine(target)
         self.module = ir.Module(name=name)
@@ -191,7 +192,7 @@ class ModuleBuilder:
         structure of one before it (k.structure: the same code but for its weights) is not built again:
         it calls the body the first one's function becomes (see _text)."""
         part = ModuleBuilder(self.module.name, self.target, self.vectorize, self.opt_level, self.share,
-                             self.dense_lsr)
+                             self.float_lsr)
         part.data_weights = self._weights_as_data()
         if not self.share:
             for kernel in kernels:
@@ -278,13 +279,13 @@ class ModuleBuilder:
 
     def _parts(self) -> list[tuple[list[k.Kernel], bool]]:
         """The kernels in the parts compiled apart, each with whether LLVM's loop strength reduction runs
-        on it: the float dense kernels in parts of their own without it where the knob dense_lsr is off (and
-        the model has kernels enough to be compiled in parts at all)."""
-        if not self.dense_lsr and len(self.kernels) >= PARALLEL_KERNELS:
-            dense = [kernel for kernel in self.kernels if _float_dense(kernel)]
-            rest = [kernel for kernel in self.kernels if not _float_dense(kernel)]
-            if dense:
-                return ([(part, False) for part in parts(dense, self.module.name)]
+        on it: the float kernels (but matrix-vector products: _float_kernel) in parts of their own without it
+        where the knob float_lsr is off (and the model has kernels enough to be compiled in parts at all)."""
+        if not self.float_lsr and len(self.kernels) >= PARALLEL_KERNELS:
+            floats = [kernel for kernel in self.kernels if _float_kernel(kernel)]
+            rest = [kernel for kernel in self.kernels if not _float_kernel(kernel)]
+            if floats:
+                return ([(part, False) for part in parts(floats, self.module.name)]
                         + [(part, True) for part in (parts(rest, self.module.name) if rest else [])])
         return [(part, True) for part in parts(self.kernels, self.module.name)]
 
@@ -379,14 +380,14 @@ def _strength_reduction(on: bool) -> Iterator[None]:
                 llvm.set_option("aot", "-disable-lsr=false")
 
 
-def _float_dense(kernel: k.Kernel) -> bool:
-    """A float dense convolution over an image: the template "dense" on more than one input pixel (its
-    workload key, geometry.workload: "dense NxHxWxC>M ..."). Not Gemm (one pixel: LSR speeds the
-    Cortex-M4's FC-AutoEncoder by 24 %) nor int8 tiles ("dense_core")."""
-    if kernel.schedule is None or kernel.schedule.schedule.template != "dense":
+def _float_kernel(kernel: k.Kernel) -> bool:
+    """A kernel that reads or writes floats, but a matrix times a vector (the template "dense" on one input
+    pixel: Gemm; LSR speeds the Cortex-M4's FC-AutoEncoder by 24 %). Integer kernels (int8 tiles) keep
+    LSR: without it the Cortex-M4's int8 convolutions run 5-7 % more cycles."""
+    if not any(buf.dtype == "f32" for buf in kernel.params):
         return False
-    _, h, w, _ = kernel.schedule.workload.split()[1].split(">")[0].split("x")
-    return int(h) * int(w) > 1
+    return kernel.schedule is None or kernel.schedule.schedule.template != "dense" or input_pixels(
+        kernel.schedule.workload) > 1
 
 
 def _little_endian(buf: k.Buffer) -> memoryview:
