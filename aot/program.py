@@ -140,14 +140,19 @@ def _whole_where_it_pays(program: Program, calls: list[Call], ctx: LowerContext,
     """A kernel computing its first pixels whole to overlap its input closer (conv.Order) spends code on
     them: keep each such kernel only where the workspace would grow without it. The lean variants are
     tried all together first (in the models seen, none costs a byte), then, where together they cost
-    bytes, each half of them, down to one at a time; a trial is kept whenever it costs no byte."""
+    bytes, each half of them, down to one at a time; a trial is kept whenever it costs no byte. A lean
+    variant that declares the same overlaps (Reuse shifts) is kept without a trial: the plan is the same."""
     lean = dataclasses.replace(ctx, whole=frozenset())
-    variants = []
+    variants, calls, alike = [], list(calls), False
     for i, call in enumerate(calls):
-        if call.node.name in ctx.whole:
+        if call.kernel.whole_pixels:
             kernel = lower(lean, call.node, call.kernel.name)
-            if kernel.reuse != call.kernel.reuse:
+            if _declared_shifts(kernel) != _declared_shifts(call.kernel):
                 variants.append((i, kernel))
+            else:
+                calls[i], alike = Call(kernel, call.node, call.args), True
+    if alike:
+        program = _place(program.graph, ctx.target, program.name, knobs, calls, root)
 
     def attempt(group: list[tuple[int, Kernel]]) -> None:
         nonlocal program, calls
@@ -163,6 +168,11 @@ def _whole_where_it_pays(program: Program, calls: list[Call], ctx: LowerContext,
     if variants:
         attempt(variants)
     return program
+
+
+def _declared_shifts(kernel: Kernel) -> tuple:
+    """What the memory planner reads of a kernel's Reuse declarations (see _overlaps)."""
+    return tuple((r.input, r.output, r.exact, r.backward, r.shift) for r in kernel.reuse)
 
 
 def _place(graph: Graph, target: Target, name: str, knobs: Knobs, calls: list[Call], root: _Storage) -> Program:

@@ -159,7 +159,8 @@ class ModuleBuilder:
         return ir.Function(self.module, fn_type, name=name)
 
     def add_kernel(self, kernel: k.Kernel) -> None:
-        verify_kernel(kernel, self.target.pointer_bits)
+        """A kernel for the module, verified (aot/kernel/verify.py) as its part's source is built: in the
+        process that compiles it."""
         self.kernels.append(kernel)
 
     def _prototype(self, kernel: k.Kernel) -> ir.Function:
@@ -191,6 +192,8 @@ class ModuleBuilder:
         """The LLVM IR text of a module of `kernels` (built in a builder of its own). A kernel of the
         structure of one before it (k.structure: the same code but for its weights) is not built again:
         it calls the body the first one's function becomes (see _text)."""
+        for kernel in kernels:
+            verify_kernel(kernel, self.target.pointer_bits)
         part = ModuleBuilder(self.module.name, self.target, self.vectorize, self.opt_level, self.share,
                              self.float_lsr)
         part.data_weights = self._weights_as_data()

@@ -481,15 +481,16 @@ class Reuse:
 
     `exact`: element i of the output is written only after element i of the input is read, in any
     order and with elements of equal size, so the two may start at the same byte (and nowhere else in
-    between). Otherwise `progress` lists, in the order the kernel runs, checkpoints (written, needed)
-    in bytes from the start of the output and of the input, one per phase of its run (a row, a tile, the
-    reads or the writes of a pixel). A kernel running front to back has, by the end of each phase,
-    written only below `written`, and from the start of that phase on reads the input only from `needed`
-    on: the output may start `shift` = max(written - needed) bytes or more below the input. A kernel
-    running back to front (`backward`) has written only from `written` on and reads only below `needed`:
-    the output may start `shift` = max(needed - written) bytes or more above the input. A pixel whose
-    window is read whole before any of its results is written makes two phases (its reads, its writes),
-    so its results may cover the very bytes it read."""
+    between). Otherwise `progress` lists checkpoints (written, needed) in bytes from the start of the
+    output and of the input, each true at a point of the kernel's run (after a row, a tile, the reads or
+    the writes of a pixel). A kernel running front to back has, by such a point, written only below
+    `written`, and from there on reads the input only from `needed` on: the output may start `shift` =
+    max(written - needed) bytes or more below the input. A kernel running back to front (`backward`) has
+    written only from `written` on and reads only below `needed`: the output may start `shift` =
+    max(needed - written) bytes or more above the input. Only the checkpoint that binds (the largest
+    shift) need be listed: a convolution replays every phase of its run and keeps that one (see
+    ops/conv/declarations.py). A pixel whose window is read whole before any of its results is written
+    makes two phases (its reads, its writes), so its results may cover the very bytes it read."""
 
     input: int                              # position in node.inputs
     output: int = 0                         # position in node.outputs
@@ -497,7 +498,7 @@ class Reuse:
     progress: tuple[tuple[int, int], ...] = ()
     backward: bool = False
 
-    @functools.cached_property          # progress may hold a checkpoint per pixel; the planner asks often
+    @functools.cached_property          # the planner asks often
     def shift(self) -> int:
         if self.exact:
             return 0
@@ -520,6 +521,8 @@ class Kernel:
     reuse: tuple[Reuse, ...] = ()           # outputs that may overlap a dying input (see Reuse)
     schedule: Chosen | None = None          # the schedule it was emitted for (templates that have one)
     stack: tuple[Buffer, ...] = ()          # scratch buffers on the stack
+    whole_pixels: int = 0                   # first pixels computed whole (conv Order.careful): their code
+                                            # overlaps the input closer; a lean variant has none
 
 
 def uses_tiles(kernel: Kernel) -> bool:
@@ -568,7 +571,7 @@ def _contents(kernel: Kernel) -> tuple[tuple[Buffer, ...], int]:
         elif isinstance(node, tuple):
             stack.extend(reversed(node))
         elif isinstance(node, (Expr, Stmt)):
-            stack.extend(getattr(node, f.name) for f in reversed(fields(node)))
+            stack.extend(getattr(node, name) for name in _field_names(type(node))[::-1])
     _CONTENTS[kernel] = result = (tuple(found.values()), len(seen))
     return result
 
@@ -583,26 +586,35 @@ def structure(kernel: Kernel) -> tuple | None:
     seen: dict[int, int] = {}
 
     def of(node: object) -> object:
+        if isinstance(node, (Expr, Stmt)):         # the most common first
+            key = id(node)
+            if key in seen:
+                return ("ref", seen[key])
+            seen[key] = len(seen)
+            return (type(node).__name__, *[of(getattr(node, name)) for name in _field_names(type(node))])
+        if isinstance(node, str):
+            return ("str", node)
         if isinstance(node, Buffer):
             if node.is_const:
                 return ("weights", weights[node.name], node.dtype, node.size)
             return ("buffer", node.name, node.dtype, node.size)
         if isinstance(node, tuple):
-            return tuple(of(item) for item in node)
-        if isinstance(node, (Expr, Stmt)):
-            if id(node) in seen:
-                return ("ref", seen[id(node)])
-            seen[id(node)] = len(seen)
-            return (type(node).__name__, *(of(getattr(node, f.name)) for f in fields(node)))
+            return tuple([of(item) for item in node])
         if isinstance(node, (float, np.floating)):
             return (type(node).__name__, float(node).hex())
-        if node is None or isinstance(node, (bool, int, str, np.integer, np.bool_)):
+        if node is None or isinstance(node, (bool, int, np.integer, np.bool_)):
             return (type(node).__name__, node.item() if isinstance(node, np.generic) else node)
         raise _Unknown
     try:
         return (of(kernel.params), of(kernel.stack), bool(kernel.reuse), of(kernel.body))
     except _Unknown:
         return None
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    """The names of a node class's fields, in order (dataclasses.fields is slow to ask per node)."""
+    return tuple(f.name for f in fields(cls))
 
 
 class _Unknown(Exception):

@@ -16,20 +16,23 @@ from aot.ops.conv.tiling import Columns, Order
 
 
 def progress(g: Geometry, order: Order, in_bytes: int, out_bytes: int) -> tuple[tuple[int, int], ...]:
-    """Reuse checkpoints (see kernel.ir.Reuse) of spatial_loops in `order`, one per phase: a tile (all
-    its blocks of channels, each read and stored in turn: its reads and writes interleave) or a half of
-    a pixel computed whole (its reads, then its writes). Each phase's writes are the tile's output
-    pixels, its reads the bytes from the first to the last of its window's. Front to back a checkpoint
-    is (the end of all writes so far, the start of all reads still to come, this phase's included);
-    back to front (the start of all writes so far, the end of all reads still to come).
+    """The Reuse checkpoint (see kernel.ir.Reuse) of spatial_loops in `order` that binds, of one per
+    phase: a tile (all its blocks of channels, each read and stored in turn: its reads and writes
+    interleave) or a half of a pixel computed whole (its reads, then its writes). Each phase's writes are
+    the tile's output pixels, its reads the bytes from the first to the last of its window's. Front to
+    back a checkpoint is (the end of all writes so far, the start of all reads still to come, this
+    phase's included); back to front (the start of all writes so far, the end of all reads still to
+    come). The one kept has the largest shift: the others allow every placement it allows.
 
-    Computed with numpy a row of tiles at a time (a long 1-D signal has tens of thousands)."""
+    Computed with numpy (a long 1-D signal has tens of thousands of phases)."""
     written, needed = _checkpoint_arrays(g, order, in_bytes, out_bytes)
-    # nothing written before a read: any placement will do
-    return tuple(zip(written.tolist(), needed.tolist())) or ((0, 0),)
+    if not written.size:        # nothing written before a read: any placement will do
+        return ((0, 0),)
+    binding = int(((needed - written) if order.backward else (written - needed)).argmax())
+    return ((int(written[binding]), int(needed[binding])),)
 
 def overlap_shift(g: Geometry, order: Order, in_bytes: int, out_bytes: int) -> int:
-    """Reuse.shift of progress(g, order, ...), without building its tuple (row_order asks for many)."""
+    """Reuse.shift of progress(g, order, ...) (row_order asks for many)."""
     written, needed = _checkpoint_arrays(g, order, in_bytes, out_bytes)
     if not written.size:
         return 0

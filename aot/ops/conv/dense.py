@@ -199,7 +199,8 @@ def lower_dense(ctx: LowerContext, node: Node, name: str, g: Geometry, groups: i
     if not order.careful:       # a careful prefix computes the left borders whole, one pixel at a time
         order = replace(order, border=border)
     spatial_loops(b, g, order, tile, whole_pixel)
-    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, order), chosen)
+    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, order), chosen,
+                  whole_pixels=order.careful)
 
 
 def _weights_outer(g: Geometry, weight_bytes: int, x_bytes: int, panels: int, cache: int) -> bool:

@@ -144,7 +144,8 @@ def lower_depthwise(ctx: LowerContext, node: Node, name: str, g: Geometry, weigh
 
     order = row_order(g, mr, backward, x, out, sum(blk.nr * blk.count for blk in blocks) if whole else None)
     spatial_loops(b, g, order, tile, whole_pixel)
-    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, order), chosen)
+    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, order), chosen,
+                  whole_pixels=order.careful)
 
 
 def depthwise_pairs_style(ctx: LowerContext, node: Node, g: Geometry) -> DotStyle | None:
@@ -223,4 +224,5 @@ def lower_depthwise_pairs(ctx: LowerContext, node: Node, name: str, g: Geometry,
 
     order = row_order(g, chosen.schedule.mr, backward, x, out, g.c if whole else None)
     spatial_loops(b, g, order, tile, whole_pixel)
-    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, order), chosen)
+    return Kernel(name, params, b.block(), conv_reuse(g, x, out, arith, order), chosen,
+                  whole_pixels=order.careful)
