@@ -1,5 +1,3 @@
-import sys
+from aot.cli import entry
 
-from aot.cli import main
-
-sys.exit(main())
+entry()
