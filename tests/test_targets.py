@@ -280,6 +280,27 @@ def test_an_object_joined_from_two_parts_links_and_runs(tmp_path, target):
     assert result.ok, result
 
 
+def test_large_kernels_compile_in_more_parts_that_join_and_run(tmp_path, monkeypatch):
+    """Where the kernels are large (here: parts of at most 300 IR nodes), they compile in more parts than
+    two, an even number, each part's kernels together with those that look alike; the object joined from
+    them runs the model as onnxruntime does."""
+    import aot
+    from aot.codegen import parts as codegen_parts
+    from aot.codegen.parts import likeness
+    model = _varied_kernels_model()
+    monkeypatch.setattr(codegen_parts, "PART_SIZE", 300)
+    artifact = aot.build(model, out_dir=tmp_path / "b")
+    kernels = [call.kernel for call in artifact.program.calls]
+    split = codegen_parts.parts(kernels, artifact.name)
+    assert len(split) > 2 and len(split) % 2 == 0
+    assert sorted(k.name for part in split for k in part) == sorted(k.name for k in kernels)
+    part_of = {likeness(k, artifact.name): i for i, part in enumerate(split) for k in part}
+    assert all(part_of[likeness(k, artifact.name)] == i for i, part in enumerate(split) for k in part)
+    x = np.random.default_rng(0).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    result = aot.check(artifact, inputs={"x": x})
+    assert result.ok, result
+
+
 def test_the_emitted_stages_describe_the_joined_object(tmp_path):
     import aot
     model = _varied_kernels_model()

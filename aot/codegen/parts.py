@@ -1,5 +1,7 @@
-"""A model's kernels in two parts that two processes compile at the same time (aot/codegen/llvm.py joins
-their objects): as even as the kernels' sizes allow, without splitting what must or should stay together.
+"""A model's kernels in parts that two processes compile at the same time, each its share one part after
+another (aot/codegen/llvm.py joins their objects): two, or more where the kernels are large (LLVM holds a
+part's module at a time: smaller parts, less memory), as even as the kernels' sizes allow, without
+splitting what must or should stay together.
 
 Kernels that read the same weight buffer stay in one part (each part's object holds the weights its
 kernels read), and so do kernels that look alike, the same template on the same shapes: those that may
@@ -11,10 +13,11 @@ from __future__ import annotations
 from aot.kernel import ir as k
 
 PARALLEL_KERNELS = 16       # from this many kernels a build compiles them in two processes
+PART_SIZE = 20_000          # kernel IR nodes (k.size) a part holds, about: YOLOv8n's for AArch64 in 6 parts
 
 
 def parts(kernels: list[k.Kernel], model: str) -> list[list[k.Kernel]]:
-    """The kernels (of the model named `model`) in two parts, each in call order, or in one."""
+    """The kernels (of the model named `model`) in an even number of parts, each in call order, or in one."""
     n = len(kernels)
     if n < PARALLEL_KERNELS:
         return [kernels]
@@ -35,13 +38,15 @@ def parts(kernels: list[k.Kernel], model: str) -> list[list[k.Kernel]]:
     for i in range(n):
         members.setdefault(root(i), []).append(i)
     weight = {r: sum({looks[i]: k.size(kernels[i]) for i in m}.values()) for r, m in members.items()}
-    split: list[list[int]] = [[], []]
-    loads = [0, 0]
+    count = 2 * max(1, -(-sum(weight.values()) // (2 * PART_SIZE)))
+    split: list[list[int]] = [[] for _ in range(count)]
+    loads = [0] * count
     for r in sorted(members, key=lambda r: (-weight[r], r)):
-        lighter = 0 if loads[0] <= loads[1] else 1
+        lighter = loads.index(min(loads))
         split[lighter] += members[r]
         loads[lighter] += weight[r]
-    if not split[1]:
+    split = [part for part in split if part]
+    if len(split) == 1:
         return [kernels]
     return [[kernels[i] for i in sorted(part)] for part in split]
 
