@@ -56,9 +56,10 @@ class Knobs:
     wide_weights: bool = False
     # LLVM's optimization pipeline, O3 or O2 (the target files say where O2 makes code as fast or faster)
     opt_level: int = 3
-    # LLVM's loop strength reduction on the float kernels but matrix-vector products (false: compiled without
-    # it, in parts of their own; it takes most of their compile time and changes their cycles by about 1 %)
-    float_lsr: bool = True
+    # LLVM's loop strength reduction on the float kernels but matrix-vector products, in models whose kernels
+    # hold up to this many IR nodes (codegen/parts.py's size); in larger ones they compile without it, in parts
+    # of their own: it takes most of their compile time for about 1 % of their cycles. -1: in any model
+    float_lsr_limit: int = -1
     # kernels whose code differs only in their weights share one body (false: each has its own, at twice
     # the code; a Cortex-M4's int8 convolutions ran up to 12 % fewer instructions so)
     share_bodies: bool = True
@@ -73,7 +74,8 @@ class Knobs:
 
 _FIELDS = {f.name: f.type for f in dataclasses.fields(Knobs) if f.name != "schedules"}
 _TABLES = ("node", "workload")     # per-kernel schedule overrides in a knobs file
-_RANGES = {"cache_kib": (1, 1 << 20), "core_vector_nr": (0, 32), "pair_loop_steps": (0, 1 << 20), "opt_level": (2, 3)}
+_RANGES = {"cache_kib": (1, 1 << 20), "core_vector_nr": (0, 32), "pair_loop_steps": (0, 1 << 20), "opt_level": (2, 3),
+           "float_lsr_limit": (-1, 1 << 40)}
 _TILE_RANGE = (1, 32)   # a tile of more accumulators than any register file holds makes no sense
 
 

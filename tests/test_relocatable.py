@@ -138,7 +138,7 @@ def test_an_object_in_chunks_is_its_bytes_and_keeps_the_weights_in_place(target,
     def module():
         knobs = artifact.metadata["knobs"]
         mb = codegen.ModuleBuilder("net", get_target(target), vectorize=knobs["simd"], opt_level=knobs["opt_level"],
-                                   share=knobs["share_bodies"], float_lsr=knobs["float_lsr"])
+                                   share=knobs["share_bodies"], float_lsr_limit=knobs["float_lsr_limit"])
         for call in artifact.program.calls:
             mb.add_kernel(call.kernel)
         return mb

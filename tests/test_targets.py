@@ -308,34 +308,37 @@ def test_the_emitted_stages_describe_the_joined_object(tmp_path):
     emitted = aot.build(model, target="cortex-m4", out_dir=tmp_path / "e", emit="llvm,asm")
     assert emitted.object.read_bytes() == plain.object.read_bytes()
     assembly = (tmp_path / "e" / "varied.s").read_text()
-    assert "; part 2 of " in assembly      # 2 parts, or more where the knob float_lsr splits them (cortex-m4)
+    assert "; part 2 of " in assembly      # 2 parts, or more where the kernels are large
     for name in _later_part(plain):
         assert f"{name}:" in assembly
 
 
-def test_float_kernels_compile_without_loop_strength_reduction_where_the_knob_says(tmp_path):
-    """Knob float_lsr (false on the Cortex-M4): the float kernels are compiled in parts of their own without
-    LLVM's loop strength reduction; a matrix times a vector (the Gemm) keeps it. The object is the same
-    from build to build."""
+def test_float_kernels_of_large_models_compile_without_loop_strength_reduction(tmp_path):
+    """Knob float_lsr_limit: in a model whose kernels hold more IR nodes than it says, the float kernels are
+    compiled in parts of their own without LLVM's loop strength reduction; a matrix times a vector (the
+    Gemm) keeps it. In smaller models, and with -1, every kernel keeps it. The object is the same from
+    build to build."""
     import aot
     from aot.codegen.llvm import ModuleBuilder, _float_kernel
+    from aot.codegen.parts import size
     from aot.target import get_target
 
     model = _varied_kernels_model()
-    first = aot.build(model, target="cortex-m4", out_dir=tmp_path / "a")
-    assert first.metadata["knobs"]["float_lsr"] is False
-    for float_lsr in (False, True):
-        mb = ModuleBuilder("varied", get_target("cortex-m4"), float_lsr=float_lsr)
-        for call in first.program.calls:
-            mb.add_kernel(call.kernel)
+    first = aot.build(model, target="cortex-m4", out_dir=tmp_path / "a", knobs={"float_lsr_limit": 0})
+    assert first.metadata["knobs"]["float_lsr_limit"] == 0
+    kernels = [call.kernel for call in first.program.calls]
+    for limit in (0, size(kernels, "varied") - 1, size(kernels, "varied"), -1):
+        mb = ModuleBuilder("varied", get_target("cortex-m4"), float_lsr_limit=limit)
+        for kernel in kernels:
+            mb.add_kernel(kernel)
         parts = mb._parts()
-        assert sorted(k.name for part, _ in parts for k in part) == sorted(k.name for k in mb.kernels)
-        if float_lsr:
+        assert sorted(k.name for part, _ in parts for k in part) == sorted(k.name for k in kernels)
+        if limit == -1 or limit >= size(kernels, "varied"):
             assert all(lsr for _, lsr in parts)
         else:
             assert any(not lsr for _, lsr in parts) and any(lsr for _, lsr in parts)
             assert all(all(_float_kernel(k) for k in part) != lsr for part, lsr in parts)
             assert [k.name for part, lsr in parts if lsr for k in part] == [
-                k.name for k in mb.kernels if "_gemm" in k.name]
-    again = aot.build(model, target="cortex-m4", out_dir=tmp_path / "b")
+                k.name for k in kernels if "_gemm" in k.name]
+    again = aot.build(model, target="cortex-m4", out_dir=tmp_path / "b", knobs={"float_lsr_limit": 0})
     assert again.object.read_bytes() == first.object.read_bytes()

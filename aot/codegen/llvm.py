@@ -18,7 +18,7 @@ import numpy as np
 from llvmlite import ir
 
 from aot.codegen.elf import Blob
-from aot.codegen.parts import PARALLEL_KERNELS, likeness, parts
+from aot.codegen.parts import likeness, parts, size
 from aot.codegen.relocatable import CannotJoin, data_object, join
 from aot.errors import InternalError
 from aot.isa import INT_SIMD
@@ -74,12 +74,12 @@ class ModuleBuilder:
     larger ones only declared, their bytes joined to the object as data)."""
 
     def __init__(self, name: str, target: Target, vectorize: bool = True, opt_level: int = 3, share: bool = True,
-                 float_lsr: bool = True):
+                 float_lsr_limit: int = -1):
         self.target = target
         self.vectorize = vectorize      # False: LLVM's loop and SLP vectorizers stay off (scalar builds)
         self.opt_level = opt_level      # LLVM's pipeline: O2 or O3
         self.share = share              # kernels alike share one body (_text); False: each has its own
-        self.float_lsr = float_lsr      # False: the float kernels compiled without LSR (Knobs.float_lsr)
+        self.float_lsr_limit = float_lsr_limit      # see Knobs.float_lsr_limit
         self.data_weights = True        # larger weights declared only, joined to the object as data
         self.tm = target_machine(target)
         self.module = ir.Module(name=name)
@@ -195,7 +195,7 @@ class ModuleBuilder:
         for kernel in kernels:
             verify_kernel(kernel, self.target.pointer_bits)
         part = ModuleBuilder(self.module.name, self.target, self.vectorize, self.opt_level, self.share,
-                             self.float_lsr)
+                             self.float_lsr_limit)
         part.data_weights = self._weights_as_data()
         if not self.share:
             for kernel in kernels:
@@ -283,8 +283,8 @@ class ModuleBuilder:
     def _parts(self) -> list[tuple[list[k.Kernel], bool]]:
         """The kernels in the parts compiled apart, each with whether LLVM's loop strength reduction runs
         on it: the float kernels (but matrix-vector products: _float_kernel) in parts of their own without it
-        where the knob float_lsr is off (and the model has kernels enough to be compiled in parts at all)."""
-        if not self.float_lsr and len(self.kernels) >= PARALLEL_KERNELS:
+        where the kernels are larger than the knob float_lsr_limit allows them."""
+        if 0 <= self.float_lsr_limit < size(self.kernels, self.module.name):
             floats = [kernel for kernel in self.kernels if _float_kernel(kernel)]
             rest = [kernel for kernel in self.kernels if not _float_kernel(kernel)]
             if floats:

@@ -37,7 +37,7 @@ def parts(kernels: list[k.Kernel], model: str) -> list[list[k.Kernel]]:
     members: dict[int, list[int]] = {}
     for i in range(n):
         members.setdefault(root(i), []).append(i)
-    weight = {r: sum({looks[i]: k.size(kernels[i]) for i in m}.values()) for r, m in members.items()}
+    weight = {r: size([kernels[i] for i in m], model) for r, m in members.items()}
     count = 2 * max(1, -(-sum(weight.values()) // (2 * PART_SIZE)))
     split: list[list[int]] = [[] for _ in range(count)]
     loads = [0] * count
@@ -49,6 +49,11 @@ def parts(kernels: list[k.Kernel], model: str) -> list[list[k.Kernel]]:
     if len(split) == 1:
         return [kernels]
     return [[kernels[i] for i in sorted(part)] for part in split]
+
+
+def size(kernels: list[k.Kernel], model: str) -> int:
+    """The IR nodes (k.size) of the bodies the kernels need: one per look, as alike kernels may share one."""
+    return sum({likeness(kernel, model): k.size(kernel) for kernel in kernels}.values())
 
 
 def likeness(kernel: k.Kernel, model: str) -> tuple:
