@@ -283,7 +283,7 @@ class ModuleBuilder:
     def _parts(self) -> list[tuple[list[k.Kernel], bool]]:
         """The kernels in the parts compiled apart, each with whether LLVM's loop strength reduction runs
         on it: the float kernels (but matrix-vector products: _float_kernel) in parts of their own without it
-        where the kernels are larger than the knob float_lsr_limit allows them."""
+        where the kernels hold more IR nodes (parts.size) than the knob float_lsr_limit."""
         if 0 <= self.float_lsr_limit < size(self.kernels, self.module.name):
             floats = [kernel for kernel in self.kernels if _float_kernel(kernel)]
             rest = [kernel for kernel in self.kernels if not _float_kernel(kernel)]
