@@ -67,7 +67,8 @@ def check_fits(fp: Footprint, limits: dict, model: str, target_name: str) -> Non
                             f"({detail}), the limit is {limit:,}; raise it with --memory {kind}=SIZE")
 
 
-def render(program: Program, obj: elf.Blob, weights_prefix: str, header: str, limits: dict | None = None) -> str:
+def render(program: Program, fp: Footprint, header: str, limits: dict | None = None) -> str:
+    """report.txt: the calls, the totals (`fp`: footprint's), the workspace plan drawn."""
     graph = program.graph
     rows = [("#", "op", "node", "inputs -> output", "MACs", "out bytes", "where")]
     total_macs = 0
@@ -87,7 +88,6 @@ def render(program: Program, obj: elf.Blob, weights_prefix: str, header: str, li
     for r in rows:
         lines.append("  ".join(cell.rjust(w) if c in (0, 4, 5) else cell.ljust(w)
                                for c, (cell, w) in enumerate(zip(r, widths))).rstrip())
-    fp = footprint(program, obj, weights_prefix)
     code, weights = fp.code, fp.weights
     plan = program.plan
     ratio = plan.size / plan.lower_bound if plan.lower_bound else 1.0
