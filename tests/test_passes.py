@@ -24,6 +24,7 @@ from aot.graph.passes import (
     fold_transposes,
     fuse_epilogues,
     optimize,
+    recognize_activations,
     to_nhwc,
 )
 from aot.graph.passes.fuse_epilogues import MAX_EPILOGUE
@@ -474,6 +475,73 @@ def test_to_nhwc_conv_output_into_batched_matmul():
     before, after = around(model, to_nhwc)
     matmul = nodes_of(after, "MatMul")[0]
     assert after.shape(matmul.inputs[0]) == before.shape("c") == (1, 2, 3, 4)
+
+
+# --------------------------------------------------------------------------- recognize_activations
+
+
+def _conv_then(rng, activation_nodes, extra_outputs=()):
+    """Conv (with BatchNormalization) -> the nodes given, which read "c" and write "y"."""
+    inits = {"w": randn(rng, 8, 3, 3, 3), **bn_params(rng, "bn", 8), "three": np.float32(3.0),
+             "six": np.float32(6.0), "zero": np.float32(0.0), "sixth": np.float32(1 / 6)}
+    nodes = [node("Conv", ["x", "w"], ["cv"], name="conv", pads=[1, 1, 1, 1]), bn_node("bn", "cv", "c"),
+             *activation_nodes]
+    outputs = {"y": None, **{name: None for name in extra_outputs}}
+    return make_model(nodes, {"x": (1, 3, 7, 6)}, outputs, inits)
+
+
+def computing(graph: Graph) -> list[str]:
+    """The ops of the graph but the layout changes at its edges."""
+    return [op for op in ops(graph) if op != "Transpose"]
+
+
+HARD_SWISH_FORMS = {
+    "clip-div": [node("Add", ["c", "three"], ["a"]), node("Clip", ["a", "zero", "six"], ["q"]),
+                 node("Mul", ["c", "q"], ["m"]), node("Div", ["m", "six"], ["y"])],
+    "clip-mul-sixth": [node("Add", ["three", "c"], ["a"]), node("Clip", ["a", "zero", "six"], ["q"]),
+                       node("Mul", ["q", "c"], ["m"]), node("Mul", ["sixth", "m"], ["y"])],
+    "hard-sigmoid": [node("HardSigmoid", ["c"], ["h"], alpha=1 / 6, beta=0.5), node("Mul", ["h", "c"], ["y"])],
+}
+
+
+@pytest.mark.parametrize("form", list(HARD_SWISH_FORMS))
+def test_spelled_out_hard_swish_is_one_activation_in_the_convolution(form):
+    """HardSwish as Paddle and older PyTorch exports spell it (x * Clip(x + 3, 0, 6) / 6, or * 1/6, or
+    x * HardSigmoid(x)) becomes one Unary hard_swish, which the Conv takes as its epilogue: one kernel."""
+    model = _conv_then(np.random.default_rng(11), HARD_SWISH_FORMS[form])
+    before, after = around(model, recognize_activations)
+    unary = nodes_of(after, "Unary")
+    assert ops(after) == ["Conv", "Unary"] and unary[0].attrs["fn"] == "hard_swish" and unary[0].outputs == ("y",)
+    assert_well_formed(after)
+    assert computing(optimize(imported(model))) == ["Conv"]
+    assert_numerics(model)
+
+
+def test_spelled_out_silu_is_one_activation_in_a_pass_of_its_own():
+    """x * Sigmoid(x) becomes one Unary silu, which runs after the Conv, not in its epilogue (OWN_PASS)."""
+    model = _conv_then(np.random.default_rng(12), [node("Sigmoid", ["c"], ["s"]), node("Mul", ["c", "s"], ["y"])])
+    _, after = around(model, recognize_activations)
+    assert ops(after) == ["Conv", "Unary"] and nodes_of(after, "Unary")[0].attrs["fn"] == "silu"
+    optimized = optimize(imported(model))
+    assert computing(optimized) == ["Conv", "Unary"] and not nodes_of(optimized, "Conv")[0].attrs.get("acts")
+    assert_numerics(model)
+
+
+@pytest.mark.parametrize("case", ["inner-value-read-elsewhere", "other-operand", "other-constant"])
+def test_activations_spelled_otherwise_are_left_as_they_are(case):
+    """Not taken: a pattern whose inner value something else reads (the Sigmoid's result is an output
+    too), a product of the Sigmoid of one tensor with another, a Clip form adding 2 instead of 3."""
+    nodes, extra = {
+        "inner-value-read-elsewhere": ([node("Sigmoid", ["c"], ["s"]), node("Mul", ["c", "s"], ["y"])], ["s"]),
+        "other-operand": ([node("Relu", ["c"], ["r"]), node("Sigmoid", ["c"], ["s"]), node("Mul", ["r", "s"], ["y"])],
+                          []),
+        "other-constant": ([node("Add", ["c", "six"], ["a"]), node("Clip", ["a", "zero", "six"], ["q"]),
+                            node("Mul", ["c", "q"], ["m"]), node("Div", ["m", "six"], ["y"])], []),
+    }[case]
+    model = _conv_then(np.random.default_rng(13), nodes, extra)
+    before, after = around(model, recognize_activations)
+    assert ops(after) == ops(before)
+    assert_numerics(model)
 
 
 # --------------------------------------------------------------------------- fuse_epilogues

@@ -13,6 +13,7 @@ from aot.graph.passes.fold_constant_views import fold_constant_views
 from aot.graph.passes.fold_constants import fold_constants
 from aot.graph.passes.fuse_epilogues import fuse_epilogues
 from aot.graph.passes.lower_quantized import lower_quantized
+from aot.graph.passes.recognize_activations import recognize_activations
 from aot.graph.passes.to_nhwc import fold_transposes, to_nhwc
 from aot.graph.verify import verify
 
@@ -25,6 +26,7 @@ PIPELINE: list[Pass] = [
     fold_constant_views,  # a view of a constant (CastLike of one becomes a Reshape) is a constant
     eliminate_dead_code,  # drop what no output needs before spending work on it
     fold_batchnorm,       # BN into the preceding Conv/Gemm weights, else Mul + Add
+    recognize_activations,  # x * Sigmoid(x) and other activations spelled out -> one Unary
     to_nhwc,              # channels-last activations inside
     fuse_epilogues,       # bias, residual add and activations into their anchor
     fold_transposes,      # a layout change after a one-operand elementwise kernel: written by that kernel
