@@ -285,8 +285,10 @@ class ModuleBuilder:
         on it: the float kernels (but matrix-vector products: _float_kernel) in parts of their own without it
         where the kernels hold more IR nodes (parts.size) than the knob float_lsr_limit."""
         if 0 <= self.float_lsr_limit < size(self.kernels, self.module.name):
-            floats = [kernel for kernel in self.kernels if _float_kernel(kernel)]
-            rest = [kernel for kernel in self.kernels if not _float_kernel(kernel)]
+            floats: list[k.Kernel] = []
+            rest: list[k.Kernel] = []
+            for kernel in self.kernels:
+                (floats if _float_kernel(kernel) else rest).append(kernel)
             if floats:
                 return ([(part, False) for part in parts(floats, self.module.name)]
                         + [(part, True) for part in (parts(rest, self.module.name) if rest else [])])

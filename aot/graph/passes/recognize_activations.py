@@ -42,29 +42,29 @@ def recognize_activations(graph: Graph) -> Graph:
     for node in graph.nodes:
         if node.op not in ("Mul", "Div") or node_quant(graph.values, node) or len(node.inputs) != 2:
             continue
-        x, how = _activation(node, inner, scalar)
-        if x is None or graph.values[x].dtype != "float32" or graph.values[x].shape != \
-                graph.values[node.outputs[0]].shape:
+        found = _activation(node, inner, scalar)
+        if found is None:
             continue
-        fn, absorbed = how
-        if node.name in dropped or any(n.name in replacement for n in absorbed):
+        x, fn, absorbed = found
+        if (graph.values[x].dtype != "float32" or graph.values[x].shape != graph.values[node.outputs[0]].shape
+                or node.name in dropped or any(n.name in replacement for n in absorbed)):
             continue
         replacement[node.name] = Node("Unary", node.name, (x,), node.outputs, {"fn": fn, "params": ()})
         dropped |= {n.name for n in absorbed}
     return rw.rebuild(replacement, dropped) if replacement else graph
 
 
-def _activation(node: Node, inner, scalar) -> tuple[str | None, tuple[str, list[Node]]]:
-    """The input x of the activation `node` ends, and (its Unary fn, the nodes it absorbs); or None."""
+def _activation(node: Node, inner, scalar) -> tuple[str, str, list[Node]] | None:
+    """The input x of the activation `node` ends, its Unary fn and the other nodes it absorbs; or None."""
     a, b = node.inputs
     if node.op == "Mul":
         for x, other in ((a, b), (b, a)):
             sigmoid = inner(other, "Unary", "sigmoid")
             if sigmoid is not None and sigmoid.inputs[0] == x:
-                return x, ("silu", [sigmoid])
+                return x, "silu", [sigmoid]
             hard = inner(other, "Unary", "hard_sigmoid")
             if hard is not None and hard.inputs[0] == x and _close(hard.attrs.get("params", ()), (_SIXTH, 0.5)):
-                return x, ("hard_swish", [hard])
+                return x, "hard_swish", [hard]
     # x * Clip(x + 3, 0, 6), then / 6 or * 1/6
     for product, divisor in ((a, b),) if node.op == "Div" else ((a, b), (b, a)):
         if not scalar(divisor, 6.0 if node.op == "Div" else _SIXTH):
@@ -78,8 +78,8 @@ def _activation(node: Node, inner, scalar) -> tuple[str | None, tuple[str, list[
                 continue
             add = inner(clip.inputs[0], "Add")
             if add is not None and any(y == x and scalar(three, 3.0) for y, three in (add.inputs, add.inputs[::-1])):
-                return x, ("hard_swish", [mul, clip, add])
-    return None, ("", [])
+                return x, "hard_swish", [mul, clip, add]
+    return None
 
 
 def _close(params, expected: tuple[float, ...]) -> bool:
