@@ -35,11 +35,10 @@ from onnx import TensorProto, helper, numpy_helper
 from aot import reference as checks
 from aot.bisect import BisectResult, Probed, Row, compare_rows
 from aot.errors import RunError, first_line
+from aot.graph.widen import widen_model
 
 # Nodes arbitrated in one model before giving up: each one aot wins costs a run of the reference.
 MAX_NODES = 8
-# float tensor types evaluated as float64
-_FLOATS = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE}
 
 
 @dataclass(frozen=True)
@@ -56,6 +55,9 @@ class Verdict:
     own_error: float = math.inf         # max |aot - the float64 value from aot's own inputs| (when aot is
                                         #   not closer from the reference's)
     unevaluated: str = ""               # why there is no float64 value (then aot does not pass)
+    reference_nans: int = 0             # elements the reference gives NaN or an infinity where the float64
+                                        #   value is finite (a 0/0 its own arithmetic made, say)
+    size: int = 0
     exact: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -78,6 +80,8 @@ class Verdict:
                               else (self.reference_error, self.aot_error, "the reference"))
         if better == 0:
             return f"{who} equals it"
+        if math.isinf(worse):
+            return f"{who} is closer"
         return f"{who} is {worse / better:.3g}x closer"
 
 
@@ -162,8 +166,10 @@ def judge(probed: Probed, row: Row, tensors: dict[str, np.ndarray]) -> Verdict:
     c = checks.compare({row.tensor: ours}, {row.tensor: exact}, {row.tensor: steps[value]} if steps else None)[0]
     # the tolerance of `aot run`, about the float64 value: 1e-4 of its largest magnitude, or one step
     tolerance = max(checks.TOLERANCE * c.scale, 1.001 * c.step)
-    reference_error = checks.compare({row.tensor: ref}, {row.tensor: exact})[0].max_abs
-    verdict = _with(base, aot_error=c.max_abs, reference_error=reference_error, tolerance=tolerance, exact=exact)
+    theirs = checks.compare({row.tensor: ref}, {row.tensor: exact})[0]
+    nans = int(np.count_nonzero(~np.isfinite(ref) & np.isfinite(exact)))
+    verdict = _with(base, aot_error=c.max_abs, reference_error=theirs.max_abs, tolerance=tolerance, exact=exact,
+                    reference_nans=nans, size=exact.size)
     if verdict.aot_wins:
         return verdict
     own = {name: probed.ours.get(name, value) for name, value in boundary.items()}
@@ -223,11 +229,12 @@ def _evaluate(proto: onnx.ModelProto, nodes: list[onnx.NodeProto], boundary: dic
               tensor: str) -> np.ndarray:
     """`tensor` computed by onnx.reference from `boundary`, every float value and constant in float64."""
     feeds = {name: _f64(value) for name, value in boundary.items()}
-    graph = helper.make_graph([node_f64(n) for n in nodes], "arbitrate",
+    graph = helper.make_graph(nodes, "arbitrate",
                               [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in feeds],
                               [helper.make_tensor_value_info(tensor, TensorProto.UNDEFINED, None)])
     model = helper.make_model(graph, opset_imports=list(proto.opset_import), functions=list(proto.functions))
     model.ir_version = proto.ir_version
+    model = widen_model(model)
     try:
         with np.errstate(all="ignore"):     # a log of a negative is the model's business, as in float32
             value = np.asarray(checks.reference_evaluator(model).run([tensor], feeds)[0])
@@ -241,26 +248,6 @@ def _evaluate(proto: onnx.ModelProto, nodes: list[onnx.NodeProto], boundary: dic
 def _f64(value: np.ndarray) -> np.ndarray:
     value = np.asarray(value)
     return value.astype(np.float64) if value.dtype.kind == "f" else value
-
-
-def node_f64(node: onnx.NodeProto) -> onnx.NodeProto:
-    """The node with its float constants and float target types made float64; so is the precision of a
-    normalization's statistics (stash_type: float32 by default, in which onnx.reference's function for
-    GroupNormalization would compute them, cancellation included, in a float64 evaluation too)."""
-    node = onnx.NodeProto.FromString(node.SerializeToString())
-    if node.op_type in ("LayerNormalization", "GroupNormalization") and not node.domain:
-        if not any(a.name == "stash_type" for a in node.attribute):
-            node.attribute.append(helper.make_attribute("stash_type", TensorProto.DOUBLE))
-    for attr in node.attribute:
-        if attr.type == onnx.AttributeProto.TENSOR and attr.t.data_type in _FLOATS:
-            attr.t.CopyFrom(numpy_helper.from_array(_f64(numpy_helper.to_array(attr.t)), attr.t.name))
-        elif (attr.name in ("to", "dtype", "output_dtype", "stash_type") and attr.type == onnx.AttributeProto.INT
-              and attr.i in _FLOATS):
-            attr.i = TensorProto.DOUBLE
-        elif attr.type == onnx.AttributeProto.GRAPH:
-            for i, inner in enumerate(attr.g.node):
-                attr.g.node[i].CopyFrom(node_f64(inner))
-    return node
 
 
 def _rerun(probed: Probed, replaced: dict[str, np.ndarray], reference: str) -> dict[str, np.ndarray]:
@@ -296,7 +283,8 @@ def to_json(arbitration: Arbitration) -> dict:
             "verdicts": [{"node": v.node, "op": v.op, "tensor": v.tensor, "fused": list(v.fused),
                           "aot_error": clean(v.aot_error), "reference_error": clean(v.reference_error),
                           "tolerance": v.tolerance, "aot_wins": v.aot_wins, "own_error": clean(v.own_error),
-                          "amplified": v.amplified, "unevaluated": v.unevaluated or None}
+                          "amplified": v.amplified, "unevaluated": v.unevaluated or None,
+                           "reference_nans": v.reference_nans}
                          for v in arbitration.verdicts]}
 
 
@@ -315,6 +303,9 @@ def verdict_line(verdict: Verdict, reference: str) -> str:
     closer = verdict.closeness().replace("the reference", reference)
     errors = (f"aot is off by {_number(verdict.aot_error)}, {reference} by {_number(verdict.reference_error)} "
               f"(tolerance {_number(verdict.tolerance)})")
+    if verdict.reference_nans:
+        errors += (f"; {reference} gives NaN or an infinity at {verdict.reference_nans} of {verdict.size} elements "
+                   f"where the float64 value (the op's definition) is finite")
     if verdict.aot_wins:
         return f"{where} evaluated in float64 {closer}: {errors}: aot is right there"
     if verdict.amplified:

@@ -408,7 +408,7 @@ def _run(args) -> int:
         quantized = (f"; {c.off_by_one} of {c.size} elements one quantization step ({c.step:.3g}) off"
                      if c.step else "")
         print(f"  {c.output}: max abs error {c.max_abs:.3g} (output scale {c.scale:.3g}), "
-              f"max rel error {c.max_rel:.3g}{quantized}: {status}")
+              f"max rel error {c.max_rel:.3g}{quantized}{c.unmatched_text(ref)}: {status}")
     if result.arbitration is not None:
         _print_arbitration(result.arbitration)
     if not result.ok:

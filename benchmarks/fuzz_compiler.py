@@ -4,11 +4,13 @@
         [--reduce-dir DIR] [--start I] [--max-nodes N]
 
 Graph i of seed S is always the same graph (tests/fuzz_graphs.py); each is checked as tests/fuzz_check.py
-says (outcomes pass / wrong / crash / refused / invalid, tolerances and why). The run prints a table
-of outcomes, every refusal message with its count, each wrong or crashed graph, and the op coverage
-(ops in the graphs, and the ONNX ops aot registers that no graph used). With --reduce-dir, each wrong
-or crashed graph is reduced to a minimal one failing the same way and written there as a standalone
-script (`seed<S>_<i>_<kind>.py`) that builds it with onnx.helper (--reduce-refused: refused ones too).
+says (outcomes pass / reference-wrong / wrong / crash / refused / invalid, tolerances and why; a graph
+where onnxruntime is wrong and aot right by the float64 evaluation is reference-wrong, listed, not
+aot's). The run prints a table of outcomes, every refusal message with its count, each wrong or crashed
+graph, and the op coverage (ops in the graphs, and the ONNX ops aot registers that no graph used). With
+--reduce-dir, each wrong or crashed graph is reduced to a minimal one failing the same way and written
+there as a standalone script (`seed<S>_<i>_<kind>.py`) that builds it with onnx.helper (--reduce-refused:
+refused ones too).
 """
 
 from __future__ import annotations
@@ -101,9 +103,9 @@ def report(args, outcomes: dict[int, Outcome], ops: Counter, wall: float, second
     counts = Counter(o.kind for o in outcomes.values())
     print(f"\nseed {args.seed}, graphs {args.start}..{args.start + args.graphs - 1}, target {args.target}: "
           f"{wall:.0f} s wall, {seconds / max(1, len(outcomes)):.2f} s per graph")
-    print(f"{'outcome':<10}{'graphs':>8}")
+    print(f"{'outcome':<16}{'graphs':>8}")
     for kind in KINDS:
-        print(f"{kind:<10}{counts.get(kind, 0):>8}")
+        print(f"{kind:<16}{counts.get(kind, 0):>8}")
     by_kind: dict[str, Counter] = {k: Counter() for k in ("refused", "invalid")}
     for o in outcomes.values():
         if o.kind in by_kind:
@@ -113,6 +115,11 @@ def report(args, outcomes: dict[int, Outcome], ops: Counter, wall: float, second
             print(f"\n{kind}:")
             for msg, n in messages.most_common(30):
                 print(f"{n:>6}  {msg}")
+    blamed = sorted(i for i, o in outcomes.items() if o.kind == "reference-wrong")
+    if blamed:
+        print("\ngraphs where the reference is wrong and aot right, by the float64 evaluation (index: detail):")
+        for i in blamed:
+            print(f"  {i}: {outcomes[i].detail[:240]}")
     bad = sorted(i for i, o in outcomes.items() if o.kind in ("wrong", "crash"))
     if bad:
         print("\nwrong or crashed graphs (index: outcome):")

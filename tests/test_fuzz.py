@@ -44,7 +44,7 @@ def run_chunk(start: int, target: str) -> list[str]:
         outcome = check(case.model, case.inputs, target)
         if known(outcome):
             continue
-        if outcome.kind != "pass":
+        if outcome.kind not in ("pass", "reference-wrong"):
             problems.append(f"graph {i} of seed {SEED} ({target}): {outcome.kind}: {outcome.detail}")
     return problems
 
