@@ -1,25 +1,23 @@
 """The build: model → optimized graph → program → object + wrapper + plan + metadata + report (text and SVG).
 
-Everything is written to a temporary directory beside the destination and moved into place only
-when complete, so a failed build never leaves something that looks like a result.
+The output directory is the user's (aot/build_dir.py): each file is written aside and renamed into place
+once all are complete, only files an earlier build wrote are replaced, and a failed build leaves the
+directory as it was.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import errno
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
 
-from aot import budget, report, report_svg, stages
+from aot import budget, build_dir, report, report_svg, stages
 from aot.codegen import library, wrapper
 from aot.codegen.elf import Blob, chunks, undefined_symbols
 from aot.codegen.llvm import ModuleBuilder, llvm_version
@@ -67,7 +65,8 @@ def build(model: str | os.PathLike | onnx.ModelProto, target: str | Target = "ho
           memory: dict[str, int] | None = None, on_pass: Callable[[str, Graph], None] | None = None,
           freeze: dict[str, FreezeValue] | None = None, records: str | os.PathLike | None = None,
           emit: str | Iterable[str] | None = (),
-          after_optimize: Callable[[Graph], Graph] | None = None) -> Artifact:
+          after_optimize: Callable[[Graph], Graph] | None = None,
+          extra_files: dict[str, bytes] | None = None) -> Artifact:
     """Compile an ONNX model (path or ModelProto) for `target` into `out_dir` (default build/NAME).
 
     `input_shapes` fixes dynamic input dimensions; `freeze` ({"sr": 16000}) binds inputs to constants
@@ -80,7 +79,8 @@ def build(model: str | os.PathLike | onnx.ModelProto, target: str | Target = "ho
 
     `emit` ("graph", "kir", "llvm", "asm"; aot/stages.py) also writes those stages of the compilation as
     readable files into the build directory. `after_optimize` rewrites the optimized graph before it is
-    lowered (aot.bisect adds outputs there).
+    lowered (aot.bisect adds outputs there). `extra_files` (name -> bytes) are written and listed with the
+    build's own (the model `aot build --quantize` made, and its report).
     """
     emitted = stages.parse(emit)
     tgt = get_target(target) if isinstance(target, str) else target
@@ -93,8 +93,7 @@ def build(model: str | os.PathLike | onnx.ModelProto, target: str | Target = "ho
     graph = to_graph(loaded)
     name = wrapper.c_identifier(name or graph.name or "model")
     dest = Path(out_dir) if out_dir is not None else Path("build") / name
-    if dest.exists() and not dest.is_dir():
-        raise OptionError(f"output directory {dest} exists and is not a directory")
+    build_dir.check(dest, _usual_files(name))       # before the work: a user's file in the way stops the build
     if on_pass:
         on_pass("import", graph)
     try:
@@ -112,12 +111,29 @@ def build(model: str | os.PathLike | onnx.ModelProto, target: str | Target = "ho
     except _WideOverLimits:     # the weights as int8, twice smaller, may fit
         program, schedule, files = _compile(graph, tgt, loaded, name, dataclasses.replace(schedule, wide_weights=False),
                                             limits, emitted)
-    _write_atomically(dest, files)
+    if extra_files:
+        files = _with_files(files, extra_files)
+    build_dir.write_build(dest, files)
     return Artifact(dest, name, tgt, program, loaded, json.loads(files["plan.json"]),
                     json.loads(files["metadata.json"]), files["report.txt"].decode())
 
 
 Files = dict[str, Blob]     # a build's files by name: bytes, or chunks in order
+
+
+def _with_files(files: Files, extra: dict[str, bytes]) -> Files:
+    """The build's files and `extra`, each listed with its hash in metadata.json."""
+    clash = sorted(set(extra) & set(files))
+    if clash:
+        raise OptionError(f"{', '.join(clash)}: the build writes a file of that name itself")
+    metadata = json.loads(files["metadata.json"])
+    metadata["files"] = dict(sorted({**metadata["files"], **{n: _sha256(d) for n, d in extra.items()}}.items()))
+    return {**files, **extra, "metadata.json": _json(metadata)}
+
+
+def _usual_files(name: str) -> list[str]:
+    """The files every build named `name` writes (some builds write more: the library, --emit's stages)."""
+    return [f"{name}.o", f"{name}.h", f"{name}.c", "plan.json", "report.txt", "report.svg", build_dir.METADATA]
 
 
 class _WideOverLimits(Exception):
@@ -299,48 +315,3 @@ def plan_json(program: Program) -> dict:
                         "backward": reuse.backward, "shift": reuse.shift,
                         "used": (step, source, result) in used}
                        for step, source, result, reuse in program.shared]}
-
-
-def _write_atomically(dest: Path, files: Files) -> None:
-    """Write `files` into `dest` as a whole: into a temporary directory beside it, then renamed into
-    place; a failure removes what was written, and is an OptionError saying what the system refused."""
-    try:
-        _write_and_rename(dest, files)
-    except OSError as err:
-        name = os.path.basename(err.filename) if isinstance(err.filename, str) else ""
-        shown = f" ({name[:60]}{'...' if len(name) > 60 else ''})" if name else ""
-        raise OptionError(f"cannot write the build into {dest}: {err.strerror or err}{shown}") from None
-
-
-def _write_and_rename(dest: Path, files: Files) -> None:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
-    try:
-        for fname, data in files.items():
-            with open(tmp / fname, "wb") as f:
-                f.writelines(chunks(data))
-            os.chmod(tmp / fname, 0o644)
-        os.chmod(tmp, 0o755)
-        for attempt in range(8):    # another build of the same directory may move it in between: the last wins
-            try:
-                _swap_in(tmp, dest)
-                return
-            except OSError as err:
-                if attempt == 7 or err.errno not in (errno.ENOENT, errno.EEXIST, errno.ENOTEMPTY):
-                    raise
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
-def _swap_in(tmp: Path, dest: Path) -> None:
-    """Rename `tmp` to `dest`, moving a `dest` already there aside first and removing it."""
-    if not dest.exists():
-        os.rename(tmp, dest)
-        return
-    old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old.", dir=dest.parent))
-    try:
-        os.rename(dest, old / "previous")
-        os.rename(tmp, dest)
-    finally:
-        shutil.rmtree(old, ignore_errors=True)
