@@ -6,7 +6,6 @@ import argparse
 import dataclasses
 import os
 import re
-import shutil
 import sys
 import tempfile
 import time
@@ -16,6 +15,7 @@ import numpy as np
 
 from aot import api
 from aot.build import build
+from aot.data import shipped
 from aot.errors import AotError, MismatchError, OptionError, RunError
 from aot.knobs import load_knobs
 from aot.reference import check_reference
@@ -258,6 +258,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--accept-new-host-key", action="store_true")
     _board_dir_option(p)
     _target_dir_option(p)
+
+    p = sub.add_parser("example", help="copy an example shipped with aot into DIR (firmware: a bare-metal "
+                       "application around a build, see the README's \"Into a firmware\")")
+    p.add_argument("example", choices=sorted(EXAMPLES))
+    p.add_argument("dir", type=Path, help="where to copy it (made if missing; no file there is overwritten)")
     return parser
 
 
@@ -265,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         commands = {"build": _build, "run": _run, "targets": _targets, "bench": _bench, "boards": _boards,
-                    "tune": _tune, "quantize": _quantize}
+                    "tune": _tune, "quantize": _quantize, "example": _example}
         return commands[args.command](args)
     except AotError as err:
         print(f"aot: error: {_printable(str(err), keep_lines=isinstance(err, RunError))}", file=sys.stderr)
@@ -352,17 +357,19 @@ def _build(args) -> int:
             worst = min(report.outputs, key=lambda o: o.sqnr_db)
             print(f"quantized {report.model} ({report.scheme}): output {worst.output} SQNR {worst.sqnr_db:.1f} dB "
                   f"against the float model on {report.compared} calibration sample(s)")
+        # the quantized model and its report go beside the build, written and owned with it
+        extra = {made.name: made.read_bytes() for made in Path(tmp).iterdir()} if args.quantize else {}
         artifact = build(model, target=target, out_dir=args.output, name=name, input_shapes=_shapes(args),
                          memory=args.memory, on_pass=dump if args.dump_graph else None, knobs=_knobs(args),
-                         freeze={} if args.quantize else _freeze(args), records=args.records, emit=args.emit)
-        if args.quantize:       # beside the build only once it succeeded
-            for made in Path(tmp).iterdir():
-                shutil.copyfile(made, artifact.dir / made.name)
+                         freeze={} if args.quantize else _freeze(args), records=args.records, emit=args.emit,
+                         extra_files=extra)
     plan = artifact.plan
     split = " + ".join(f"{r['name']} {r['size']:,}" for r in plan.get("regions", ()))
+    peak = (f"{plan['lower_bound']:,} live at the busiest step, less where results take their inputs' place"
+            if plan["workspace_size"] < plan["lower_bound"] else f"{plan['lower_bound']:,} live at the busiest step")
     print(f"built {artifact.dir}/ for {artifact.target.name} in {time.perf_counter() - start:.2f} s: "
           f"{artifact.name}.o {artifact.object.stat().st_size:,} bytes, workspace {plan['workspace_size']:,} "
-          f"bytes{f' ({split})' if split else ''} (lower bound {plan['lower_bound']:,}); "
+          f"bytes{f' ({split})' if split else ''} ({peak}); "
           f"flash {artifact.metadata['memory']['flash']:,}, "
           f"RAM {artifact.metadata['memory']['ram']:,} bytes")
     missing = artifact.metadata["library"].get("missing")
@@ -747,6 +754,38 @@ def _targets(args) -> int:
         rows.append((t.name + (" (host)" if t.name == host else ""), t.triple, t.cpu, f"{t.vector_bits}-bit",
                      t.origin, t.description))
     _table(rows)
+    return 0
+
+
+# The examples `aot example` copies out: each a folder shipped with aot, and what to do with it next.
+EXAMPLES = {
+    "firmware": ("examples/firmware", """next: build a model for it and configure the firmware around the build:
+  aot build MODEL.onnx --target cortex-m4 --name model -o build/model
+  python {dir}/make_input.py MODEL.onnx build/input.h
+  cmake -S {dir} -B build/app -DMODEL_DIR=build/model -DINPUT_HEADER=build/input.h \\
+        -DCMAKE_TOOLCHAIN_FILE="$PWD/build/model/toolchain.cmake"
+  cmake --build build/app
+  qemu-system-arm -M mps2-an386 -nographic -kernel build/app/firmware.elf     # Ctrl-A X quits"""),
+}
+
+
+def _example(args) -> int:
+    folder, next_steps = EXAMPLES[args.example]
+    source = shipped(*folder.split("/"))
+    names = sorted(f.name for f in source.iterdir() if f.is_file() and not f.name.startswith((".", "__")))
+    taken = [n for n in names if (args.dir / n).exists()]
+    if taken:
+        raise OptionError(f"{args.dir}: already holds {', '.join(taken)}, which the {args.example} example has "
+                          f"too: copy it into an empty or new directory")
+    try:
+        args.dir.mkdir(parents=True, exist_ok=True)
+        for n in names:
+            with open(args.dir / n, "xb") as out:       # "x": never over a file that appeared meanwhile
+                out.write((source / n).read_bytes())
+    except OSError as err:
+        raise OptionError(f"cannot copy the {args.example} example into {args.dir}: {err.strerror or err}") from None
+    print(f"copied the {args.example} example into {args.dir}/: {', '.join(names)}")
+    print(next_steps.format(dir=args.dir))
     return 0
 
 
