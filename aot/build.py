@@ -105,6 +105,7 @@ def build(model: str | os.PathLike | onnx.ModelProto, target: str | Target = "ho
     if after_optimize is not None:
         graph = verify(after_optimize(graph), "after_optimize")
     limits = {**tgt.memory, **totals}
+    report.check_weights_fit(graph, limits, loaded.label, tgt.name)
     try:
         program, schedule, files = _compile(graph, tgt, loaded, name, schedule, limits, emitted,
                                             narrow_over_limits="wide_weights" not in (knobs or {}))

@@ -129,6 +129,9 @@ def _parser() -> argparse.ArgumentParser:
                    "calibration data) and build the result; DIR gets NAME.quantized.onnx and its report too")
     p.add_argument("--scheme", choices=["int8", "a16w8"], help="with --quantize: int8 (default) or a16w8 "
                    "(int16 activations, int8 weights)")
+    p.add_argument("--board", help="build for this board (`aot boards`, or a board .toml file): its target, and a "
+                   "microcontroller's flash and RAM as the limits (--memory overrides them)")
+    _board_dir_option(p)
     _memory_arg(p)
 
     p = sub.add_parser("run", help="build, run through the C entry point, compare with onnxruntime (or "
@@ -344,7 +347,15 @@ def _build(args) -> int:
     start = time.perf_counter()
     if args.scheme and not args.quantize:
         raise OptionError("--scheme chooses how --quantize quantizes: give --quantize DATA too")
-    target = get_target(args.target, args.target_dir)
+    board, memory = None, args.memory
+    if args.board:
+        from aot.boards import load_board
+        from aot.device.board import DeviceBoard
+
+        board = load_board(args.board, args.board_dir)
+        if isinstance(board, DeviceBoard):
+            memory = board.build_memory(args.memory)
+    target = get_target(board.target if board else args.target, args.target_dir)
     with tempfile.TemporaryDirectory() as tmp:
         model, name = args.model, args.name
         if args.quantize:       # the float model quantized first, built under the float model's name
@@ -360,14 +371,15 @@ def _build(args) -> int:
         # the quantized model and its report go beside the build, written and owned with it
         extra = {made.name: made.read_bytes() for made in Path(tmp).iterdir()} if args.quantize else {}
         artifact = build(model, target=target, out_dir=args.output, name=name, input_shapes=_shapes(args),
-                         memory=args.memory, on_pass=dump if args.dump_graph else None, knobs=_knobs(args),
+                         memory=memory, on_pass=dump if args.dump_graph else None, knobs=_knobs(args),
                          freeze={} if args.quantize else _freeze(args), records=args.records, emit=args.emit,
                          extra_files=extra)
     plan = artifact.plan
     split = " + ".join(f"{r['name']} {r['size']:,}" for r in plan.get("regions", ()))
     peak = (f"{plan['lower_bound']:,} live at the busiest step, less where results take their inputs' place"
             if plan["workspace_size"] < plan["lower_bound"] else f"{plan['lower_bound']:,} live at the busiest step")
-    print(f"built {artifact.dir}/ for {artifact.target.name} in {time.perf_counter() - start:.2f} s: "
+    where = f"board {board.name} ({artifact.target.name})" if board else artifact.target.name
+    print(f"built {artifact.dir}/ for {where} in {time.perf_counter() - start:.2f} s: "
           f"{artifact.name}.o {artifact.object.stat().st_size:,} bytes, workspace {plan['workspace_size']:,} "
           f"bytes{f' ({split})' if split else ''} ({peak}); "
           f"flash {artifact.metadata['memory']['flash']:,}, "

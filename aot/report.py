@@ -67,6 +67,26 @@ def check_fits(fp: Footprint, limits: dict, model: str, target_name: str) -> Non
                             f"({detail}), the limit is {limit:,}; raise it with --memory {kind}=SIZE")
 
 
+def check_weights_fit(graph, limits: dict, model: str, target_name: str) -> None:
+    """Before any kernel is compiled: the optimized graph's weights alone (packing only adds to them) over
+    the flash limit cannot fit; say so at once, and what would."""
+    limit = limits.get("flash")
+    if limit is None:
+        return
+    read = {v for node in graph.nodes for v in node.inputs if v}
+    weights = [a for name, a in graph.constants.items() if name in read]
+    total = sum(a.nbytes for a in weights)
+    if total <= limit:
+        return
+    floats = sum(a.nbytes for a in weights if a.dtype == np.float32)
+    as_int8 = total - floats * 3 // 4
+    hint = (f"int8 weights (aot quantize, or aot build --quantize DATA) would take about {as_int8:,}"
+            f"{'' if as_int8 <= limit else ', over it still'}; " if floats else "")
+    raise PlanError(f"{model} does not fit {target_name}: its weights alone take {total:,} bytes of FLASH, the "
+                    f"limit is {limit:,}; {hint}raise the limit with --memory flash=SIZE, or build for a board "
+                    f"with more (--board)")
+
+
 def render(program: Program, fp: Footprint, header: str, limits: dict | None = None) -> str:
     """report.txt: the calls, the totals (`fp`: footprint's), the workspace plan drawn."""
     graph = program.graph

@@ -12,6 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 from oracle import make_model
 
+ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 ARTIFACTS = ["tiny.o", "tiny.h", "tiny.c", "tiny.a", "CMakeLists.txt", "tiny.mk", "plan.json", "metadata.json",
              "report.txt", "report.svg"]   # for the host: no toolchain.cmake
 
@@ -193,6 +194,39 @@ def test_memory_limits_fail_the_build_clearly(model_file, tmp_path):
     assert_user_error(aot("build", model_file, "--memory", "disk=1M"), "no memory region 'disk'", "flash=SIZE")
     proc = aot("build", model_file, "--memory", "disk=")
     assert proc.returncode == 2 and "flash=SIZE" in proc.stderr
+
+
+def test_weights_over_the_flash_fail_before_any_kernel_is_compiled(model_file, tmp_path, monkeypatch):
+    """The weights' size is known once the graph is optimized: a model whose weights alone exceed the flash
+    fails then, saying what int8 weights would take, and no kernel is lowered or compiled."""
+    import importlib
+
+    from aot.errors import PlanError
+    build_module = importlib.import_module("aot.build")     # the module (the package's `build` is its function)
+
+    def no_compile(*args, **kwargs):
+        raise AssertionError("the kernels were compiled")
+    monkeypatch.setattr(build_module, "_compile", no_compile)
+    weights = 8 * 3 * 3 * 3 * 4 + 8 * 4
+    with pytest.raises(PlanError, match=f"its weights alone take {weights:,} bytes of FLASH, the limit is 600; "
+                                        f"int8 weights .* about {weights // 4:,};"):
+        build_module.build(str(model_file), target="cortex-m4", out_dir=tmp_path / "o", memory={"flash": 600})
+    assert not (tmp_path / "o").exists()
+
+
+def test_build_for_a_board_takes_its_target_and_memory(model_file, tmp_path):
+    boards = tmp_path / "boards"
+    boards.mkdir()
+    text = (ROOT / "boards" / "qemu-m4-uart.toml").read_text()
+    (boards / "tiny-m4.toml").write_text(text.replace('name = "qemu-m4-uart"', 'name = "tiny-m4"')
+                                         .replace('size = "4MiB"', 'size = "1KiB"'))
+    proc = aot("build", model_file, "--board", "tiny-m4", "--board-dir", boards, "-o", tmp_path / "o")
+    assert_user_error(proc, "does not fit cortex-m4", "the limit is 1,024")
+    proc = aot("build", model_file, "--board", "qemu-m4-uart", "-o", tmp_path / "o")
+    assert proc.returncode == 0, proc.stderr
+    assert "for board qemu-m4-uart (cortex-m4)" in proc.stdout
+    meta = json.loads((tmp_path / "o" / "metadata.json").read_text())
+    assert meta["target"]["name"] == "cortex-m4" and meta["memory"]["limits"]["flash"] == 4 << 20
 
 
 def test_freeze_end_to_end(tmp_path):
