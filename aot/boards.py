@@ -17,7 +17,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from aot.data import SearchDir, config_files, describe_search, search_dirs
+from aot.config_schema import board_schema, problems
+from aot.data import SHIPPED, SearchDir, config_files, describe_search, search_dirs
 from aot.device.board import DeviceBoard, read_device_board
 from aot.errors import OptionError
 from aot.remote.board import Board, read_linux_board
@@ -65,6 +66,10 @@ def _read(path: Path | Traversable, origin: str) -> Board | DeviceBoard:
         raise OptionError(f"{path}: cannot read board file: {err}") from None
     if "password" in data:
         raise OptionError(f"{path}: passwords are not accepted in board files; use identity_file (a key)")
+    found = problems(data, board_schema(data))
+    if found:
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise OptionError(f"{path}: {found[0]}{more}")
     if "loader" in data:                # a microcontroller board
         try:
             return read_device_board(data, Path(str(path)), origin)
@@ -73,8 +78,16 @@ def _read(path: Path | Traversable, origin: str) -> Board | DeviceBoard:
     return read_linux_board(data, Path(str(path)), origin)
 
 
-def all_boards(dirs: BoardDirs = ()) -> list[Board | DeviceBoard]:
+def all_boards(dirs: BoardDirs = (), skipped: list[str] | None = None) -> list[Board | DeviceBoard]:
     """Every board, from `dirs`, then $AOT_BOARD_PATH, then the shipped ones; a user file shadows a
-    shipped one of the same name."""
-    return sorted((_read(cfg.file, cfg.origin) for cfg in config_files("boards", _search(dirs))),
-                  key=lambda b: b.name)
+    shipped one of the same name; a user file that does not read is skipped, its error put in `skipped`."""
+    boards = []
+    for cfg in config_files("boards", _search(dirs)):
+        try:
+            boards.append(_read(cfg.file, cfg.origin))
+        except OptionError as err:
+            if cfg.origin == SHIPPED:
+                raise
+            if skipped is not None:
+                skipped.append(str(err))
+    return sorted(boards, key=lambda b: b.name)

@@ -110,8 +110,20 @@ def _knobs(args) -> dict | None:
     return load_knobs(args.knobs) if args.knobs else None
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument error is one line, naming the command and where its options are described (argparse
+    prints the whole usage first, often six lines before the one that matters)."""
+
+    def error(self, message: str):
+        prog = self.prog
+        command = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
+        if prog == "aot" and command in _COMMANDS:        # an option the command's parser left over
+            prog = f"aot {command}"
+        self.exit(2, f"{self.prog}: error: {message} (see {prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="aot", description="Ahead-of-time compiler from ONNX models to "
+    parser = _Parser(prog="aot", description="Ahead-of-time compiler from ONNX models to "
                                      "object files and C wrappers.")
     parser.add_argument("--version", action="version", version=f"aot {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -262,6 +274,10 @@ def _parser() -> argparse.ArgumentParser:
     _board_dir_option(p)
     _target_dir_option(p)
 
+    p = sub.add_parser("schema", help="print the JSON Schema of target files or board files, for an editor to "
+                       "complete and check them with")
+    p.add_argument("kind", choices=["target", "board"])
+
     p = sub.add_parser("example", help="copy an example shipped with aot into DIR (firmware: a bare-metal "
                        "application around a build, see the README's \"Into a firmware\")")
     p.add_argument("example", choices=sorted(EXAMPLES))
@@ -272,9 +288,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        commands = {"build": _build, "run": _run, "targets": _targets, "bench": _bench, "boards": _boards,
-                    "tune": _tune, "quantize": _quantize, "example": _example}
-        return commands[args.command](args)
+        return _COMMANDS[args.command](args)
     except AotError as err:
         print(f"aot: error: {_printable(str(err), keep_lines=isinstance(err, RunError))}", file=sys.stderr)
         return 1
@@ -716,8 +730,8 @@ def _boards(args) -> int:
     from aot.device.board import DeviceBoard
 
     if not args.name:
-        rows = [("name", "target", "address", "runner", "from")]
-        for b in all_boards(args.board_dir):
+        rows, skipped = [("name", "target", "address", "runner", "from")], []
+        for b in all_boards(args.board_dir, skipped):
             if isinstance(b, DeviceBoard):
                 where = b.console.url or "qemu UART socket"
                 where += f" via {b.ssh.user}@{b.ssh.host}" if b.ssh else ""
@@ -725,9 +739,11 @@ def _boards(args) -> int:
             else:
                 rows.append((b.name, b.target, f"{b.user}@{b.host}:{b.port}", " ".join(b.runner) or "-", b.origin))
         _table(rows)
+        _say_skipped(skipped)
         return 0
     if not args.check:
         print(board_text(args.name, args.board_dir), end="")
+        load_board(args.name, args.board_dir)       # the file shown, then what is wrong with it, if anything
         return 0
     board = load_board(args.name, args.board_dir)
     if isinstance(board, DeviceBoard):
@@ -761,12 +777,19 @@ def _targets(args) -> int:
         host = host_target_name(args.target_dir)
     except AotError:
         host = None
-    rows = [("name", "triple", "cpu", "vector", "from", "description")]
-    for t in all_targets(args.target_dir):
+    rows, skipped = [("name", "triple", "cpu", "vector", "from", "description")], []
+    for t in all_targets(args.target_dir, skipped):
         rows.append((t.name + (" (host)" if t.name == host else ""), t.triple, t.cpu, f"{t.vector_bits}-bit",
                      t.origin, t.description))
     _table(rows)
+    _say_skipped(skipped)
     return 0
+
+
+def _say_skipped(errors: list[str]) -> None:
+    """The user files a listing left out, each with what is wrong with it."""
+    for error in errors:
+        print(f"aot: warning: skipped {error}", file=sys.stderr)
 
 
 # The examples `aot example` copies out: each a folder shipped with aot, and what to do with it next.
@@ -799,6 +822,19 @@ def _example(args) -> int:
     print(f"copied the {args.example} example into {args.dir}/: {', '.join(names)}")
     print(next_steps.format(dir=args.dir))
     return 0
+
+
+def _schema(args) -> int:
+    import json
+
+    from aot.config_schema import published
+
+    print(json.dumps(published(args.kind), indent=2))
+    return 0
+
+
+_COMMANDS = {"build": _build, "run": _run, "targets": _targets, "bench": _bench, "boards": _boards, "tune": _tune,
+             "quantize": _quantize, "example": _example, "schema": _schema}
 
 
 if __name__ == "__main__":

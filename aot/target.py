@@ -18,6 +18,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from aot.config_schema import TARGET, problems
 from aot.data import SHIPPED, SearchDir, config_files, describe_search, search_dirs
 from aot.errors import OptionError, TargetError
 from aot.isa import IntSimd, int_simd
@@ -182,6 +183,10 @@ def _parse(path: Path | Traversable, origin: str) -> Target:
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as err:
         raise TargetError(f"{path}: cannot read target config: {err}") from None
+    found = problems(data, TARGET)
+    if found:
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise TargetError(f"{path}: {found[0]}{more}")
     toolchain = data.pop("toolchain", {})
     run = data.pop("run", {})
     script = toolchain.get("linker_script", "")
@@ -224,19 +229,28 @@ def _search(dirs: TargetDirs) -> list[SearchDir]:
     return search_dirs(dirs, TARGET_PATH, "--target-dir")
 
 
-def _configs(dirs: TargetDirs) -> list[tuple[Target, Path | Traversable]]:
-    """Each target with its file, in search order; a name an earlier file took shadows later files."""
+def _configs(dirs: TargetDirs, want: str | None = None,
+             skipped: list[str] | None = None) -> list[tuple[Target, Path | Traversable]]:
+    """Each target with its file, in search order; a name an earlier file took shadows later files. A user's
+    file that does not read is skipped, its error added to `skipped`, unless its file is named `want`."""
     found: dict[str, tuple[Target, Path | Traversable]] = {}
     for cfg in config_files("targets", _search(dirs)):
-        tgt = _parse(cfg.file, cfg.origin)
+        try:
+            tgt = _parse(cfg.file, cfg.origin)
+        except TargetError as err:
+            if cfg.origin == SHIPPED or cfg.name == want:
+                raise
+            if skipped is not None:
+                skipped.append(str(err))
+            continue
         found.setdefault(tgt.name, (tgt, cfg.file))
     return list(found.values())
 
 
-def all_targets(dirs: TargetDirs = ()) -> list[Target]:
+def all_targets(dirs: TargetDirs = (), skipped: list[str] | None = None) -> list[Target]:
     """Every target, from `dirs`, then $AOT_TARGET_PATH, then the shipped configs; a user file shadows a
-    shipped config of the same name."""
-    return sorted((tgt for tgt, _ in _configs(dirs)), key=lambda t: t.name)
+    shipped config of the same name; a user file that does not read is skipped, its error put in `skipped`."""
+    return sorted((tgt for tgt, _ in _configs(dirs, skipped=skipped)), key=lambda t: t.name)
 
 
 def host_cpu_flags() -> set[str]:
@@ -273,7 +287,7 @@ def _find(name: str, dirs: TargetDirs) -> tuple[Target, Path | Traversable]:
         return _parse(path, str(path.resolve().parent)), path
     if name == "host":
         name = host_target_name(dirs)
-    configs = _configs(dirs)
+    configs = _configs(dirs, want=name)
     for match in (lambda t: name == t.name, lambda t: name in t.aliases):    # a name before an alias
         for tgt, file in configs:                                           # user files first
             if match(tgt):

@@ -72,13 +72,13 @@ def test_regions_load_fastest_first(tmp_path):
     ('name = "d-tcm"\nsize = "1K"\nrank = 0', r"memory.regions\[0\] \('d-tcm'\): name 'd-tcm' is not a C identifier"),
     ('name = "int"\nsize = "1K"\nrank = 0', "name 'int' is not a C identifier"),
     ('name = "ram"\nsize = "1K"\nrank = 0', "name 'ram' is taken"),
-    ('name = "dtcm"\nsize = "64 KB!"\nrank = 0', r"memory.regions\[0\] \('dtcm'\): '64 KB!' is not a size"),
+    ('name = "dtcm"\nsize = "64 KB!"\nrank = 0', r"memory.regions\[0\].size: expected a size in bytes.*not '64 KB!'"),
     ('name = "dtcm"\nsize = 0\nrank = 0', "size must be a positive number of bytes"),
-    ('name = "dtcm"\nsize = "1K"\nrank = -1', "rank must be an integer from 0"),
-    ('name = "dtcm"\nsize = "1K"\nrank = "fast"', "rank must be an integer from 0"),
-    ('name = "dtcm"\nsize = "1K"', "lacks rank"),
-    ('name = "dtcm"\nsize = "1K"\nrank = 0\nspeed = 3', "unknown key 'speed'"),
-    ('name = "dtcm"\nsize = "1K"\nrank = 0\nweights = "yes"', "weights must be true or false"),
+    ('name = "dtcm"\nsize = "1K"\nrank = -1', r"memory.regions\[0\].rank: expected at least 0"),
+    ('name = "dtcm"\nsize = "1K"\nrank = "fast"', r"memory.regions\[0\].rank: expected an integer .*not 'fast'"),
+    ('name = "dtcm"\nsize = "1K"', r"memory.regions\[0\]: missing 'rank'"),
+    ('name = "dtcm"\nsize = "1K"\nrank = 0\nspeed = 3', r"memory.regions\[0\].speed: not a key of"),
+    ('name = "dtcm"\nsize = "1K"\nrank = 0\nweights = "yes"', r"memory.regions\[0\].weights: expected true or false"),
     ('name = "dtcm"\nsize = "1K"\nrank = 0\nweights = true\n[[memory.regions]]\nname = "sram"\nsize = "2K"\n'
      'rank = 1\nweights = true', "'dtcm' and 'sram' both hold the weights"),
 ])
@@ -94,7 +94,8 @@ def test_bad_region_declarations_name_the_file_and_field(tmp_path, entries, why)
 def test_regions_must_be_an_array_of_tables(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text(target_text("cortex-m7").replace('ram = "12MiB"', 'ram = "12MiB"\nregions = "dtcm"'))
-    with pytest.raises(aot.TargetError, match="memory.regions must be an array of tables"):
+    with pytest.raises(aot.TargetError,
+                       match=r"memory.regions: expected an array \(memory regions .* \[\[memory.regions\]\] table\)"):
         get_target(str(path))
 
 

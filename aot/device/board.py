@@ -24,19 +24,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aot.config_schema import LOADER_OPTIONS, TIMERS
 from aot.data import SHIPPED, shipped
 from aot.remote.board import Board
 from aot.target import parse_size
 
-TIMERS = ("dwt", "pmu", "systick")
-LOADER_OPTIONS = {                         # tool -> (required options, optional options)
-    "qemu": (("machine",), ("extra",)),
-    "pyocd": (("target",), ("uid", "frequency")),
-    "openocd": (("config",), ("commands",)),
-    "probe-rs": (("chip",), ("probe",)),
-    "st-flash": ((), ("serial",)),
-    "command": (("command",), ()),
-}
 _KEYS = {"name", "target", "clock_hz", "timer", "stack", "flash", "ram", "linker_script", "loader", "console", "ssh",
          "description"}
 _SSH_KEYS = {"host", "user", "port", "identity_file", "known_hosts", "work_dir"}
