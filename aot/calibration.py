@@ -25,8 +25,16 @@ IMAGES = (".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".pgm")
 
 
 def load_calibration(path: Path, feeds: dict[str, tuple[int, ...]], option: str = "--calibration",
-                     preprocess: str | None = None) -> list[dict[str, np.ndarray]]:
-    """The samples in `path` for a model with inputs `feeds` (name: static shape); see the module docstring."""
+                     preprocess: str | None = None, dtypes: dict[str, np.dtype] | None = None
+                     ) -> list[dict[str, np.ndarray]]:
+    """The samples in `path` for a model with inputs `feeds` (name: static shape), each input of the dtype
+    `dtypes` gives it (default float32); see the module docstring."""
+    samples = _load(path, feeds, option, preprocess)
+    return [{n: a.astype((dtypes or {}).get(n, np.float32), copy=False) for n, a in s.items()} for s in samples]
+
+
+def _load(path: Path, feeds: dict[str, tuple[int, ...]], option: str, preprocess: str | None
+          ) -> list[dict[str, np.ndarray]]:
     if not path.exists():
         raise OptionError(f"{option} {path}: no such file or directory")
     if path.is_dir():
@@ -100,7 +108,7 @@ def _sample(arrays: dict[str, np.ndarray], feeds: dict, where: Path, option: str
             got = "x".join(map(str, a.shape[1:] if batched else a.shape))
             raise OptionError(f"{option} {where}: input '{name}' is {'x'.join(map(str, shape))} per batch, "
                               f"the data gives {got}{' per sample' if batched else ''}")
-        sample[name] = a.reshape(shape).astype(np.float32)
+        sample[name] = a.reshape(shape)
     return sample
 
 

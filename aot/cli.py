@@ -274,6 +274,22 @@ def _parser() -> argparse.ArgumentParser:
     _board_dir_option(p)
     _target_dir_option(p)
 
+    p = sub.add_parser("validate", help="run a model over a data set on a target or board and measure every "
+                       "output against the reference: l2r, cosine, MAE, RMSE, max abs error, top-1 agreement")
+    _common(p)
+    p.add_argument("--inputs", required=True, metavar="DATA", help="the samples: an .npz with one array per input, "
+                   "the samples on the first axis; a directory of .npz/.npy files, one sample each; or ONNX test "
+                   "sets (test_data_set_*/input_N.pb)")
+    p.add_argument("--limit", type=int, metavar="N", help="the first N samples only")
+    p.add_argument("--board", help="run on this microcontroller board (flashed once, the inputs sent over its "
+                   "console), built for its target within its memory")
+    _board_dir_option(p)
+    p.add_argument("--reference", default="onnxruntime", choices=["onnxruntime", "onnx"],
+                   help="what to compare with (default onnxruntime; onnx: onnx.reference)")
+    p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds one sample may take (default 600)")
+    _memory_arg(p)
+
     p = sub.add_parser("schema", help="print the JSON Schema of target files or board files, for an editor to "
                        "complete and check them with")
     p.add_argument("kind", choices=["target", "board"])
@@ -824,6 +840,52 @@ def _example(args) -> int:
     return 0
 
 
+def _validate(args) -> int:
+    import json
+
+    from aot.frontend.onnx import load
+    from aot.validate import read_samples, table, validate
+
+    if args.limit is not None and args.limit < 1:
+        raise OptionError(f"--limit {args.limit}: give a positive number of samples")
+    loaded = load(args.model, _shapes(args))
+    samples = read_samples(args.inputs, loaded.proto, loaded.label, args.limit)
+    progress = _Progress(f"validating {loaded.label}", len(samples))
+    try:
+        result = validate(args.model, samples, target=args.target, board=args.board, board_dirs=args.board_dir,
+                          input_shapes=_shapes(args), knobs=_knobs(args), memory=args.memory, records=args.records,
+                          reference=args.reference, timeout=args.timeout, on_sample=progress.step)
+    finally:
+        progress.close()
+    ref = _reference_name(result.reference)
+    print(f"{result.model} on {result.where} vs {ref}, {result.samples} sample(s):")
+    _table(table(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    if not result.ok:
+        worst = min(result.metrics, key=lambda m: m.within_tolerance)
+        raise MismatchError(f"{result.model}: output '{worst.output}' of {worst.samples - worst.within_tolerance} "
+                            f"sample(s) past the tolerance of aot run (arbitrate one: aot run {args.model} --inputs "
+                            "with that sample)")
+    return 0
+
+
+class _Progress:
+    """A count of samples done on stderr, overwritten in place on a terminal; nothing elsewhere (the table
+    follows)."""
+
+    def __init__(self, what: str, total: int):
+        self.what, self.total, self.shown = what, total, sys.stderr.isatty()
+
+    def step(self, index: int) -> None:
+        if self.shown:
+            print(f"\r{self.what}: {index + 1}/{self.total}", end="", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.shown:
+            print("\r\033[K", end="", file=sys.stderr, flush=True)
+
+
 def _schema(args) -> int:
     import json
 
@@ -834,7 +896,7 @@ def _schema(args) -> int:
 
 
 _COMMANDS = {"build": _build, "run": _run, "targets": _targets, "bench": _bench, "boards": _boards, "tune": _tune,
-             "quantize": _quantize, "example": _example, "schema": _schema}
+             "quantize": _quantize, "example": _example, "schema": _schema, "validate": _validate}
 
 
 if __name__ == "__main__":

@@ -278,6 +278,22 @@ def test_a_corrupt_output_is_refused():
         console.run(1, 2, 1)
 
 
+def test_inputs_are_loaded_a_line_at_a_time_each_answered():
+    data = bytes(range(150))
+    answers = b"m-ready-net\nm-timer-dwt-dwt-120000000\nm-loaded-64\nm-loaded-128\nm-loaded-150\n"
+    port = ScriptedPort(answers)
+    console = Console(port, "net on board b", timeout=2)
+    console.handshake("net", 2)
+    console.load(1, data)
+    sent = port.written.decode().split("%")
+    loads = [c for c in sent if c.startswith("load")]
+    assert loads == [f"load 1 {o} {data[o:o + 64].hex()}" for o in (0, 64, 128)]
+    refused = Console(ScriptedPort(b"m-ready-net\nm-timer-dwt-dwt-1\nm-error-load\n"), "net on board b", timeout=2)
+    refused.handshake("net", 2)
+    with pytest.raises(aot.RunError, match="loading input 0 at byte 0: the device answered 'm-error-load'"):
+        refused.load(0, data)
+
+
 def test_another_program_on_the_device_is_named():
     console = Console(ScriptedPort(b"m-ready-other\n"), "net on board b", timeout=1)
     with pytest.raises(aot.RunError, match="runs another program \\(m-ready-other"):

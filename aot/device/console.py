@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from aot.errors import RunError
 
 HANDSHAKE_RETRY_S = 1.0        # `ready%` is sent again this often until the device answers
+LOAD_CHUNK = 64                 # input bytes a `load` line carries (the harness's line holds 160 characters)
 _QUOTE = 300                    # characters of received text quoted in an error
 
 
@@ -79,7 +80,7 @@ class Console:
             except OSError as err:
                 raise self.fail(f"the console failed while waiting for {waiting_for}: {err}") from None
             self._pending += chunk
-            self.received += chunk.decode("ascii", errors="replace")
+            self.received = (self.received + chunk.decode("ascii", errors="replace"))[-4 * _QUOTE:]
         line, self._pending = self._pending.split(b"\n", 1)
         return line.decode("ascii", errors="replace").strip("\r\x00 ")
 
@@ -112,6 +113,22 @@ class Console:
                 return Timer(parts[2], parts[3], int(parts[4]))
             elif ready and line:
                 raise self.fail(f"unexpected line {line!r} from the device")
+
+    def load(self, index: int, data: bytes) -> None:
+        """Send input `index`'s bytes to a loadable harness, a `load` line at a time, each answered."""
+        for offset in range(0, len(data), LOAD_CHUNK):
+            chunk = data[offset:offset + LOAD_CHUNK]
+            self.send(f"load {index} {offset} {chunk.hex()}")
+            want = f"m-loaded-{offset + len(chunk)}"
+            while True:
+                line = self.read_line(time.monotonic() + self.timeout, f"the load of input {index}")
+                if line is None:
+                    raise self.fail(f"the device went silent for {self.timeout:g} s while loading input {index}")
+                if line == want:
+                    break
+                if not line or line.startswith("m-ready-") or line.startswith("m-timer-"):
+                    continue
+                raise self.fail(f"loading input {index} at byte {offset}: the device answered {line[:80]!r}")
 
     def run(self, warmup: int, laps: int, output_count: int) -> Reply:
         """Send `run W N%` and read the laps and the outputs up to m-done."""

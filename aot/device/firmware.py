@@ -1,7 +1,7 @@
 """The firmware image for a microcontroller board: the build's object and wrapper, the device harness
-with the inputs compiled in (runtime_c/device/harness.c.j2), the start-up code, the board's
-support sources, linked by the target's compiler with the board's linker script (device.ld.j2 from
-its [flash] and [ram], or its own)."""
+with the inputs compiled in, or loadable over the console (runtime_c/device/harness.c.j2), the start-up
+code, the board's support sources, linked by the target's compiler with the board's linker script
+(device.ld.j2 from its [flash] and [ram], or its own)."""
 
 from __future__ import annotations
 
@@ -70,12 +70,14 @@ class Build:
                    artifact.program.plan.alignment, wrapper.workspace_blocks(artifact.program))
 
 
-def render_harness(build: Build, inputs: dict[str, np.ndarray]) -> str:
-    values = [c_values(np.asarray(inputs[t.onnx_name], dtype=t.dtype).reshape(t.shape)) for t in build.inputs]
+def render_harness(build: Build, inputs: dict[str, np.ndarray] | None) -> str:
+    """The harness with `inputs` compiled in; None: with input buffers the host loads over the console."""
+    values = None if inputs is None else [c_values(np.asarray(inputs[t.onnx_name], dtype=t.dtype).reshape(t.shape))
+                                          for t in build.inputs]
     return local.runtime_templates().get_template("device/harness.c.j2").render(
         banner=f"aot device harness for {build.name}", name=build.name, NAME=build.name.upper(),
-        inputs=build.inputs, outputs=build.outputs, input_values=values, workspace_align=build.workspace_align,
-        regions=build.regions)
+        inputs=build.inputs, outputs=build.outputs, input_values=values, loadable=inputs is None,
+        workspace_align=build.workspace_align, regions=build.regions)
 
 
 def render_linker_script(board: DeviceBoard) -> str:
@@ -84,9 +86,10 @@ def render_linker_script(board: DeviceBoard) -> str:
         stack=board.stack)
 
 
-def build_firmware(artifact: Artifact | Build, board: DeviceBoard, inputs: dict[str, np.ndarray],
+def build_firmware(artifact: Artifact | Build, board: DeviceBoard, inputs: dict[str, np.ndarray] | None,
                    workdir: Path) -> Path:
-    """Link the firmware image `workdir/NAME.elf` that runs `artifact` on `inputs` (by ONNX name) on `board`."""
+    """Link the firmware image `workdir/NAME.elf` that runs `artifact` on `inputs` (by ONNX name) on `board`,
+    or (None) on inputs loaded over the console."""
     artifact = Build.of(artifact)
     tgt = artifact.target
     if tgt.os != "none":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import tempfile
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,12 +64,7 @@ def run_on_board(artifact: Artifact | Build, board: DeviceBoard, inputs: dict[st
             finally:
                 port.close()
             log = running.finish(timeout) if board.emulated else ""
-    outputs = {}
-    for t in outs:
-        data = reply.outputs[t.index]
-        if len(data) != t.bytes:
-            raise RunError(f"{what}: output '{t.onnx_name}' has {len(data)} bytes, expected {t.bytes}")
-        outputs[t.onnx_name] = np.frombuffer(data, dtype=t.dtype).reshape(t.shape).copy()
+    outputs = _outputs(artifact, reply, what)
     instructions = None
     if counting:
         found = re.findall(r"^insns: (\d+)$", log, re.M)
@@ -80,3 +76,45 @@ def run_on_board(artifact: Artifact | Build, board: DeviceBoard, inputs: dict[st
                            "same number each run")
         instructions = total // runs
     return DeviceRun(outputs, reply.laps, timer, instructions)
+
+
+def run_samples_on_board(artifact: Artifact | Build, board: DeviceBoard, samples: Iterable[dict[str, np.ndarray]],
+                         timeout: float = 600.0, accept_new_host_key: bool = False,
+                         on_sample: Callable[[int], None] | None = None) -> list[dict[str, np.ndarray]]:
+    """Run `artifact` on `board` once for each of `samples` (inputs by ONNX name), flashing it once: each
+    sample's inputs are sent over the console to a loadable harness, then the model runs and its outputs come
+    back. `on_sample(i)` is called as each is done."""
+    artifact = Build.of(artifact)
+    what = f"{artifact.name} on board {board.name}"
+    results = []
+    with tempfile.TemporaryDirectory(prefix="aot-device-") as tmp:
+        elf = build_firmware(artifact, board, None, Path(tmp))
+        with started(board, elf, (), accept_new_host_key) as running:
+            port = open_serial(running.url, board.console.baud, what)
+            try:
+                console = Console(port, what, timeout)
+                console.handshake(artifact.name, min(timeout, HANDSHAKE_S))
+                for i, sample in enumerate(samples):
+                    for t in artifact.inputs:
+                        data = np.ascontiguousarray(np.asarray(sample[t.onnx_name], dtype=t.dtype).reshape(t.shape))
+                        console.load(t.index, data.tobytes())
+                    results.append(_outputs(artifact, console.run(0, 1, len(artifact.outputs)), what))
+                    if on_sample:
+                        on_sample(i)
+                if board.emulated:
+                    console.send("exit")
+            finally:
+                port.close()
+            if board.emulated:
+                running.finish(timeout)
+    return results
+
+
+def _outputs(artifact: Build, reply, what: str) -> dict[str, np.ndarray]:
+    outputs = {}
+    for t in artifact.outputs:
+        data = reply.outputs[t.index]
+        if len(data) != t.bytes:
+            raise RunError(f"{what}: output '{t.onnx_name}' has {len(data)} bytes, expected {t.bytes}")
+        outputs[t.onnx_name] = np.frombuffer(data, dtype=t.dtype).reshape(t.shape).copy()
+    return outputs

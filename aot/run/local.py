@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import jinja2
@@ -131,6 +131,40 @@ def run(artifact: Artifact, inputs: dict[str, np.ndarray], timeout: float = 600.
     return run_program(artifact, inputs, timeout)[0]
 
 
+def run_samples(artifact: Artifact, samples: Iterable[dict[str, np.ndarray]], timeout: float = 600.0,
+                on_sample: Callable[[int], None] | None = None) -> list[dict[str, np.ndarray]]:
+    """Run the model once for each of `samples` (inputs by ONNX name) through one compiled harness; the
+    outputs of each. `on_sample(i)` is called as each is done."""
+    tgt = artifact.target
+    ins, outs = wrapper.io_tensors(artifact.program)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="aot-run-") as tmp:
+        work = Path(tmp)
+        exe = compile_harness(artifact, work)
+        for i, inputs in enumerate(samples):
+            for t in ins:
+                np.ascontiguousarray(inputs[t.onnx_name], dtype=t.dtype).reshape(t.shape).tofile(
+                    work / f"input_{t.index}.bin")
+            for t in outs:
+                (work / f"output_{t.index}.bin").unlink(missing_ok=True)
+            execute(tgt, exe, work, timeout, artifact.name)
+            results.append(_read_outputs(artifact, outs, work))
+            if on_sample:
+                on_sample(i)
+    return results
+
+
+def _read_outputs(artifact: Artifact, outs, work: Path) -> dict[str, np.ndarray]:
+    results = {}
+    for t in outs:
+        path = work / f"output_{t.index}.bin"
+        if not path.exists() or path.stat().st_size != t.bytes:
+            raise RunError(f"{artifact.name} on {artifact.target.name}: output '{t.onnx_name}' was not written "
+                           "completely")
+        results[t.onnx_name] = np.fromfile(path, dtype=t.dtype).reshape(t.shape)
+    return results
+
+
 def run_program(artifact: Artifact, inputs: dict[str, np.ndarray], timeout: float = 600.0, static: bool = False,
                 instrument: Callable[[Path, Path], tuple[str, ...]] | None = None,
                 collect: Callable[[Path], None] | None = None
@@ -150,10 +184,4 @@ def run_program(artifact: Artifact, inputs: dict[str, np.ndarray], timeout: floa
         proc = execute(tgt, exe, work, timeout, artifact.name, emulator_options=options)
         if collect is not None:
             collect(work)
-        results = {}
-        for t in outs:
-            path = work / f"output_{t.index}.bin"
-            if not path.exists() or path.stat().st_size != t.bytes:
-                raise RunError(f"{artifact.name} on {tgt.name}: output '{t.onnx_name}' was not written completely")
-            results[t.onnx_name] = np.fromfile(path, dtype=t.dtype).reshape(t.shape)
-        return results, proc
+        return _read_outputs(artifact, outs, work), proc
