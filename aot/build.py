@@ -228,7 +228,7 @@ def _render(program: Program, tgt: Target, loaded: LoadedModel, limits: dict[str
              **({f"{name}.a": archive} if archive is not None else {}),
              **library.build_files(name, tgt, banner, archive is not None),
              "plan.json": _json(plan_json(program)),
-             "report.txt": report.render(program, fp, banner, limits).encode(),
+             "report.txt": report.render(program, fp, banner, limits, obj).encode(),
              "report.svg": report_svg.render(program, banner, tgt.name).encode(),
              **stages.render(emitted, program, compiled, banner)}
     metadata = {

@@ -11,6 +11,7 @@ from aot.codegen import elf
 from aot.errors import PlanError
 from aot.graph.ir import Graph, Node
 from aot.graph.node_quant import node_quant
+from aot.kernel.ir import constants
 from aot.plan import memory
 from aot.program import Program, sharing_used
 from aot.registry import Fusion, op_def, operand
@@ -87,11 +88,16 @@ def check_weights_fit(graph, limits: dict, model: str, target_name: str) -> None
                     f"with more (--board)")
 
 
-def render(program: Program, fp: Footprint, header: str, limits: dict | None = None) -> str:
-    """report.txt: the calls, the totals (`fp`: footprint's), the workspace plan drawn."""
+def render(program: Program, fp: Footprint, header: str, limits: dict | None = None,
+           obj: elf.Blob | None = None) -> str:
+    """report.txt: the calls, each with its MACs, weight bytes, code bytes (from `obj`, the object: the kernel's
+    function and the body it shares with others, where it is named after it) and the workspace bytes live
+    while it runs; the totals (`fp`: footprint's); the workspace plan drawn."""
     graph = program.graph
-    rows = [("#", "op", "node", "inputs -> output", "MACs", "out bytes", "where")]
+    code_sizes = {name: size for name, (_, size) in elf.functions(obj).items()} if obj is not None else {}
+    rows = [("#", "op", "node", "inputs -> output", "MACs", "weights", "code", "live ws", "out bytes", "where")]
     total_macs = 0
+    counted: set[str] = set()
     for i, call in enumerate(program.calls):
         node = call.node
         macs = ops.macs(graph, node)
@@ -101,12 +107,20 @@ def render(program: Program, fp: Footprint, header: str, limits: dict | None = N
         loc = program.locations[out]
         where = (f"{loc.region or 'ws'}+{loc.index + loc.offset}" if loc.kind == "workspace"
                  else f"{loc.kind}[{loc.index}]" + (f"+{loc.offset}" if loc.offset else ""))
+        weights = [b for b in constants(call.kernel) if b.name not in counted]     # a shared array counts once
+        counted.update(b.name for b in weights)
+        name = call.kernel.name
+        code = code_sizes.get(name, 0) + code_sizes.get(f"{name}.shared", 0)
+        live = sum(b.size for b in program.buffers if b.first <= i <= b.last)
         rows.append((str(i), describe(graph, node), node.name, f"{ins} -> {'x'.join(map(str, graph.shape(out)))}",
-                     f"{macs:,}", f"{graph.values[out].nbytes:,}", where))
+                     f"{macs:,}", f"{sum(b.nbytes for b in weights):,}", f"{code:,}" if code_sizes else "-",
+                     f"{live:,}", f"{graph.values[out].nbytes:,}", where))
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
-    lines = [header, ""]
+    lines = [header, "", "weights: bytes of the arrays the kernel reads (each counted once); code: its function and "
+             "the body it shares, named after it; live ws: workspace bytes live while it runs (before in-place "
+             "sharing)", ""]
     for r in rows:
-        lines.append("  ".join(cell.rjust(w) if c in (0, 4, 5) else cell.ljust(w)
+        lines.append("  ".join(cell.rjust(w) if c in (0, 4, 5, 6, 7, 8) else cell.ljust(w)
                                for c, (cell, w) in enumerate(zip(r, widths))).rstrip())
     code, weights = fp.code, fp.weights
     plan = program.plan
