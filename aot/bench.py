@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from aot import build_dir as build_dir_files
+from aot import progress
 from aot import reference as checks
 from aot.api import quantization_steps
 from aot.boards import all_boards, load_board
@@ -238,12 +240,13 @@ def bench(model, board: str | Board | DeviceBoard | None = None, target: str | T
             files.append(path)
         args = [str(warmup), str(number), str(repeat), f"{min_repeat_ms:g}"]
         out_names = [f"output_{t.index}.bin" for t in outs]
-        if brd is None:
-            stdout = local.execute(tgt, exe, work, timeout, artifact.name, args).stdout
-            where, emulated = "local", bool(tgt.run_command)
-        else:
-            stdout = run_on_board(brd, files, args, out_names, work, timeout, accept_new_host_key, artifact.name)
-            where, emulated = brd.name, bool(brd.runner)
+        with progress.phase(f"timing {artifact.model.label} " + (f"on board {brd.name}" if brd else f"on {tgt.name}")):
+            if brd is None:
+                stdout = local.execute(tgt, exe, work, timeout, artifact.name, args).stdout
+                where, emulated = "local", bool(tgt.run_command)
+            else:
+                stdout = run_on_board(brd, files, args, out_names, work, timeout, accept_new_host_key, artifact.name)
+                where, emulated = brd.name, bool(brd.runner)
         times, final_number = _parse_times(stdout)
         outputs = {t.onnx_name: np.fromfile(work / f"output_{t.index}.bin", dtype=t.dtype).reshape(t.shape)
                    for t in outs}
@@ -272,18 +275,21 @@ def _bench_on_device(model, brd: DeviceBoard, tgt: Target, repeat: int, warmup: 
         except PlanError as err:
             raise PlanError(f"on board {brd.name} (its [flash], and its [ram] less the stack): {err}") from None
         feeds = checks.random_inputs(artifact.model.proto, seed)
-        run = run_on_device(artifact, brd, feeds, warmup, repeat, timeout, count, accept_new_host_key)
+        with progress.phase(f"running {artifact.model.label} on board {brd.name} ({warmup} + {repeat} runs)"):
+            run = run_on_device(artifact, brd, feeds, warmup, repeat, timeout, count, accept_new_host_key)
         estimate, steps = None, []
         if (run.kernel_instructions is not None or profile) and cycles.available(tgt):  # emulated: price the run
-            priced = cycles.estimate_cycles(artifact, feeds, timeout)[1]
+            with progress.phase(f"pricing {artifact.model.label}'s instructions as {tgt.cpu} cycles"):
+                priced = cycles.estimate_cycles(artifact, feeds, timeout)[1]
             estimate = priced.cycles
             graph = artifact.program.graph
             steps = [StepCycles(i, call.kernel.name, describe(graph, call.node), call.node.name,
                                 node_macs(graph, call.node), priced.per_kernel.get(call.kernel.name, 0))
                      for i, call in enumerate(artifact.program.calls)] if profile else []
             if steps and build_dir:     # the kept build's report gets the figures it was asked for
-                with open(artifact.dir / "report.txt", "a") as report:
-                    report.write("\n" + cycle_profile_text(steps, brd.name, tgt.name) + "\n")
+                text = (artifact.dir / "report.txt").read_text()
+                text += "\n" + cycle_profile_text(steps, brd.name, tgt.name) + "\n"
+                build_dir_files.amend(artifact.dir, "report.txt", text.encode())
         comparisons, used, reason = [], "none", ""
         if reference != "none":
             proto, frozen = artifact.model.reference()

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from aot import progress
 from aot import reference as checks
 from aot.build import build
 from aot.errors import OptionError
@@ -157,7 +158,8 @@ def bisect(model: str | os.PathLike | onnx.ModelProto, inputs: dict[str, np.ndar
         proto = artifact.model.proto
         feeds = (checks.random_inputs(proto, seed) if inputs is None
                  else checks.validate_inputs(proto, inputs, artifact.model.label))
-        got = local.run(artifact, feeds, timeout)
+        with progress.phase(f"running {artifact.name} with its {len(probes)} intermediate tensors as outputs"):
+            got = local.run(artifact, feeds, timeout)
     reference_proto, frozen = artifact.model.reference()
     feeds_all = {**feeds, **frozen}
     first = checks.run_reference(reference_proto, feeds_all, loaded.label, reference)

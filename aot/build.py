@@ -17,7 +17,7 @@ from pathlib import Path
 
 import onnx
 
-from aot import budget, build_dir, report, report_svg, stages
+from aot import budget, build_dir, progress, report, report_svg, stages
 from aot.codegen import library, wrapper
 from aot.codegen.elf import Blob, chunks, undefined_symbols
 from aot.codegen.llvm import ModuleBuilder, llvm_version
@@ -89,15 +89,17 @@ def build(model: str | os.PathLike | onnx.ModelProto, target: str | Target = "ho
     if region_sizes:
         tgt = dataclasses.replace(tgt, regions=resized(tgt.regions, region_sizes))
     schedule = resolve(tgt, knobs, records=records)
-    loaded = load(model, input_shapes, freeze)
-    graph = to_graph(loaded)
+    with progress.phase(f"reading {_label(model)}"):
+        loaded = load(model, input_shapes, freeze)
+        graph = to_graph(loaded)
     name = wrapper.c_identifier(name or graph.name or "model")
     dest = Path(out_dir) if out_dir is not None else Path("build") / name
     build_dir.check(dest, _usual_files(name))       # before the work: a user's file in the way stops the build
     if on_pass:
         on_pass("import", graph)
     try:
-        graph = optimize(graph, on_pass)
+        with progress.phase(f"optimizing {len(graph.nodes):,} nodes"):
+            graph = optimize(graph, on_pass)
     except (ModelError, UnsupportedOpError, ShapeError) as err:   # a node's fault: say which model it is in
         if str(err).startswith(loaded.label):
             raise
@@ -114,7 +116,8 @@ def build(model: str | os.PathLike | onnx.ModelProto, target: str | Target = "ho
                                             limits, emitted)
     if extra_files:
         files = _with_files(files, extra_files)
-    build_dir.write_build(dest, files)
+    with progress.phase(f"writing {dest}"):
+        build_dir.write_build(dest, files)
     return Artifact(dest, name, tgt, program, loaded, json.loads(files["plan.json"]),
                     json.loads(files["metadata.json"]), files["report.txt"].decode())
 
@@ -132,6 +135,10 @@ def _with_files(files: Files, extra: dict[str, bytes]) -> Files:
     return {**files, **extra, "metadata.json": _json(metadata)}
 
 
+def _label(model) -> str:
+    return os.path.basename(str(model)) if not isinstance(model, onnx.ModelProto) else (model.graph.name or "the model")
+
+
 def _usual_files(name: str) -> list[str]:
     """The files every build named `name` writes (some builds write more: the library, --emit's stages)."""
     return [f"{name}.o", f"{name}.h", f"{name}.c", "plan.json", "report.txt", "report.svg", build_dir.METADATA]
@@ -146,7 +153,8 @@ def _compile(graph: Graph, tgt: Target, loaded: LoadedModel, name: str, schedule
     """The program, the knobs it was built with (tuning records may step down) and the build's files.
     With `narrow_over_limits`, widened weights that do not fit raise _WideOverLimits."""
     lowering_target = tgt if schedule.simd else scalar_variant(tgt)
-    program = _program(graph, lowering_target, name, schedule, limits, loaded.label)
+    with progress.phase(f"lowering {len(graph.nodes):,} kernels and planning their memory"):
+        program = _program(graph, lowering_target, name, schedule, limits, loaded.label)
     if schedule.schedules.records and schedule.records_keep_workspace:
         program, schedule = _records_within_workspace(program, graph, lowering_target, name, schedule, limits,
                                                       loaded.label)
@@ -216,8 +224,9 @@ def _render(program: Program, tgt: Target, loaded: LoadedModel, limits: dict[str
                        share=knobs.share_bodies, float_lsr_limit=knobs.float_lsr_limit)
     for call in program.calls:
         mb.add_kernel(call.kernel)
-    compiled = mb.compile() if emitted & stages.NEEDS_MODULE else None
-    obj = compiled.object if compiled else mb.emit_object(chunked=True)     # the weights stay in their arrays
+    with progress.phase(f"compiling {len(program.calls):,} kernels for {tgt.name} with LLVM"):
+        compiled = mb.compile() if emitted & stages.NEEDS_MODULE else None
+        obj = compiled.object if compiled else mb.emit_object(chunked=True)     # the weights stay in their arrays
     fp = report.footprint(program, obj, tgt.weights_prefix)
     report.check_fits(fp, limits, loaded.label, tgt.name)
     requires = undefined_symbols(obj)

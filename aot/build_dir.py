@@ -72,6 +72,30 @@ def write_build(dest: Path, files: dict[str, Blob]) -> None:
         raise _system_refused(dest, err) from None
 
 
+def amend(dest: Path, name: str, data: bytes) -> None:
+    """Replace file `name` of the build in `dest` (aot's own: a later figure appended to report.txt, say) and
+    its sha256 in metadata.json, so that the next build still knows it as aot's."""
+    dest = Path(dest)
+    try:
+        with _locked(dest):
+            owned = _owned(dest)
+            if name not in owned or owned[name] is None:
+                raise OptionError(f"{dest / name}: not a file of the build in {dest}")
+            _check_writable(dest, name, owned)
+            meta = json.loads((dest / METADATA).read_text())
+            meta["files"][name] = hashlib.sha256(data).hexdigest()
+            temporary = _write_aside(dest, {name: data, METADATA: (json.dumps(meta, indent=2) + "\n").encode()})
+            try:
+                with _uninterrupted():
+                    os.replace(temporary[name], dest / name)
+                    os.replace(temporary[METADATA], dest / METADATA)
+            finally:
+                for tmp in temporary.values():
+                    tmp.unlink(missing_ok=True)
+    except OSError as err:
+        raise _system_refused(dest, err) from None
+
+
 def _system_refused(dest: Path, err: OSError) -> OptionError:
     name = os.path.basename(err.filename) if isinstance(err.filename, str) else ""
     shown = f" ({name[:60]}{'...' if len(name) > 60 else ''})" if name else ""

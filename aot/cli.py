@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from aot import api
+from aot import api, progress, text_table
 from aot.build import build
 from aot.data import shipped
 from aot.errors import AotError, MismatchError, OptionError, RunError
@@ -298,13 +298,16 @@ def _parser() -> argparse.ArgumentParser:
                        "application around a build, see the README's \"Into a firmware\")")
     p.add_argument("example", choices=sorted(EXAMPLES))
     p.add_argument("dir", type=Path, help="where to copy it (made if missing; no file there is overwritten)")
+    for command in sub.choices.values():
+        command.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr (errors still)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return _COMMANDS[args.command](args)
+        with progress.reporting(quiet=args.quiet):
+            return _COMMANDS[args.command](args)
     except AotError as err:
         print(f"aot: error: {_printable(str(err), keep_lines=isinstance(err, RunError))}", file=sys.stderr)
         return 1
@@ -735,10 +738,9 @@ def _device_json(d) -> dict:
             **({"stats_us": dataclasses.asdict(micros)} if micros is not None else {})}
 
 
-def _table(rows: list[tuple[str, ...]]) -> None:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for r in rows:
-        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
+def _table(rows: list[tuple[str, ...]], right: tuple[int, ...] = ()) -> None:
+    sys.stdout.flush()
+    text_table.show(rows, right)
 
 
 def _boards(args) -> int:
@@ -850,16 +852,13 @@ def _validate(args) -> int:
         raise OptionError(f"--limit {args.limit}: give a positive number of samples")
     loaded = load(args.model, _shapes(args))
     samples = read_samples(args.inputs, loaded.proto, loaded.label, args.limit)
-    progress = _Progress(f"validating {loaded.label}", len(samples))
-    try:
+    with progress.task(f"running {loaded.label} on {len(samples)} samples", len(samples)) as advance:
         result = validate(args.model, samples, target=args.target, board=args.board, board_dirs=args.board_dir,
                           input_shapes=_shapes(args), knobs=_knobs(args), memory=args.memory, records=args.records,
-                          reference=args.reference, timeout=args.timeout, on_sample=progress.step)
-    finally:
-        progress.close()
+                          reference=args.reference, timeout=args.timeout, on_sample=lambda _: advance())
     ref = _reference_name(result.reference)
     print(f"{result.model} on {result.where} vs {ref}, {result.samples} sample(s):")
-    _table(table(result))
+    _table(table(result), right=tuple(range(1, 9)))
     if args.json:
         Path(args.json).write_text(json.dumps(result.to_json(), indent=2) + "\n")
     if not result.ok:
@@ -868,22 +867,6 @@ def _validate(args) -> int:
                             f"sample(s) past the tolerance of aot run (arbitrate one: aot run {args.model} --inputs "
                             "with that sample)")
     return 0
-
-
-class _Progress:
-    """A count of samples done on stderr, overwritten in place on a terminal; nothing elsewhere (the table
-    follows)."""
-
-    def __init__(self, what: str, total: int):
-        self.what, self.total, self.shown = what, total, sys.stderr.isatty()
-
-    def step(self, index: int) -> None:
-        if self.shown:
-            print(f"\r{self.what}: {index + 1}/{self.total}", end="", file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        if self.shown:
-            print("\r\033[K", end="", file=sys.stderr, flush=True)
 
 
 def _schema(args) -> int:

@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from aot import progress, text_table
 from aot.calibration import load_calibration, random_samples, read_labels
 from aot.errors import ModelError, OptionError, first_line
 from aot.frontend.onnx import freeze_inputs
@@ -129,28 +130,29 @@ class Report:
             lines.append("WARNING: calibrated on random data (--allow-random): the scales fit noise, not the "
                          "model's real inputs; the errors below say little about real accuracy")
         where = "held-out (--eval)" if self.held_out else "calibration"
-        lines += ["", f"against the float model on {self.compared} {where} sample(s):",
-                  f"{'output':<24} {'SQNR dB':>8} {'cosine':>8} {'rel L2':>8} {'max abs':>10} {'top-1 agree':>11}"]
+        lines += ["", f"against the float model on {self.compared} {where} sample(s):"]
+        rows = [("output", "SQNR dB", "cosine", "rel L2", "max abs", "top-1 agree")]
+        rows += [(o.output, f"{o.sqnr_db:.2f}", f"{o.cosine:.5f}", f"{o.relative_l2:.4f}", f"{o.max_abs:.4g}",
+                  f"{o.top1_agreement:.1%}" if o.top1_agreement is not None else "-") for o in self.outputs]
+        lines += text_table.render(rows, right=(1, 2, 3, 4, 5)).splitlines()
         for o in self.outputs:
-            agree = f"{o.top1_agreement:>11.1%}" if o.top1_agreement is not None else f"{'-':>11}"
-            lines.append(f"{o.output:<24} {o.sqnr_db:>8.2f} {o.cosine:>8.5f} {o.relative_l2:>8.4f} "
-                         f"{o.max_abs:>10.4g} {agree}")
             if o.float_accuracy is not None:
-                lines.append(f"  accuracy against the labels: float {o.float_accuracy:.1%}, "
+                lines.append(f"  {o.output}: accuracy against the labels: float {o.float_accuracy:.1%}, "
                              f"quantized {o.quantized_accuracy:.1%}")
         if self.tensors:
             shown = self.tensors[:LAYERS_SHOWN]
             advice = ("--int16 on its node (int16 activations there) or --exclude (float)" if self.scheme == "int8"
                       else "--exclude on its node (float)")
             lines += ["", f"the {len(shown)} tensors with the lowest SQNR of {len(self.tensors)} (all in the .json): "
-                      f"where one drops well below the tensors before it, try {advice}",
-                      f"{'tensor':<24} {'node':<24} {'op':<16} {'SQNR dB':>8}"]
-            lines += [f"{t.tensor:<24} {t.node:<24} {t.op:<16} {t.sqnr_db:>8.2f}" for t in shown]
+                      f"where one drops well below the tensors before it, try {advice}"]
+            rows = [("tensor", "node", "op", "SQNR dB")] + [(t.tensor, t.node, t.op, f"{t.sqnr_db:.2f}") for t in shown]
+            lines += text_table.render(rows, right=(3,)).splitlines()
         if self.weights:
             shown = self.weights[:LAYERS_SHOWN]
             lines += ["", f"the {len(shown)} weights with the lowest SQNR of {len(self.weights)} (int8 codes against "
-                      "the float weights)", f"{'weight':<32} {'node':<24} {'SQNR dB':>8}"]
-            lines += [f"{w.weight:<32} {w.node:<24} {w.sqnr_db:>8.2f}" for w in shown]
+                      "the float weights)"]
+            rows = [("weight", "node", "SQNR dB")] + [(w.weight, w.node, f"{w.sqnr_db:.2f}") for w in shown]
+            lines += text_table.render(rows, right=(2,)).splitlines()
         if self.footprint is not None:
             f = self.footprint
             lines += ["", f"aot build for {f.target}: flash {f.flash:,} bytes, RAM {f.ram:,} bytes "
@@ -186,9 +188,11 @@ def quantize(model_path: str | Path, out: str | Path, calibration: str | Path | 
         nodes, ops = _selection(model, exclude, "--exclude")
         promoted_nodes, promoted_ops = _selection(model, int16, "--int16")
         staged = tmp / "quantized.onnx"
-        pre, promoted = _onnxruntime_quantize(float_path, model_path, staged, samples, scheme, method, per_channel,
-                                              nodes, ops, promoted_nodes, promoted_ops)
-        outputs, tensors = _errors(model, float_path, staged, compared, tmp, truth)
+        with progress.phase(f"calibrating {model_path.name} on {len(samples)} sample(s) and quantizing (onnxruntime)"):
+            pre, promoted = _onnxruntime_quantize(float_path, model_path, staged, samples, scheme, method,
+                                                  per_channel, nodes, ops, promoted_nodes, promoted_ops)
+        with progress.phase(f"measuring the quantized model against the float one on {len(compared)} sample(s)"):
+            outputs, tensors = _errors(model, float_path, staged, compared, tmp, truth)
         weights = _weight_errors(pre, onnx.load(str(staged)))
         footprint = _footprint(staged, target) if target else None
         report = Report(model_path.name, scheme, method, per_channel, tuple(sorted(nodes | ops)), len(samples),

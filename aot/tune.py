@@ -590,7 +590,8 @@ class _Bar:
         line = (f"[{'#' * filled}{'.' * (24 - filled)}] {self.done} trials {int(elapsed) // 60}:"
                 f"{int(elapsed) % 60:02d}/{int(self.budget_s) // 60}:{int(self.budget_s) % 60:02d}{best}")
         if self.tty:
-            sys.stderr.write("\r" + line[:150].ljust(150))
+            width = shutil.get_terminal_size().columns - 1        # as wide as the terminal, never wrapping
+            sys.stderr.write("\r" + line[:width].ljust(width))
             sys.stderr.flush()
         elif self.done % 25 == 0:
             print(line, file=sys.stderr)

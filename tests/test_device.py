@@ -151,6 +151,11 @@ def test_cli_bench_profile_on_a_qemu_board_prices_each_kernel(tmp_path, capsys):
     assert steps and all(s["cycles"] > 0 for s in steps)
     assert abs(sum(s["cycles"] for s in steps) - result["device"]["estimated_kernel_cycles"]) <= len(steps)
     assert "Estimated cycles per kernel on cortex-m4" in (tmp_path / "build" / "report.txt").read_text()
+    # the amended report is still aot's: metadata.json has its new hash, so a build there replaces it
+    import hashlib
+    meta = json.loads((tmp_path / "build" / "metadata.json").read_text())
+    assert meta["files"]["report.txt"] == hashlib.sha256((tmp_path / "build" / "report.txt").read_bytes()).hexdigest()
+    assert main(["build", str(model), "--target", "cortex-m4", "-o", str(tmp_path / "build")]) == 0
 
 
 # ---- what goes wrong, said in one line ----------------------------------------------------------------
