@@ -56,9 +56,15 @@ def _printed_scores(text: str) -> tuple[int, np.ndarray]:
 
 
 def _run_firmware(board: str, elf: Path) -> str:
-    """The firmware's console under qemu: it idles once it has printed, so qemu is stopped then."""
-    proc = subprocess.Popen(["qemu-system-arm", "-M", board, "-nographic", "-kernel", str(elf)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    """The firmware's console under qemu."""
+    return console_until_scores(["qemu-system-arm", "-M", board, "-nographic", "-kernel", str(elf)])
+
+
+def console_until_scores(command: list[str], cwd: Path | None = None) -> str:
+    """What the firmware prints under qemu (`command`): it idles once it has printed its scores, so qemu is
+    stopped then (a reader quits with Ctrl-A X)."""
+    proc = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True)
     out = ""
     try:
         for line in proc.stdout:

@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 import pytest
 import zoo
+from test_library import console_until_scores
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,23 +42,6 @@ def _shell(line: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", "-c", line], cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
-def _console(line: str, cwd: Path) -> str:
-    """The firmware's console under qemu, run as the README's line says: it idles once it has printed its
-    scores, so qemu is stopped then (the README's reader quits with Ctrl-A X)."""
-    proc = subprocess.Popen(["bash", "-c", f"exec {line}"], cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
-    out = ""
-    try:
-        for text in proc.stdout:
-            out += text
-            if text.startswith("scores "):
-                break
-    finally:
-        proc.kill()
-        proc.wait(timeout=30)
-    return out
-
-
 @pytest.mark.qemu
 def test_the_readmes_firmware_steps_run_as_written(tmp_path):
     lines = readme_block("examples/firmware/make_input.py")
@@ -66,7 +50,7 @@ def test_the_readmes_firmware_steps_run_as_written(tmp_path):
     for line in lines[:-1]:
         done = _shell(line, work)
         assert done.returncode == 0, f"{line}\n{done.stdout}{done.stderr}"
-    out = _console(lines[-1], work)
+    out = console_until_scores(["bash", "-c", f"exec {lines[-1]}"], work)
     label = int(re.search(r"class (\d+)", out).group(1))
     scores = np.array([float(v) for v in re.search(r"scores (.*)", out).group(1).split()])
     with np.load(work / "build" / "firmware" / "input.npz") as data:
