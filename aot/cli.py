@@ -281,8 +281,8 @@ def _parser() -> argparse.ArgumentParser:
                    "the samples on the first axis; a directory of .npz/.npy files, one sample each; or ONNX test "
                    "sets (test_data_set_*/input_N.pb)")
     p.add_argument("--limit", type=int, metavar="N", help="the first N samples only")
-    p.add_argument("--board", help="run on this microcontroller board (flashed once, the inputs sent over its "
-                   "console), built for its target within its memory")
+    p.add_argument("--board", help="run on this board, built for its target: a microcontroller board flashed once, "
+                   "the inputs sent over its console, within its memory; or a Linux board over SSH")
     _board_dir_option(p)
     p.add_argument("--reference", default="onnxruntime", choices=["onnxruntime", "onnx"],
                    help="what to compare with (default onnxruntime; onnx: onnx.reference)")

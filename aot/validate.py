@@ -11,8 +11,9 @@ Per output, over all samples, in float64 (a quantized output in its integer code
 - within tolerance: the samples within the tolerance `aot run` holds each run to (1e-4 of the output's
   scale, or one quantization step), counted before any float64 arbitration.
 
-The model is built once and flashed once: on a board the samples' inputs go over the console one sample after
-another (runtime_c/device/harness.c.j2's `load`), as MLPerf Tiny's runner loads its inputs.
+The model is built once and flashed once: on a microcontroller board the samples' inputs go over the console one
+sample after another (runtime_c/device/harness.c.j2's `load`), as MLPerf Tiny's runner loads its inputs; on a
+Linux board the harness is uploaded once over SSH and each sample's inputs after it (aot/remote/run.py).
 """
 
 from __future__ import annotations
@@ -81,21 +82,26 @@ def validate(model, samples: Sequence[dict[str, np.ndarray]], target="host", boa
              out_dir=None) -> Validation:
     """Build `model` once, run it on every sample (on `board` if given, else `target`), and measure each
     output against `reference`'s (onnxruntime, or onnx: onnx.reference)."""
-    from aot.api import device_board
+    from aot.boards import load_board
+    from aot.device.board import DeviceBoard
     from aot.run import local
 
     checks.check_reference(reference)
     if reference == "none":
         raise OptionError("aot validate compares with a reference: --reference onnxruntime or onnx")
-    brd = device_board(board, board_dirs) if board is not None else None
+    brd = (load_board(board, board_dirs) if isinstance(board, str) else board) if board is not None else None
     if brd is not None:
-        target, memory = brd.target, brd.build_memory(memory)
+        target = brd.target
+        memory = brd.build_memory(memory) if isinstance(brd, DeviceBoard) else memory
     with tempfile.TemporaryDirectory(prefix="aot-validate-") as tmp:
         artifact = build(model, target=target, out_dir=out_dir or os.path.join(tmp, "build"),
                          input_shapes=input_shapes, knobs=knobs, memory=memory, records=records)
-        if brd is not None:
+        if isinstance(brd, DeviceBoard):
             from aot.device.run import run_samples_on_board
             outputs = run_samples_on_board(artifact, brd, samples, timeout, on_sample=on_sample)
+        elif brd is not None:
+            from aot.remote.run import run_samples_on_linux_board
+            outputs = run_samples_on_linux_board(artifact, brd, samples, timeout, on_sample=on_sample)
         else:
             outputs = local.run_samples(artifact, samples, timeout, on_sample=on_sample)
     proto, frozen = artifact.model.reference()

@@ -192,3 +192,31 @@ def test_tune_on_a_board_times_there_and_cleans_up(sshd, tmp_path):
     assert all(r["target"] == "aarch64" and r["error"] is None and r["cost"] > 0 for r in records)
     assert results[0].best_cost <= results[0].default_cost
     assert leftovers(tmp_path / "remote-work") == []
+
+
+def test_validate_on_a_linux_board_uploads_the_harness_once(sshd, tmp_path, monkeypatch):
+    """aot validate over SSH: one connection and one upload of the harness, each sample's inputs after it; the
+    outputs against onnxruntime's."""
+    from aot.remote import ssh
+    from aot.validate import validate
+
+    sessions, uploads = [], []
+    real_init, real_upload = ssh.Session.__init__, ssh.Session.upload
+
+    def init(self, *args, **kwargs):
+        sessions.append(1)
+        real_init(self, *args, **kwargs)
+
+    def upload(self, files):
+        uploads.append([f.name for f in files])
+        real_upload(self, files)
+    monkeypatch.setattr(ssh.Session, "__init__", init)
+    monkeypatch.setattr(ssh.Session, "upload", upload)
+    board = board_file(sshd, tmp_path)
+    rng = np.random.default_rng(2)
+    samples = [{"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)} for _ in range(3)]
+    result = validate(tiny_model(), samples, board=str(board))
+    assert result.ok and result.where == "board emulated-aarch64 (aarch64)" and result.samples == 3
+    assert sessions == [1] and uploads == [["prog"], ["input_0.bin"], ["input_0.bin"], ["input_0.bin"]]
+    assert result.metrics[0].within_tolerance == 3 and result.metrics[0].l2r < 1e-5
+    assert leftovers(tmp_path / "remote-work") == []
