@@ -116,7 +116,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         prog = self.prog
-        command = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
+        command = next((a for a in getattr(self, "given", sys.argv[1:]) if not a.startswith("-")), None)
         if prog == "aot" and command in _COMMANDS:        # an option the command's parser left over
             prog = f"aot {command}"
         self.exit(2, f"{self.prog}: error: {message} (see {prog} --help)\n")
@@ -304,7 +304,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    parser.given = sys.argv[1:] if argv is None else argv     # what error() reads the command from
+    args = parser.parse_args(argv)
     try:
         with progress.reporting(quiet=args.quiet):
             return _COMMANDS[args.command](args)
