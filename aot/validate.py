@@ -73,7 +73,7 @@ def read_samples(path: str | os.PathLike, proto, label: str, limit: int | None =
     samples = load_calibration(Path(path), feeds, "--inputs", dtypes={name: np.dtype(d) for name, _, d in specs})
     if not samples:
         raise OptionError(f"--inputs {path}: no samples in it")
-    return [{name: checks.validate_inputs(proto, s, label)[name] for name in feeds} for s in samples[:limit]]
+    return [checks.validate_inputs(proto, s, label) for s in samples[:limit]]
 
 
 def validate(model, samples: Sequence[dict[str, np.ndarray]], target="host", board=None, board_dirs=(),
