@@ -34,21 +34,14 @@ def run_samples_on_linux_board(artifact: Artifact, board: Board, samples: Iterab
         session.upload([exe])
         command = " ".join(shlex.quote(part) for part in [*board.command_prefix(), f"./{exe.name}"])
         for i, sample in enumerate(samples):
-            files = []
-            for t in ins:
-                path = work / f"input_{t.index}.bin"
-                np.ascontiguousarray(sample[t.onnx_name], dtype=t.dtype).reshape(t.shape).tofile(path)
-                files.append(path)
-            session.upload(files)
+            session.upload(local.write_inputs(ins, sample, work))
             rc, stdout, stderr = session.run(f"cd {shlex.quote(remote)} && {command}", timeout)
             if rc != 0:
                 detail = (stderr.strip() or stdout.strip()).splitlines()
                 raise RunError(f"{what}: the harness exited with status {rc} on sample {i}"
                                + (f": {detail[-1]}" if detail else ""))
-            names = [f"output_{t.index}.bin" for t in outs]
-            session.download(names, work)
-            results.append({t.onnx_name: np.fromfile(work / name, dtype=t.dtype).reshape(t.shape)
-                            for t, name in zip(outs, names)})
+            session.download([f"output_{t.index}.bin" for t in outs], work)
+            results.append(local.read_outputs(artifact, outs, work))
             if on_sample:
                 on_sample(i)
     return results

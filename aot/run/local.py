@@ -142,19 +142,28 @@ def run_samples(artifact: Artifact, samples: Iterable[dict[str, np.ndarray]], ti
         work = Path(tmp)
         exe = compile_harness(artifact, work)
         for i, inputs in enumerate(samples):
-            for t in ins:
-                np.ascontiguousarray(inputs[t.onnx_name], dtype=t.dtype).reshape(t.shape).tofile(
-                    work / f"input_{t.index}.bin")
+            write_inputs(ins, inputs, work)
             for t in outs:
                 (work / f"output_{t.index}.bin").unlink(missing_ok=True)
             execute(tgt, exe, work, timeout, artifact.name)
-            results.append(_read_outputs(artifact, outs, work))
+            results.append(read_outputs(artifact, outs, work))
             if on_sample:
                 on_sample(i)
     return results
 
 
-def _read_outputs(artifact: Artifact, outs, work: Path) -> dict[str, np.ndarray]:
+def write_inputs(ins, inputs: dict[str, np.ndarray], work: Path) -> list[Path]:
+    """The inputs (by ONNX name) as the harness reads them: work/input_<i>.bin, raw, in the model's dtype."""
+    paths = []
+    for t in ins:
+        path = work / f"input_{t.index}.bin"
+        np.ascontiguousarray(inputs[t.onnx_name], dtype=t.dtype).reshape(t.shape).tofile(path)
+        paths.append(path)
+    return paths
+
+
+def read_outputs(artifact: Artifact, outs, work: Path) -> dict[str, np.ndarray]:
+    """What the harness wrote: work/output_<i>.bin, each checked whole."""
     results = {}
     for t in outs:
         path = work / f"output_{t.index}.bin"
@@ -177,11 +186,9 @@ def run_program(artifact: Artifact, inputs: dict[str, np.ndarray], timeout: floa
     with tempfile.TemporaryDirectory(prefix="aot-run-") as tmp:
         work = Path(tmp)
         exe = compile_harness(artifact, work, static)
-        for t in ins:
-            array = np.ascontiguousarray(inputs[t.onnx_name], dtype=t.dtype).reshape(t.shape)
-            array.tofile(work / f"input_{t.index}.bin")
+        write_inputs(ins, inputs, work)
         options = instrument(exe, work) if instrument else ()
         proc = execute(tgt, exe, work, timeout, artifact.name, emulator_options=options)
         if collect is not None:
             collect(work)
-        return _read_outputs(artifact, outs, work), proc
+        return read_outputs(artifact, outs, work), proc
