@@ -233,11 +233,7 @@ def bench(model, board: str | Board | DeviceBoard | None = None, target: str | T
                    f"the timing harness for {artifact.name}", defines)
         feeds = checks.random_inputs(artifact.model.proto, seed)
         ins, outs = wrapper.io_tensors(artifact.program)
-        files = [exe]
-        for t in ins:
-            path = work / f"input_{t.index}.bin"
-            np.ascontiguousarray(feeds[t.onnx_name], dtype=t.dtype).reshape(t.shape).tofile(path)
-            files.append(path)
+        files = [exe, *local.write_inputs(ins, feeds, work)]
         args = [str(warmup), str(number), str(repeat), f"{min_repeat_ms:g}"]
         out_names = [f"output_{t.index}.bin" for t in outs]
         with progress.phase(f"timing {artifact.model.label} " + (f"on board {brd.name}" if brd else f"on {tgt.name}")):
