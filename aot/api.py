@@ -104,6 +104,9 @@ def check(model: str | os.PathLike | onnx.ModelProto | Artifact, inputs: dict[st
                          ref.used, ref.fallback_reason)
     if result.ok or not arbitrate:
         return result
+    if ref.used == "litert":
+        return replace(result, not_arbitrated="a TFLite model is compared with LiteRT as it is, bit for bit where "
+                       "it is quantized; the float64 arbitration runs ONNX models")
     if isinstance(model, Artifact):
         return replace(result, not_arbitrated="given a built artifact, which cannot be rebuilt with its "
                        "intermediate tensors as outputs: pass the model instead")

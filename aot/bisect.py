@@ -36,7 +36,8 @@ from aot import progress
 from aot import reference as checks
 from aot.build import build
 from aot.errors import OptionError
-from aot.frontend.onnx import FreezeValue, load
+from aot.frontend.model import load
+from aot.frontend.onnx import FreezeValue, LoadedModel
 from aot.graph.ir import Graph, Rewriter
 from aot.graph.passes.to_nhwc import TO_NCHW
 from aot.report import describe
@@ -143,6 +144,9 @@ def bisect(model: str | os.PathLike | onnx.ModelProto, inputs: dict[str, np.ndar
     if isinstance(model, (str, os.PathLike)):
         model = os.fspath(model)
     loaded = load(model, input_shapes, freeze)
+    if not isinstance(loaded, LoadedModel):
+        raise OptionError(f"{loaded.label}: --bisect runs ONNX models node by node in onnxruntime; a TFLite "
+                          "model is checked as a whole against LiteRT")
     onnx_model = _OnnxSide(loaded.inferred_with_weights())
     probes: dict[str, tuple[str, bool, str]] = {}
 

@@ -154,9 +154,10 @@ def _parser() -> argparse.ArgumentParser:
                    "masks here)")
     p.add_argument("--outputs", help="write the compiled model's outputs to this .npz file (with --reference "
                    "none, by default MODEL.outputs.npz in the current directory)")
-    p.add_argument("--reference", default="onnxruntime", metavar="onnxruntime|onnx|none",
+    p.add_argument("--reference", default="onnxruntime", metavar="onnxruntime|onnx|litert|none",
                    help="what to compare with: onnxruntime (default; a model it cannot load or run goes to "
-                   "onnx.reference, and the output says so), onnx (onnx.reference), or none (run and write the "
+                   "onnx.reference, and the output says so; for a TFLite model: litert), onnx (onnx.reference), "
+                   "litert (LiteRT's reference kernels, a TFLite model's reference), or none (run and write the "
                    "outputs only). Outputs past the tolerance are arbitrated in float64 at the first diverging "
                    "node: where aot is the closer side, the run passes")
     p.add_argument("-o", "--output", help="keep the build in this directory")
@@ -188,7 +189,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--min-repeat-ms", type=float, default=0.0)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--json", help="write every measurement and the check to this file")
-    p.add_argument("--reference", default="onnxruntime", metavar="onnxruntime|onnx|none",
+    p.add_argument("--reference", default="onnxruntime", metavar="onnxruntime|onnx|litert|none",
                    help="what the outputs are compared with, as for `aot run` (a mismatch is not arbitrated "
                    "here: `aot run` does that)")
     _memory_arg(p)
@@ -518,6 +519,9 @@ def _mismatch_message(ref: str, arbitration, not_arbitrated: str) -> str:
         return (f"outputs differ from {ref} beyond the tolerance from node '{wrong.node}' ({wrong.op}) on, "
                 f"which could not be arbitrated: {wrong.unevaluated}")
     why = f" (not arbitrated: {not_arbitrated})" if not_arbitrated else ""
+    if ref == "litert":
+        return (f"outputs differ from {ref} beyond the tolerance (bit for bit where TFLite's integer arithmetic "
+                f"made them, else 1e-4 of the output's scale){why}")
     return (f"outputs differ from {ref} beyond the tolerance (1e-4 of the output's scale, or one quantization "
             f"step for quantized outputs){why}")
 
@@ -847,7 +851,7 @@ def _example(args) -> int:
 def _validate(args) -> int:
     import json
 
-    from aot.frontend.onnx import load
+    from aot.frontend.model import load
     from aot.validate import read_samples, table, validate
 
     if args.limit is not None and args.limit < 1:

@@ -10,6 +10,7 @@ import onnx
 import onnx.version_converter
 
 from aot.errors import OptionError, RunError, first_line
+from aot.frontend.tflite import TfliteFile
 from aot.registry import op_def
 
 # fp32 tolerance: max |aot - reference| <= TOLERANCE * max|reference| for each output. An output that
@@ -17,7 +18,10 @@ from aot.registry import op_def
 TOLERANCE = 1e-4
 
 
-def input_specs(proto: onnx.ModelProto) -> list[tuple[str, tuple[int, ...], str]]:
+def input_specs(proto) -> list[tuple[str, tuple[int, ...], str]]:
+    """(name, shape, dtype) of each input of an ONNX model, or of a TFLite file (frontend/tflite.py)."""
+    if isinstance(proto, TfliteFile):
+        return list(proto.inputs)
     initializers = {t.name for t in proto.graph.initializer}
     specs = []
     for vi in proto.graph.input:
@@ -34,7 +38,7 @@ def input_specs(proto: onnx.ModelProto) -> list[tuple[str, tuple[int, ...], str]
 INDEX_RANGE = 4
 
 
-def random_inputs(proto: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
+def random_inputs(proto, seed: int = 0) -> dict[str, np.ndarray]:
     """Standard-normal floats (and int8/uint8, as quantized models take them), small non-negative
     integers for int32/int64 (which usually hold indices or ids), and 0/1 at random for bools."""
     rng = np.random.default_rng(seed)
@@ -49,7 +53,7 @@ def random_inputs(proto: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray
     return feeds
 
 
-def validate_inputs(proto: onnx.ModelProto, inputs: dict[str, np.ndarray], label: str) -> dict[str, np.ndarray]:
+def validate_inputs(proto, inputs: dict[str, np.ndarray], label: str) -> dict[str, np.ndarray]:
     result = {}
     for name, shape, dtype in input_specs(proto):
         if name not in inputs:
@@ -64,8 +68,9 @@ def validate_inputs(proto: onnx.ModelProto, inputs: dict[str, np.ndarray], label
 
 # What `aot run --reference` and `reference=` accept: onnxruntime (falling back to the onnx package's
 # reference evaluator for a model onnxruntime cannot load or run), the onnx package's evaluator alone,
-# or none (run aot and compare nothing).
-REFERENCES = ("onnxruntime", "onnx", "none")
+# or none (run aot and compare nothing). A TFLite model's reference is LiteRT's reference kernels
+# ("litert"), which the default, onnxruntime, stands for there.
+REFERENCES = ("onnxruntime", "onnx", "litert", "none")
 
 
 def check_reference(choice: str) -> str:
@@ -80,7 +85,7 @@ class ReferenceRun:
     asked for but could not run the model: its error, one line)."""
 
     outputs: dict[str, np.ndarray]
-    used: str                   # "onnxruntime" or "onnx"
+    used: str                   # "onnxruntime", "onnx" or "litert"
     fallback_reason: str = ""
 
 
@@ -90,6 +95,12 @@ def run_reference(proto: onnx.ModelProto, inputs: dict[str, np.ndarray], label: 
     hands it to onnx.reference, and the result says so; a model neither can run is a RunError."""
     if check_reference(choice) == "none":
         raise OptionError("reference 'none' computes no outputs to compare with")
+    if isinstance(proto, TfliteFile) or choice == "litert":
+        if not isinstance(proto, TfliteFile) or choice == "onnx":
+            kind = "an ONNX" if not isinstance(proto, TfliteFile) else "a TFLite"
+            raise OptionError(f"{label}: reference '{choice}' does not run {kind} model (onnxruntime and onnx run "
+                              "ONNX models, litert TFLite ones)")
+        return ReferenceRun(litert_outputs(proto, inputs, label), "litert")
     if choice == "onnx":
         return ReferenceRun(onnx_reference_outputs(proto, inputs, label), "onnx")
     try:
@@ -100,6 +111,31 @@ def run_reference(proto: onnx.ModelProto, inputs: dict[str, np.ndarray], label: 
         except _OnnxReferenceFailed as second:
             raise RunError(f"{label}: neither reference can run it: onnxruntime: {err.reason}; "
                            f"onnx.reference: {second.reason}") from None
+
+
+def litert_outputs(file: TfliteFile, inputs: dict[str, np.ndarray], label: str = "the model"
+                   ) -> dict[str, np.ndarray]:
+    """LiteRT's outputs for `inputs`, from its reference kernels (TFLite Micro's arithmetic, not the
+    optimized kernels of its default resolver), by the graph's names."""
+    try:
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    except ImportError:
+        raise RunError("LiteRT is needed for the reference check of a TFLite model: pip install ai-edge-litert "
+                       "(or give --reference none)") from None
+    try:
+        interpreter = Interpreter(model_content=file.data,
+                                  experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+        interpreter.allocate_tensors()
+        by_file_name = {d["name"]: d for d in interpreter.get_input_details()}
+        for name, _, _ in file.inputs:
+            detail = by_file_name[file.tensor_names.get(name, name)]
+            interpreter.set_tensor(detail["index"], np.ascontiguousarray(inputs[name]))
+        interpreter.invoke()
+        outputs = {d["name"]: d for d in interpreter.get_output_details()}
+        return {name: interpreter.get_tensor(outputs[file.tensor_names.get(name, name)]["index"]).copy()
+                for name in file.outputs}
+    except Exception as err:      # noqa: BLE001 - LiteRT's own failures, reported as one line
+        raise RunError(f"{label}: the reference, LiteRT, cannot run it: {first_line(err)}") from None
 
 
 class _ReferenceFailed(RunError):
@@ -257,16 +293,22 @@ def compare(outputs: dict[str, np.ndarray], reference: dict[str, np.ndarray],
 def value_steps(graph, names) -> dict[str, float]:
     """For values of the optimized graph made by quantized arithmetic, the size of one step: 1 for a
     quantized integer tensor (its steps are its codes), the scale of the Dequantize that made a float
-    one. Other values (float, and integer or bool ones such as indices and masks) are left out."""
+    one. Other values (float, and integer or bool ones such as indices and masks) are left out, and so
+    are values of TFLite's integer arithmetic, which aot computes bit for bit as TFLite does."""
+    def tflite(name: str) -> bool:
+        quant = graph.values[name].quant
+        return quant is not None and quant.rules == "tflite"
+
     producers = graph.producers()
     steps = {}
     for out in names:
         if graph.values[out].quant is not None:
-            steps[out] = 1.0
+            if not tflite(out):
+                steps[out] = 1.0
             continue
         node = producers.get(out)
         while node is not None and op_def(node.op).moves_values and len(node.inputs) == 1:
             node = producers.get(node.inputs[0])
-        if node is not None and node.op == "Dequantize":
+        if node is not None and node.op == "Dequantize" and not tflite(node.inputs[0]):
             steps[out] = node.attrs["scale"]
     return steps

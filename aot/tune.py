@@ -50,7 +50,8 @@ from aot.codegen.elf import undefined_symbols
 from aot.codegen.llvm import ModuleBuilder
 from aot.device.board import DeviceBoard
 from aot.errors import AotError, OptionError, RunError
-from aot.frontend.onnx import FreezeValue, load, to_graph
+from aot.frontend.model import load, to_graph
+from aot.frontend.onnx import FreezeValue
 from aot.graph.ir import Graph, Node
 from aot.graph.passes import optimize
 from aot.kernel.ir import dump

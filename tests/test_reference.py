@@ -282,11 +282,12 @@ def test_bisect_needs_a_reference(files):
 def test_bad_reference_is_one_line(files, command):
     proc = cli(command, files["dilated"], "--reference", "tvm")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert proc.stderr.strip().splitlines() == ["aot: error: reference 'tvm' is not one of onnxruntime, onnx, none"]
+    assert proc.stderr.strip().splitlines() == [
+        "aot: error: reference 'tvm' is not one of onnxruntime, onnx, litert, none"]
 
 
 def test_bad_reference_in_the_api_before_building(tmp_path):
-    with pytest.raises(OptionError, match="reference 'ORT' is not one of onnxruntime, onnx, none"):
+    with pytest.raises(OptionError, match="reference 'ORT' is not one of onnxruntime, onnx, litert, none"):
         aot.check(tmp_path / "no-such-model.onnx", reference="ORT")
 
 

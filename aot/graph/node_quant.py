@@ -71,6 +71,8 @@ class Quant:
     residual: ResidualSum | None = None
     function: QuantizedFunction | None = None
     x_dtype: str = "int8"
+    rules: str = "onnx"         # the integer arithmetic the model was quantized for (graph/quant.py RULES)
+    rounding: str = "single"    # of the fixed-point requantization (QuantParams.rounding of the weights)
 
     def __repr__(self) -> str:
         w = f", w_scale[{self.w_scale.size}]" if self.w_scale is not None else ""
@@ -91,6 +93,7 @@ def node_quant(values: Mapping[str, Value], node: Node) -> Quant | None:
     if x.quant is None or y.quant is None or x.quant.axis is not None or y.quant.axis is not None:
         return None
     extra: dict = {}
+    rules = y.quant.rules
     acts = node.attrs.get("acts", ())
     if "function" in node.attrs:
         fn, params, scale, zp, dtype = node.attrs["function"]
@@ -99,19 +102,20 @@ def node_quant(values: Mapping[str, Value], node: Node) -> Quant | None:
         else:
             extra["function"] = QuantizedFunction(fn, tuple(params), scale, zp, y.quant.scale, y.quant.zero_point,
                                                   y.dtype, *RANGES[y.dtype])
-        y = dataclasses.replace(y, dtype=dtype, quant=QuantParams.per_tensor(scale, zp))
-    qmin, qmax = clamp_for(acts, y.quant.scale, y.quant.zero_point, y.dtype)
+        y = dataclasses.replace(y, dtype=dtype, quant=QuantParams.per_tensor(scale, zp, rules))
+    qmin, qmax = clamp_for(acts, y.quant.scale, y.quant.zero_point, y.dtype, rules)
     if "own_result" in node.attrs:
         r = values[node.inputs[3]]
         extra["residual"] = ResidualSum(r.quant.scale, r.quant.zero_point, y.quant.scale, y.quant.zero_point,
                                         y.dtype, qmin, qmax)
         own_scale, own_zp, own_dtype = node.attrs["own_result"]
-        y = dataclasses.replace(y, dtype=own_dtype, quant=QuantParams.per_tensor(own_scale, own_zp))
+        y = dataclasses.replace(y, dtype=own_dtype, quant=QuantParams.per_tensor(own_scale, own_zp, rules))
         qmin, qmax = RANGES[own_dtype]
     second = values[node.inputs[1]].quant if len(node.inputs) > 1 and node.inputs[1] else None
     if second is not None and second.axis is not None:
-        extra.update(w_scale=np.asarray(second.scale, np.float64), w_zp=np.asarray(second.zero_point, np.int64))
+        extra.update(w_scale=np.asarray(second.scale, np.float64), w_zp=np.asarray(second.zero_point, np.int64),
+                     rounding=second.rounding)
     elif second is not None:
         extra.update(b_scale=second.scale, b_zp=second.zero_point)
     return Quant(x.quant.scale, x.quant.zero_point, y.quant.scale, y.quant.zero_point, y.dtype, qmin, qmax,
-                 x_dtype=x.dtype, **extra)
+                 x_dtype=x.dtype, rules=rules, **extra)

@@ -15,12 +15,22 @@ import numpy as np
 
 from aot.graph.ir import Graph, Node, Rewriter
 from aot.graph.node_quant import node_quant
-from aot.graph.quant import RANGES, as_clamp, clamp_for
+from aot.graph.quant import RANGES, as_clamp, clamp_for, tflite_multiplier
 from aot.kernel import math as kmath
-from aot.kernel.ir import Broadcast, Buffer, Builder, Cast, Expr, Kernel, binop, maximum, minimum, select
+from aot.kernel.ir import Broadcast, Buffer, Builder, Cast, Expr, Kernel, binop, const, maximum, minimum, select
 from aot.ops import LowerContext
 from aot.ops.epilogue import apply
-from aot.ops.quantized import add_quantized, dequantize, quantize, quantized_function
+from aot.ops.quantized import (
+    add_quantized,
+    add_tflite,
+    dequantize,
+    int_dtype,
+    multiply_twice_rounded,
+    quantize,
+    quantize_half_away,
+    quantized_function,
+    widen,
+)
 from aot.ops.rewrite import const_input, fused_acts, refuse, unary_rule, view
 from aot.registry import FLOAT, Fusion, Layout, QuantForm, broadcast_shape, define, same_shape
 
@@ -115,7 +125,8 @@ def binary(ctx: LowerContext, node: Node, name: str) -> Kernel:
             return apply(acts, binop(op, v[0], v[1]))
         # Quantized Add/Mul in float with onnxruntime's scale ratios (QLinearAdd/QLinearMul), then rounded.
         if op == "add":
-            return add_quantized(v[0], quant.x_scale, quant.x_zp, v[1], quant.b_scale, quant.b_zp,
+            add = add_tflite if quant.rules == "tflite" else add_quantized
+            return add(v[0], quant.x_scale, quant.x_zp, v[1], quant.b_scale, quant.b_zp,
                                  quant.y_scale, quant.y_zp, quant.qmin, quant.qmax, quant.y_dtype)
         ratio = float(np.float32(quant.x_scale) * np.float32(quant.b_scale) / np.float32(quant.y_scale))
         value = dequantize(v[0], quant.x_zp, 1.0) * dequantize(v[1], quant.b_zp, ratio)
@@ -133,8 +144,16 @@ def quantize_linear(ctx: LowerContext, node: Node, name: str) -> Kernel:
     scale, zp = node.attrs["scale"], node.attrs["zero_point"]
     out_dtype = ctx.graph.values[node.outputs[0]].dtype
     lo, hi = RANGES.get(out_dtype, (0, 0))
-    if node.op == "Quantize":
+    quant = ctx.graph.values[node.outputs[0]].quant
+    tflite = quant is not None and quant.rules == "tflite"
+    if node.op == "Quantize" and tflite:     # TFLite rounds half away from zero
+        fn = lambda v: quantize_half_away(v[0] / scale, zp, lo, hi, out_dtype)
+    elif node.op == "Quantize":
         fn = lambda v: quantize(v[0] / scale, zp, lo, hi, out_dtype)
+    elif node.op == "Requantize" and tflite:    # TFLite's fixed-point multiplier, rounded twice
+        m0, shift = (const(int(a[0]), "i32") for a in tflite_multiplier(node.attrs["from_scale"] / scale))
+        fn = lambda v: Cast(minimum(maximum(multiply_twice_rounded(widen(v[0]) - node.attrs["from_zero_point"],
+                                                                    m0, shift) + zp, lo), hi), int_dtype(out_dtype))
     elif node.op == "Requantize":
         fn = lambda v: quantize(dequantize(v[0], node.attrs["from_zero_point"], node.attrs["from_scale"]) / scale,
                                 zp, lo, hi, out_dtype)
@@ -383,11 +402,18 @@ for _op, _rule in _UNARY.items():
     define(_op, canonical=_rule, clamp=_CLAMPS.get(_op), check=same_shape, quant=QuantForm.FUNCTION,
            dtypes=FLOAT_OR_INT if _op in ("Neg", "Abs", "Relu") else FLOAT)
 
+def keep(rw: Rewriter, node: Node) -> None:
+    rw.keep(node)
+
+
 define("QuantizeLinear", canonical=canonical_quantize)
 define("DequantizeLinear", canonical=canonical_quantize, dtypes=frozenset({"int8", "uint8", "int16", "int32"}))
-define("Quantize", lower=quantize_linear, layout=Layout.FOLLOW, elementwise=True, writes_transposed=True,
-       check=same_shape)
-define("Requantize", canonical=lambda rw, node: rw.keep(node), lower=quantize_linear, layout=Layout.FOLLOW,
+# kept as they come: the TFLite frontend makes them directly (an ONNX model's come from QuantizeLinear,
+# DequantizeLinear and lower_quantized)
+_INTEGERS = frozenset({"int8", "uint8", "int16", "int32"})
+define("Quantize", canonical=keep, lower=quantize_linear, layout=Layout.FOLLOW, elementwise=True,
+       writes_transposed=True, check=same_shape)
+define("Requantize", canonical=keep, lower=quantize_linear, layout=Layout.FOLLOW,
        dtypes=frozenset({"int8", "uint8", "int16"}), elementwise=True, writes_transposed=True, check=same_shape)
-define("Dequantize", lower=quantize_linear, layout=Layout.FOLLOW, dtypes=frozenset({"int8", "uint8", "int16", "int32"}),
+define("Dequantize", canonical=keep, lower=quantize_linear, layout=Layout.FOLLOW, dtypes=_INTEGERS,
        elementwise=True, writes_transposed=True, check=same_shape)

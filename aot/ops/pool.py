@@ -9,7 +9,7 @@ from aot.graph.ir import Node, Rewriter
 from aot.graph.node_quant import Quant, node_quant
 from aot.graph.quant import RANGES
 from aot.kernel import math
-from aot.kernel.ir import Builder, Cast, Expr, Kernel, binop, const, maximum, minimum
+from aot.kernel.ir import Broadcast, Builder, Cast, Expr, Kernel, binop, const, maximum, minimum
 from aot.ops import LowerContext
 from aot.ops.conv.blocks import channel_blocks
 from aot.ops.conv.geometry import Geometry
@@ -38,12 +38,13 @@ def pool(ctx: LowerContext, node: Node, name: str) -> Kernel:
     b = Builder()
 
     def divisor(oh_: Expr, ow_: Expr, kh_lo, kh_hi, kw_lo, kw_hi) -> Expr:
-        if include_pad:     # taps inside the padded input, pads counted
+        """The window's count of taps: inside the input, or inside the padded input (pads counted)."""
+        if include_pad:
             hs, ws = g.in_row(oh_, 0), g.in_row(ow_, 1)
             rows = minimum(binop("div", h + pads[2] - hs + (dy - 1), const(dy)), kh)
             cols = minimum(binop("div", w + pads[3] - ws + (dx - 1), const(dx)), kw)
-            return Cast(rows * cols, "f32")
-        return Cast((kh_hi - kh_lo) * (kw_hi - kw_lo), "f32")
+            return Cast(rows * cols, "i32")
+        return Cast((kh_hi - kh_lo) * (kw_hi - kw_lo), "i32")
 
     def tile(rows, n_, oh_, ow_, kh_lo, kh_hi, kw_lo, kw_hi) -> None:
         for blk in blocks:
@@ -57,7 +58,8 @@ def pool(ctx: LowerContext, node: Node, name: str) -> Kernel:
                 base = ((n_ * h + g.in_row(oh_, 0) + r * dy) * w + g.in_row(ow_, 1) + s * dx) * c + ch0
                 for j, acc in enumerate(accs):
                     b.assign(acc, values.combine(acc, x.vec(base + j * blk.lanes, blk.lanes)))
-        inv = None if is_max or values.p else b.let("inv", 1.0 / divisor(oh_, ow_, kh_lo, kh_hi, kw_lo, kw_hi))
+        taps = None if is_max or values.p else divisor(oh_, ow_, kh_lo, kh_hi, kw_lo, kw_hi)
+        inv = None if taps is None else b.let("count", taps) if values.tflite else b.let("inv", 1.0 / Cast(taps, "f32"))
         obase = ((n_ * oh + oh_) * ow + ow_) * c + ch0
         for j, acc in enumerate(accs):
             b.store(out, obase + j * blk.lanes, values.finish(acc, inv))
@@ -74,6 +76,9 @@ class _Values:
     def __init__(self, dtype: str, is_max: bool, quant: Quant | None, p: int | None = None):
         self.dtype, self.is_max, self.quant, self.p = dtype, is_max, quant, p
         self.integer = dtype != "float32"
+        # TFLite averages the codes themselves (input and output share one encoding), dividing the int32 sum
+        # by the count of taps, rounded half away from zero; finish then takes the count, not its inverse
+        self.tflite = quant is not None and quant.rules == "tflite" and not is_max
 
     def init(self, lanes: int) -> Expr:
         if not self.integer:
@@ -84,7 +89,7 @@ class _Values:
         if self.p:
             return acc + math.pow_const(math.fabs(v), self.p)
         if self.integer:
-            v = widen(v) if self.is_max else widen(v) - self.quant.x_zp
+            v = widen(v) if self.is_max or self.tflite else widen(v) - self.quant.x_zp
         return maximum(acc, v) if self.is_max else acc + v
 
     def finish(self, acc: Expr, inv: Expr | float | None) -> Expr:
@@ -95,6 +100,14 @@ class _Values:
         if not self.integer:
             return acc * inv
         q = self.quant
+        if self.tflite:
+            count = inv
+            if acc.lanes > 1 and count.lanes == 1:
+                count = Broadcast(count, acc.lanes)
+            half = binop("div", count, 2)
+            sign = binop("shr", acc, 31)                    # -1 for a negative sum, else 0
+            average = binop("div", acc + (binop("xor", half, sign) - sign), count)
+            return Cast(minimum(maximum(average, q.qmin), q.qmax), int_dtype(q.y_dtype))
         real_over_scale = Cast(acc, "f32") * inv * (q.x_scale / q.y_scale)
         return quantize(real_over_scale, q.y_zp, q.qmin, q.qmax, q.y_dtype)
 
@@ -114,8 +127,9 @@ def global_pool(ctx: LowerContext, node: Node, name: str) -> Kernel:
                     base = (n_ * (h * w) + p) * c + ch0
                     for j, acc in enumerate(accs):
                         b.assign(acc, values.combine(acc, ins[0].vec(base + j * blk.lanes, blk.lanes)))
+                taps = const(h * w, "i32") if values.tflite else 1.0 / (h * w)
                 for j, acc in enumerate(accs):
-                    b.store(outs[0], n_ * c + ch0 + j * blk.lanes, values.finish(acc, 1.0 / (h * w)))
+                    b.store(outs[0], n_ * c + ch0 + j * blk.lanes, values.finish(acc, taps))
     return Kernel(name, params, b.block())
 
 

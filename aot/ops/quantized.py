@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from aot.kernel.ir import Cast, Expr, RoundInt, binop, const, maximum, minimum
+from aot.graph.quant import tflite_multiplier
+from aot.kernel.ir import Cast, Expr, RoundInt, binop, const, maximum, minimum, select
 from aot.ops.epilogue import apply
 
 _MAGIC = 12582912.0      # 1.5 * 2**23: x + magic - magic rounds |x| < 2**22 to an integer, ties to even
@@ -34,6 +35,17 @@ def quantize(real_over_scale: Expr, zero_point: int, qmin: int, qmax: int, dtype
     q = RoundInt(real_over_scale, Cast(round_even(real_over_scale), "i32")) + zero_point
     if halving and q.lanes > 1 and dtype in ("int8", "uint8"):
         q = Cast(minimum(maximum(q, -(2**15)), 2**15 - 1), "i16")
+    return Cast(minimum(maximum(q, qmin), qmax), _INT[dtype])
+
+
+def quantize_half_away(real_over_scale: Expr, zero_point: int, qmin: int, qmax: int, dtype: str) -> Expr:
+    """saturate(round(v) + zero_point), ties away from zero (TFLite's TfLiteRound), exactly: the value
+    truncated, then moved one step out where the part cut off is half a step or more."""
+    v = minimum(maximum(real_over_scale, -4194304.0), 4194304.0)
+    whole = Cast(v, "i32")
+    cut = v - Cast(whole, "f32")            # exact: |v| < 2**22
+    one, zero = const(1, "i32", v.lanes), const(0, "i32", v.lanes)
+    q = whole + select(binop("ge", cut, 0.5), one, zero) - select(binop("le", cut, -0.5), one, zero) + zero_point
     return Cast(minimum(maximum(q, qmin), qmax), _INT[dtype])
 
 
@@ -70,6 +82,75 @@ def add_quantized(a: Expr, a_scale: float, a_zp: int, b: Expr, b_scale: float, b
     value = (dequantize(a, a_zp, float(np.float32(a_scale) / y))
              + dequantize(b, b_zp, float(np.float32(b_scale) / y)))
     return quantize(value, y_zp, qmin, qmax, y_dtype)
+
+
+def rounding_doubling_high(x: Expr, m0: Expr) -> Expr:
+    """gemmlowp's saturating rounding doubling high multiply of int32 x by a multiplier m0 in (0, 2**31):
+    round(x * m0 / 2**31), ties away from zero (the nudge, then a division truncating toward zero)."""
+    lanes = x.lanes
+    product = Cast(x, "i64") * Cast(m0, "i64")
+    nudge = select(binop("ge", product, const(0, "i64", lanes)), const(1 << 30, "i64", lanes),
+                   const(1 - (1 << 30), "i64", lanes))
+    total = product + nudge
+    toward_zero = binop("and", binop("shr", total, const(63, "i64", lanes)), const((1 << 31) - 1, "i64", lanes))
+    return Cast(binop("shr", total + toward_zero, const(31, "i64", lanes)), "i32")
+
+
+def rounding_shift(x: Expr, exponent: Expr) -> Expr:
+    """gemmlowp's rounding divide of int32 x by 2**exponent: to nearest, ties away from zero."""
+    lanes = x.lanes
+    mask = binop("shl", const(1, "i32", lanes), exponent) - 1
+    threshold = binop("shr", mask, const(1, "i32", lanes)) - binop("shr", x, const(31, "i32", lanes))
+    up = select(binop("gt", binop("and", x, mask), threshold), const(1, "i32", lanes), const(0, "i32", lanes))
+    return binop("shr", x, exponent) + up
+
+
+def multiply_twice_rounded(x: Expr, m0: Expr, shift: Expr) -> Expr:
+    """int32 x times m0 * 2**-shift (tflite_multiplier's form) as TFLite's MultiplyByQuantizedMultiplier
+    computes it in its default build (rounded twice): x shifted left by 31 - shift if that is positive,
+    the rounding doubling high multiply, then a rounding shift right by shift - 31 if that is."""
+    left = maximum(31 - shift, 0)
+    right = maximum(shift - 31, 0)
+    return rounding_shift(rounding_doubling_high(binop("shl", x, left), m0), right)
+
+
+def multiply_real(x: Expr, high: Expr, low: Expr, shift: Expr) -> Expr:
+    """int32 x times a real multiplier m * 2**-shift (m a 53-bit integer, high and low its bits above and
+    below bit 32: real_multiplier's form), rounded half away from zero, exactly: |x| * m is formed in two
+    int64 products, the rounding half added above bit 32, the sign put back. What LiteRT's FULLY_CONNECTED
+    computes as round(double(x) * multiplier), to the bit unless the exact product lies within 2**-47 of a
+    tie, where the double product may round onto it."""
+    lanes = x.lanes
+    wide = Cast(x, "i64")
+    negative = binop("lt", wide, const(0, "i64", lanes))
+    magnitude = select(negative, const(0, "i64", lanes) - wide, wide)
+    upper = magnitude * Cast(high, "i64") + binop("shr", magnitude * Cast(low, "i64"), const(32, "i64", lanes))
+    shift64 = Cast(shift, "i64")
+    half = binop("shl", const(1, "i64", lanes), shift64 - 33)
+    rounded = Cast(binop("shr", upper + half, shift64 - 32), "i32")
+    return select(binop("lt", x, const(0, "i32", lanes)), const(0, "i32", lanes) - rounded, rounded)
+
+
+def add_tflite(a: Expr, a_scale: float, a_zp: int, b: Expr, b_scale: float, b_zp: int,
+               y_scale: float, y_zp: int, qmin: int, qmax: int, y_dtype: str) -> Expr:
+    """An integer Add as TFLite's reference kernel computes it: each operand less its zero point, shifted
+    left (20 bits for 8-bit outputs, 15 for int16), scaled by its fixed-point share of twice the larger
+    input scale, summed, and the sum scaled to the output's encoding; each scaling rounded twice, as
+    gemmlowp does (multiply_twice_rounded)."""
+    left_shift = 15 if y_dtype == "int16" else 20
+    twice_max = 2.0 * max(float(np.float32(a_scale)), float(np.float32(b_scale)))
+    a_m0, a_shift = (int(v[0]) for v in tflite_multiplier(float(np.float32(a_scale)) / twice_max))
+    b_m0, b_shift = (int(v[0]) for v in tflite_multiplier(float(np.float32(b_scale)) / twice_max))
+    y_m0, y_shift = (int(v[0]) for v in tflite_multiplier(twice_max / ((1 << left_shift)
+                                                                        * float(np.float32(y_scale)))))
+    shifted_a = binop("shl", widen(a) - a_zp, const(left_shift, "i32", a.lanes))
+    shifted_b = binop("shl", widen(b) - b_zp, const(left_shift, "i32", b.lanes))
+    def scaled(x: Expr, m0: int, shift: int) -> Expr:
+        return multiply_twice_rounded(x, const(m0, "i32", x.lanes), const(shift, "i32", x.lanes))
+
+    total = scaled(shifted_a, a_m0, a_shift) + scaled(shifted_b, b_m0, b_shift)
+    y = scaled(total, y_m0, y_shift) + y_zp
+    return Cast(minimum(maximum(y, qmin), qmax), _INT[y_dtype])
 
 
 def requantize_fixed(acc: Expr, m0: Expr, shift: Expr, zero_point: int, qmin: int, qmax: int, dtype: str) -> Expr:

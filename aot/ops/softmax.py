@@ -2,7 +2,7 @@
 it is innermost, otherwise along the contiguous axes after it. Between integer tensors (the Softmax a
 quantizer leaves between Dequantize and Quantize) the same in float32 from the dequantized input, each
 result quantized as it is stored: the exponentials are computed again for the last pass rather than kept
-in the integer output."""
+in the integer output. A TFLite model's int8 Softmax is TFLite's fixed-point one (softmax_tflite.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from aot.graph.ir import Node, Rewriter
 from aot.graph.node_quant import node_quant
 from aot.kernel import math as kmath
 from aot.kernel.ir import Builder, Expr, Kernel, Reduce, const, maximum
-from aot.ops import LowerContext
+from aot.ops import LowerContext, softmax_tflite
 from aot.ops.quantized import dequantize, quantize
 from aot.ops.rewrite import axis_attr, view
 from aot.registry import AxisAttr, Layout, QuantForm, define, same_shape
@@ -33,7 +33,10 @@ def softmax(ctx: LowerContext, node: Node, name: str) -> Kernel:
     inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
     lanes = ctx.target.lanes
     log = node.op == "LogSoftmax"
-    io = _Io(node_quant(ctx.graph.values, node))
+    quant = node_quant(ctx.graph.values, node)
+    if quant is not None and quant.rules == "tflite" and not log and inner == 1:
+        return softmax_tflite.lower(ctx, node, name, quant, outer, n)
+    io = _Io(quant)
     b = Builder()
     with b.loop("o", 0, outer) as o:
         if inner == 1:
@@ -123,8 +126,9 @@ def _softmax_strided(b: Builder, x, y, base: Expr, n: int, stride: int, width: i
 def canonical_softmax(rw: Rewriter, node: Node) -> None:
     shape = rw.values[node.inputs[0]].shape
     axis = axis_attr(node, len(shape), -1 if rw.graph.opset >= 13 else 1)
+    beta = {"beta": node.attrs["beta"]} if "beta" in node.attrs else {}     # a TFLite model's
     if rw.graph.opset >= 13 or axis == len(shape) - 1:
-        rw.add(node.op, node.name, node.inputs, node.outputs, axis=axis)
+        rw.add(node.op, node.name, node.inputs, node.outputs, axis=axis, **beta)
         return
     # Before opset 13 the input is coerced to 2-D at `axis` and normalized over the second dimension.
     rows, cols = int(np.prod(shape[:axis], dtype=np.int64)), int(np.prod(shape[axis:], dtype=np.int64))

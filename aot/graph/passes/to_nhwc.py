@@ -92,6 +92,11 @@ def to_nhwc(graph: Graph) -> Graph:
             rw.keep(node.with_(inputs=inputs, outputs=(out,), attrs={**node.attrs, "layout": "NHWC"}))
         elif layout is Layout.FOLLOW and out_4d and any(layouts.is_nhwc(n) for n in four_d):
             _follow(rw, layouts, node, graph)
+        elif (layout is Layout.TRANSPOSE and four_d and tuple(node.attrs["perm"]) == TO_NCHW
+              and not layouts.is_nhwc(node.inputs[0])):
+            # x -> NCHW: x is that value channels-last already (a TFLite model's NHWC input, say)
+            layouts.nhwc[node.outputs[0]] = layouts.nchw.get(node.inputs[0], node.inputs[0])
+            layouts.produced_nhwc.add(node.outputs[0])
         elif layout is Layout.TRANSPOSE and four_d and layouts.is_nhwc(node.inputs[0]):
             perm = tuple(TO_NHWC.index(q) for q in node.attrs["perm"])
             rw.keep(node.with_(inputs=(layouts.nhwc[node.inputs[0]],), attrs={"perm": perm}))

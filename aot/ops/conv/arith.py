@@ -8,7 +8,7 @@ import numpy as np
 
 from aot.graph.ir import Node
 from aot.graph.node_quant import Quant, node_quant
-from aot.graph.quant import RANGES, fixed_point
+from aot.graph.quant import RANGES, fixed_point, real_multiplier, tflite_multiplier
 from aot.isa import DotStyle
 from aot.kernel.ir import (
     Broadcast,
@@ -33,7 +33,18 @@ from aot.kernel.ir import (
 from aot.ops import LowerContext
 from aot.ops.conv.blocks import ChannelBlock
 from aot.ops.epilogue import apply
-from aot.ops.quantized import add_quantized, narrows_by_halves, quantize, quantized_function, requantize_fixed, widen
+from aot.ops.quantized import (
+    add_quantized,
+    add_tflite,
+    int_dtype,
+    multiply_real,
+    multiply_twice_rounded,
+    narrows_by_halves,
+    quantize,
+    quantized_function,
+    requantize_fixed,
+    widen,
+)
 from aot.registry import op_def, operand
 
 
@@ -123,7 +134,8 @@ class IntArith:
     def __init__(self, ctx: LowerContext, quant: Quant, bias: np.ndarray | None, residual: Buffer | None = None):
         self.q = quant
         self.residual = residual if quant.residual is not None else None
-        self.fixed = not ctx.target.fpu
+        # TFLite's rules are its fixed-point multipliers, on every target
+        self.fixed = not ctx.target.fpu or quant.rules == "tflite"
         self.halving = narrows_by_halves(ctx.target)
         self.float_bias = None
         if bias is not None and bias.dtype == np.float32:
@@ -133,8 +145,13 @@ class IntArith:
                 self.float_bias = ctx.const((bias / np.float32(quant.y_scale)).astype(np.float32), "fb")
                 bias = None
         gain = 2.0 ** self.narrowing     # the sums reach the epilogue divided by it (LongArith)
-        if self.fixed:
-            m0, shift = fixed_point(quant.x_scale * quant.w_scale * gain / quant.y_scale)
+        if self.fixed and quant.rounding == "real":
+            high, low, shift = real_multiplier(quant.x_scale * quant.w_scale * gain / quant.y_scale)
+            self.m0, self.low = ctx.const(high.astype(np.int32), "m"), ctx.const(low, "ml")
+            self.shift = ctx.const(shift.astype(np.int32), "s")
+        elif self.fixed:
+            convert = tflite_multiplier if quant.rules == "tflite" else fixed_point
+            m0, shift = convert(quant.x_scale * quant.w_scale * gain / quant.y_scale)
             self.m0 = ctx.const(m0.astype(np.int32), "m")
             self.shift = ctx.const(shift.astype(np.int32), "s")
         else:
@@ -186,7 +203,13 @@ class IntArith:
 
     def result(self, acc: Expr, ch: Expr, idx: Expr, lanes: int) -> Expr:
         q = self.q
-        if self.fixed:
+        if self.fixed and q.rounding == "real":
+            y = multiply_real(acc, self.m0.vec(ch, lanes), self.low.vec(ch, lanes), self.shift.vec(ch, lanes)) + q.y_zp
+            y = Cast(minimum(maximum(y, q.qmin), q.qmax), int_dtype(q.y_dtype))
+        elif self.fixed and q.rounding == "double":
+            y = multiply_twice_rounded(acc, self.m0.vec(ch, lanes), self.shift.vec(ch, lanes)) + q.y_zp
+            y = Cast(minimum(maximum(y, q.qmin), q.qmax), int_dtype(q.y_dtype))
+        elif self.fixed:
             y = requantize_fixed(acc, self.m0.vec(ch, lanes), self.shift.vec(ch, lanes), q.y_zp, q.qmin, q.qmax,
                                  q.y_dtype)
         else:
@@ -196,7 +219,8 @@ class IntArith:
             y = quantize(value, q.y_zp, q.qmin, q.qmax, q.y_dtype, self.halving)
         if self.residual is not None:
             s = q.residual      # the fused Add, on this result as the Add kernel would have read it
-            y = add_quantized(y, q.y_scale, q.y_zp, self.residual.vec(idx, lanes), s.r_scale, s.r_zp,
+            add = add_tflite if q.rules == "tflite" else add_quantized
+            y = add(y, q.y_scale, q.y_zp, self.residual.vec(idx, lanes), s.r_scale, s.r_zp,
                               s.y_scale, s.y_zp, s.qmin, s.qmax, s.y_dtype)
         f = q.function          # the fused activation, as its own kernel (elementwise.unary) computes it
         if f is not None:
@@ -240,7 +264,10 @@ class LongArith(IntArith):
 def accumulator_shift(weight: np.ndarray, quant: Quant, bias: np.ndarray | None) -> int:
     """0 when each output channel's sum of (x - x_zp) (w - w_zp), plus its integer bias, fits int32 for every
     input the activation type holds; else the bits by which it may pass int32 (LongArith). weight: output
-    channels first, zero points not yet subtracted."""
+    channels first, zero points not yet subtracted. TFLite sums 8-bit activations in int32 whatever the
+    window, so its models do too."""
+    if quant.rules == "tflite" and quant.x_dtype != "int16":
+        return 0
     lo, hi = RANGES[quant.x_dtype]
     x_max = max(abs(lo - quant.x_zp), abs(hi - quant.x_zp))
     w = weight.astype(np.int64).reshape(weight.shape[0], -1)

@@ -1,0 +1,676 @@
+"""TFLite builtin operators → graph ops: one rule per operator, each reading the operator's tensors and
+options and adding the graph nodes that compute it (aot/frontend/tflite.py reads the file and calls them).
+
+A rule sees float operators as the ONNX frontend's nodes would spell them (Conv, Gemm, AveragePool, ...,
+activations as nodes after them) and quantized ones as lower_quantized's integer ops (the fused
+activation as a clamp in attrs["acts"]); its tensors' encodings carry TFLite's rules (see tflite.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from aot.errors import UnsupportedOpError
+from aot.graph.quant import QuantParams
+
+_INTEGER = ("int8", "uint8", "int16")
+
+
+class Context:
+    """What a rule works with: the importer (values, layouts), the node's name, and where it is for messages."""
+
+    def __init__(self, importer, name: str, where: str):
+        self.imp, self.name, self.where = importer, name, where
+
+    def fail(self, message: str) -> UnsupportedOpError:
+        return UnsupportedOpError(f"{self.where}: {message}")
+
+    def integer(self, x, y) -> bool:
+        """Whether the operator computes on quantized integers (its input and output carry encodings)."""
+        quantized = [t.dtype in _INTEGER and t.scale is not None for t in (x, y)]
+        if quantized[0] != quantized[1]:
+            raise self.fail(f"reads {x.dtype} and writes {y.dtype}; aot compiles this operator on float32 or "
+                            "on quantized tensors in and out")
+        if not quantized[0] and (x.dtype != "float32" or y.dtype != "float32"):
+            raise self.fail(f"on {x.dtype} tensors is not supported (float32 or quantized int8/int16)")
+        return quantized[0]
+
+    def constant(self, t, what: str) -> np.ndarray:
+        if t is None or t.data is None:
+            raise self.fail(f"its {what} must be a constant tensor")
+        return t.data
+
+    def weights(self, w, array: np.ndarray, file_axis: int, axis: int, channels: int, rounding: str = "single") -> str:
+        """Quantized weights `array` (already laid out as the graph op reads them), their scales per output
+        channel (`axis` of `array`; `file_axis` of the file's tensor when per channel), and how the
+        operator's kernel in TFLite rounds its requantization (QuantParams.rounding)."""
+        if w.dtype not in ("int8", "uint8") or w.scale is None:
+            raise self.fail(f"weights '{w.file_name}' are {w.dtype}{'' if w.scale is not None else ' unquantized'};"
+                            " a quantized operator takes int8 weights with their scales (hybrid models, float "
+                            "activations with int8 weights, are not supported)")
+        if w.scale.size not in (1, channels):
+            raise self.fail(f"weights '{w.file_name}' have {w.scale.size} scales for {channels} output channels")
+        if w.scale.size > 1 and w.quantized_dimension != file_axis:
+            raise self.fail(f"weights '{w.file_name}' are quantized along axis {w.quantized_dimension}; "
+                            f"output channels are axis {file_axis}")
+        scale = np.broadcast_to(w.scale.astype(np.float64), (channels,)).copy()
+        zero_point = np.broadcast_to(w.zero_point, (channels,)).astype(np.int64)
+        return self.imp.constant(w.name, array, QuantParams(scale, zero_point, axis, rules="tflite",
+                                                                 rounding=rounding))
+
+    def bias(self, b, x, w, channels: int) -> str:
+        """The int32 bias of a quantized matrix op (in units of x_scale * w_scale), or "" if there is none."""
+        if b is None:
+            return ""
+        data = self.constant(b, "bias").reshape(-1)
+        if data.dtype != np.int32 or data.size != channels:
+            raise self.fail(f"bias '{b.file_name}' is {data.dtype} of {data.size} values; a quantized operator "
+                            f"with int8 activations takes {channels} int32 values")
+        scale = np.float64(x.scale[0]) * np.broadcast_to(w.scale.astype(np.float64), (channels,))
+        return self.imp.constant(b.name, data, QuantParams(scale, np.zeros(channels, np.int64), 0, rules="tflite"))
+
+    def float_constant(self, t, what: str, array: np.ndarray | None = None) -> str:
+        data = self.constant(t, what) if array is None else array
+        if data.dtype != np.float32:
+            raise self.fail(f"its {what} '{t.file_name}' is {data.dtype}; a float operator takes float32 ones "
+                            "(hybrid models, float activations with int8 weights, are not supported)")
+        return self.imp.constant(t.name, np.ascontiguousarray(data))
+
+    def output(self, y, nchw: bool, activation: int, integer: bool, shape: tuple[int, ...] | None = None):
+        """(the value the op writes, its extra attributes, a function adding what follows it): the fused
+        activation, as a clamp on an integer op or as nodes after a float one, and, when the op makes
+        `shape` rather than y's own, a Reshape into y."""
+        imp = self.imp
+        bounds = self.activation(activation, integer)
+        reshaped = shape is not None and tuple(shape) != tuple(y.shape)
+        if integer:
+            acts = {"acts": (("clip", bounds),)} if bounds is not None else {}
+            if not reshaped:
+                return imp.result(y, nchw), acts, lambda: None
+            raw = imp.declare(imp.fresh(f"{y.name}_raw"), shape, y.dtype, imp.quant(y))
+            return raw, acts, lambda: self.reshape(raw, y)
+        if bounds is None and activation != 4 and not reshaped:
+            return imp.result(y, nchw), {}, lambda: None
+        op_shape = shape if reshaped else (tuple(y.shape[p] for p in (0, 3, 1, 2)) if nchw else y.shape)
+        raw = imp.declare(imp.fresh(f"{y.name}_raw"), op_shape, "float32")
+
+        def after() -> None:
+            value = raw
+            if bounds is not None or activation == 4:
+                last = imp.result(y, nchw) if not reshaped else imp.declare(imp.fresh(f"{y.name}_act"), shape,
+                                                                             "float32")
+                self.activate(value, last, bounds, activation)
+                value = last
+            if reshaped:
+                self.reshape(value, y)
+        return raw, {}, after
+
+    def activation(self, code: int, integer: bool) -> tuple[float, float] | None:
+        from aot.frontend.tflite import _ACTIVATION_NAMES, _ACTIVATIONS
+
+        if code in _ACTIVATIONS:
+            return _ACTIVATIONS[code]
+        if code == 4 and not integer:
+            return None     # TANH: a node of its own (activate)
+        raise self.fail(f"fused activation {_ACTIVATION_NAMES.get(code, code)} is not supported")
+
+    def activate(self, x: str, y: str, bounds: tuple[float, float] | None, code: int) -> None:
+        imp = self.imp
+        if code == 4:
+            imp.add("Tanh", f"{self.name}_tanh", [x], [y])
+        elif bounds == (0.0, math.inf):
+            imp.add("Relu", f"{self.name}_relu", [x], [y])
+        else:
+            lo = imp.constant(f"{self.name}_min", np.array(bounds[0], np.float32))
+            hi = imp.constant(f"{self.name}_max", np.array(bounds[1], np.float32))
+            imp.add("Clip", f"{self.name}_clip", [x, lo, hi], [y])
+
+    def reshape(self, x: str, y) -> str:
+        """Value x viewed with tensor y's shape, written as y (in TFLite's layout)."""
+        shape = self.imp.constant(f"{self.name}_shape", np.array(y.shape, np.int64))
+        out = self.imp.result(y)
+        self.imp.add("Reshape", f"{self.name}_reshape", [x, shape], [out])
+        return out
+
+    def view(self, x: str, shape: tuple[int, ...], hint: str) -> str:
+        """Value x as `shape` (a new value, same encoding)."""
+        imp = self.imp
+        source = imp.values[x]
+        if source.shape == tuple(shape):
+            return x
+        out = imp.declare(imp.fresh(hint), shape, source.dtype, source.quant)
+        imp.add("Reshape", f"{self.name}_flatten", [x, imp.constant(f"{self.name}_flat", np.array(shape, np.int64))],
+                [out])
+        return out
+
+
+# --- padding ---------------------------------------------------------------------------------------------
+
+def _window(ctx: Context, padding: int, size: tuple[int, int], kernel: tuple[int, int], strides: tuple[int, int],
+            dilations: tuple[int, int]) -> tuple[tuple[int, int, int, int], tuple[int, int]]:
+    """ONNX pads (top, left, bottom, right) and the output size of a 2-D window as TFLite computes them:
+    SAME pads (total // 2) before and the rest after, VALID none."""
+    if min(strides) < 1 or min(dilations) < 1:
+        raise ctx.fail(f"strides {list(strides)} and dilations {list(dilations)} must be positive")
+    before, after, out = [], [], []
+    for n, k, s, d in zip(size, kernel, strides, dilations):
+        effective = (k - 1) * d + 1
+        if padding == 0:        # SAME
+            o = (n + s - 1) // s
+            total = max((o - 1) * s + effective - n, 0)
+            before.append(total // 2)
+            after.append(total - total // 2)
+        elif padding == 1:      # VALID
+            o = (n + s - effective) // s
+            before.append(0)
+            after.append(0)
+        else:
+            raise ctx.fail(f"padding {padding} is not supported (SAME or VALID)")
+        if o < 1:
+            raise ctx.fail(f"a window of {k} (dilation {d}) does not fit an input of {n}")
+        out.append(o)
+    return (before[0], before[1], after[0], after[1]), (out[0], out[1])
+
+
+def _check_shape(ctx: Context, y, expected: tuple[int, ...]) -> None:
+    if tuple(y.shape) != tuple(expected):
+        raise ctx.fail(f"output '{y.file_name}' is {list(y.shape)}; the operator computes {list(expected)}")
+
+
+def _four_d(ctx: Context, t, what: str) -> None:
+    if len(t.shape) != 4:
+        raise ctx.fail(f"{what} '{t.file_name}' is {list(t.shape)}; this operator takes 4-D NHWC tensors")
+
+
+# --- the operators ---------------------------------------------------------------------------------------
+
+def conv_2d(ctx: Context, ins, outs, o, depthwise: bool = False) -> None:
+    x, w = ins[0], ins[1]
+    b = ins[2] if len(ins) > 2 else None
+    y = outs[0]
+    _four_d(ctx, x, "input")
+    data = ctx.constant(w, "weights")
+    if data.ndim != 4:
+        raise ctx.fail(f"weights '{w.file_name}' are {list(data.shape)}; a 2-D convolution takes 4-D weights")
+    n, h, width, c = x.shape
+    if depthwise:                       # (1, kh, kw, c * multiplier) -> (c * multiplier, 1, kh, kw)
+        _, kh, kw, out_channels = data.shape
+        if out_channels % c:
+            raise ctx.fail(f"{out_channels} output channels are not a multiple of the {c} input channels")
+        weight = data[0].transpose(2, 0, 1)[:, None]
+        group, file_axis = c, 3
+    else:                               # (out, kh, kw, in) -> (out, in, kh, kw)
+        out_channels, kh, kw, per_group = data.shape
+        if c % per_group:
+            raise ctx.fail(f"{c} input channels are not a multiple of the weights' {per_group}")
+        weight = data.transpose(0, 3, 1, 2)
+        group, file_axis = c // per_group, 0
+    strides = (o.StrideH(), o.StrideW())
+    dilations = (o.DilationHFactor(), o.DilationWFactor())
+    pads, (oh, ow) = _window(ctx, o.Padding(), (h, width), (kh, kw), strides, dilations)
+    _check_shape(ctx, y, (n, oh, ow, out_channels))
+    integer = ctx.integer(x, y)
+    if integer:
+        # LiteRT's reference convolutions round their requantization twice (gemmlowp's way, as TFLite
+        # Micro's default build does everywhere)
+        weight_name = ctx.weights(w, np.ascontiguousarray(weight), file_axis, 0, out_channels, "double")
+        bias_name = ctx.bias(b, x, w, out_channels)
+    else:
+        weight_name = ctx.float_constant(w, "weights", np.ascontiguousarray(weight))
+        bias_name = ctx.float_constant(b, "bias") if b is not None else ""
+    xn = ctx.imp.as_nchw(x)
+    target, acts, after = ctx.output(y, True, o.FusedActivationFunction(), integer)
+    ctx.imp.add("Conv", ctx.name, [xn, weight_name, bias_name], [target], kernel_shape=(kh, kw), strides=strides,
+                pads=pads, dilations=dilations, group=group, **acts)
+    after()
+
+
+def depthwise_conv_2d(ctx: Context, ins, outs, o) -> None:
+    conv_2d(ctx, ins, outs, o, depthwise=True)
+
+
+def fully_connected(ctx: Context, ins, outs, o) -> None:
+    x, w = ins[0], ins[1]
+    b = ins[2] if len(ins) > 2 else None
+    y = outs[0]
+    if o is not None and o.WeightsFormat() != 0:
+        raise ctx.fail("shuffled weights (weights_format SHUFFLED4x16INT8) are not supported")
+    data = ctx.constant(w, "weights")
+    if data.ndim != 2:
+        raise ctx.fail(f"weights '{w.file_name}' are {list(data.shape)}; FULLY_CONNECTED takes (out, in) weights")
+    out_channels, depth = data.shape
+    size = int(np.prod(x.shape, dtype=np.int64))
+    if size % depth:
+        raise ctx.fail(f"input '{x.file_name}' {list(x.shape)} does not split into rows of {depth}")
+    rows = size // depth
+    if int(np.prod(y.shape, dtype=np.int64)) != rows * out_channels:
+        raise ctx.fail(f"output '{y.file_name}' is {list(y.shape)}; the operator computes {rows} x {out_channels}")
+    integer = ctx.integer(x, y)
+    flat = ctx.view(ctx.imp.value(x), (rows, depth), f"{x.name}_rows")
+    activation = o.FusedActivationFunction() if o is not None else 0
+    target, acts, after = ctx.output(y, False, activation, integer, shape=(rows, out_channels))
+    if integer:
+        # LiteRT's reference FULLY_CONNECTED requantizes in double: round(acc * real multiplier)
+        weight_name = ctx.weights(w, np.ascontiguousarray(data.T), 0, 1, out_channels, "real")
+        ctx.imp.add("Gemm", ctx.name, [flat, weight_name, ctx.bias(b, x, w, out_channels)], [target], **acts)
+    else:
+        bias_name = ctx.float_constant(b, "bias") if b is not None else ""
+        ctx.imp.add("Gemm", ctx.name, [flat, ctx.float_constant(w, "weights"), bias_name], [target], transB=1)
+    after()
+
+
+def _pool(ctx: Context, ins, outs, o, op: str) -> None:
+    x, y = ins[0], outs[0]
+    _four_d(ctx, x, "input")
+    n, h, w, c = x.shape
+    kernel = (o.FilterHeight(), o.FilterWidth())
+    strides = (o.StrideH(), o.StrideW())
+    pads, (oh, ow) = _window(ctx, o.Padding(), (h, w), kernel, strides, (1, 1))
+    _check_shape(ctx, y, (n, oh, ow, c))
+    integer = ctx.integer(x, y)
+    if integer and (x.dtype != y.dtype or x.scale[0] != y.scale[0] or x.zero_point[0] != y.zero_point[0]):
+        raise ctx.fail("a quantized pool's input and output must have one encoding (as TFLite requires)")
+    target, acts, after = ctx.output(y, True, o.FusedActivationFunction(), integer)
+    extra = {"count_include_pad": 0} if op == "AveragePool" else {}
+    ctx.imp.add(op, ctx.name, [ctx.imp.as_nchw(x)], [target], kernel_shape=kernel, strides=strides, pads=pads,
+                **extra, **acts)
+    after()
+
+
+def average_pool_2d(ctx: Context, ins, outs, o) -> None:
+    _pool(ctx, ins, outs, o, "AveragePool")
+
+
+def max_pool_2d(ctx: Context, ins, outs, o) -> None:
+    _pool(ctx, ins, outs, o, "MaxPool")
+
+
+def _binary(ctx: Context, ins, outs, o, op: str) -> None:
+    a, b = ins[0], ins[1]
+    y = outs[0]
+    integer = ctx.integer(a, y)
+    if integer and op != "Add":
+        raise ctx.fail(f"quantized {op.upper()} is not supported yet (float32 and quantized ADD are)")
+    if integer and not ctx.integer(b, y):
+        raise ctx.fail("a quantized operator's operands must both be quantized")
+    imp = ctx.imp
+    computed = [t for t in (a, b) if t.data is None]
+    # in NCHW where an operand was made there (a convolution's result): the Add can then fuse into it
+    nchw = (len(y.shape) == 4 and any(t.index in imp.nchw for t in computed)
+            and all(len(t.shape) == 4 for t in computed)
+            and all(t.data.size == 1 for t in (a, b) if t.data is not None))
+    operands = []
+    for t in (a, b):
+        if t.data is not None and nchw:
+            operands.append(imp.constant(t.name, t.data.reshape(()), imp.quant(t)))
+        else:
+            operands.append(imp.as_nchw(t) if nchw else imp.value(t))
+    activation = o.FusedActivationFunction() if o is not None else 0
+    target, acts, after = ctx.output(y, nchw, activation, integer)
+    imp.add(op, ctx.name, operands, [target], **acts)
+    after()
+
+
+def add(ctx: Context, ins, outs, o) -> None:
+    _binary(ctx, ins, outs, o, "Add")
+
+
+def sub(ctx: Context, ins, outs, o) -> None:
+    _binary(ctx, ins, outs, o, "Sub")
+
+
+def mul(ctx: Context, ins, outs, o) -> None:
+    _binary(ctx, ins, outs, o, "Mul")
+
+
+def softmax(ctx: Context, ins, outs, o) -> None:
+    x, y = ins[0], outs[0]
+    beta = float(np.float32(o.Beta())) if o is not None else 1.0
+    integer = ctx.integer(x, y)
+    imp = ctx.imp
+    source = imp.value(x)
+    axis = len(x.shape) - 1
+    if integer:
+        if x.dtype != "int8" or y.dtype != "int8":
+            raise ctx.fail(f"quantized SOFTMAX from {x.dtype} to {y.dtype} is not supported yet (int8 to int8 is)")
+        if y.scale[0] != np.float32(1 / 256) or y.zero_point[0] != -128:
+            raise ctx.fail("a quantized SOFTMAX's output must have scale 1/256 and zero point -128, as TFLite "
+                           "requires")
+        imp.add("Softmax", ctx.name, [source], [imp.result(y)], axis=axis, beta=beta)
+        return
+    if beta != 1.0:
+        scaled = imp.declare(imp.fresh(f"{x.name}_beta"), x.shape, "float32")
+        imp.add("Mul", f"{ctx.name}_beta", [source, imp.constant(f"{ctx.name}_beta", np.array(beta, np.float32))],
+                [scaled])
+        source = scaled
+    imp.add("Softmax", ctx.name, [source], [imp.result(y)], axis=axis)
+
+
+def reshape(ctx: Context, ins, outs, o) -> None:
+    x, y = ins[0], outs[0]
+    if int(np.prod(x.shape, dtype=np.int64)) != int(np.prod(y.shape, dtype=np.int64)):
+        raise ctx.fail(f"reshapes {list(x.shape)} into {list(y.shape)}, which holds another number of elements")
+    if (x.dtype, imp_quant(ctx, x)) != (y.dtype, imp_quant(ctx, y)):
+        raise ctx.fail("input and output have different types or encodings")
+    ctx.reshape(ctx.imp.value(x), y)
+
+
+def imp_quant(ctx: Context, t):
+    q = ctx.imp.quant(t)
+    return None if q is None else (q.scale, q.zero_point)
+
+
+def _activation_op(fn: Callable[[Context, str, str], None]) -> Callable:
+    def rule(ctx: Context, ins, outs, o) -> None:
+        x, y = ins[0], outs[0]
+        if ctx.integer(x, y):
+            raise ctx.fail("on quantized tensors is not supported yet (float32 is)")
+        fn(ctx, ctx.imp.value(x), ctx.imp.result(y))
+    return rule
+
+
+def _same_encoding(ctx: Context, ins, outs) -> bool:
+    """Whether the operator moves values (reshapes, slices, pads, ...): quantized ones keep their codes, so
+    input and output must share one encoding, as TFLite requires of these operators."""
+    x, y = ins[0], outs[0]
+    integer = ctx.integer(x, y)
+    if integer:
+        for t in outs:
+            if t.dtype != x.dtype or not np.array_equal(t.scale, x.scale) or not np.array_equal(t.zero_point,
+                                                                                                 x.zero_point):
+                raise ctx.fail(f"moves quantized values from one encoding to another ('{x.file_name}' to "
+                               f"'{t.file_name}'); aot takes one encoding in and out")
+    return integer
+
+
+def _ints_of(ctx: Context, t, what: str) -> list[int]:
+    return [int(v) for v in ctx.constant(t, what).reshape(-1)]
+
+
+def _axis(ctx: Context, axis: int, rank: int) -> int:
+    if not -rank <= axis < rank:
+        raise ctx.fail(f"axis {axis} is outside a tensor of rank {rank}")
+    return axis % rank
+
+
+def squeeze(ctx: Context, ins, outs, o) -> None:
+    _same_encoding(ctx, ins, outs)
+    ctx.reshape(ctx.imp.value(ins[0]), outs[0])
+
+
+def mean(ctx: Context, ins, outs, o) -> None:
+    x, y = ins[0], outs[0]
+    if ctx.integer(x, y):
+        raise ctx.fail("on quantized tensors is not supported yet (float32 is)")
+    axes = sorted({_axis(ctx, a, len(x.shape)) for a in _ints_of(ctx, ins[1], "axes")})
+    keep = bool(o.KeepDims()) if o is not None else False
+    kept = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+    out = ctx.imp.result(y) if keep or kept == tuple(y.shape) else ctx.imp.declare(ctx.imp.fresh(f"{y.name}_kept"),
+                                                                                   kept, "float32")
+    ctx.imp.add("ReduceMean", ctx.name, [ctx.imp.value(x)], [out], axes=tuple(axes), keepdims=1)
+    if out not in ctx.imp.values or ctx.imp.values[out].shape != tuple(y.shape):
+        ctx.reshape(out, y)
+
+
+def pad(ctx: Context, ins, outs, o) -> None:
+    x, y = ins[0], outs[0]
+    integer = _same_encoding(ctx, ins, outs)
+    pads = ctx.constant(ins[1], "paddings").astype(np.int64).reshape(-1, 2)
+    if pads.shape[0] != len(x.shape) or (pads < 0).any():
+        raise ctx.fail(f"paddings {pads.tolist()} do not suit an input of rank {len(x.shape)}")
+    _check_shape(ctx, y, tuple(int(d + a + b) for d, (a, b) in zip(x.shape, pads)))
+    if len(ins) > 2 and ins[2] is not None:         # PADV2: the value, in the input's encoding
+        value = ctx.constant(ins[2], "padding value").reshape(())
+    else:
+        value = np.array(x.zero_point[0] if integer else 0, x.dtype)
+    imp = ctx.imp
+    pads_name = imp.constant(f"{ctx.name}_pads", np.concatenate([pads[:, 0], pads[:, 1]]))
+    value_name = imp.constant(f"{ctx.name}_value", np.asarray(value, x.dtype))
+    imp.add("Pad", ctx.name, [imp.value(x), pads_name, value_name], [imp.result(y)], mode="constant")
+
+
+def concatenation(ctx: Context, ins, outs, o) -> None:
+    y = outs[0]
+    integer = ctx.integer(ins[0], y)
+    for t in ins:
+        if integer:
+            _same_encoding(ctx, [t], outs)
+        elif ctx.integer(t, y):
+            raise ctx.fail("mixes float and quantized inputs")
+    if o is not None and o.FusedActivationFunction():
+        raise ctx.fail("a fused activation on CONCATENATION is not supported")
+    axis = _axis(ctx, o.Axis() if o is not None else 0, len(y.shape))
+    ctx.imp.add("Concat", ctx.name, [ctx.imp.value(t) for t in ins], [ctx.imp.result(y)], axis=axis)
+
+
+def transpose(ctx: Context, ins, outs, o) -> None:
+    _same_encoding(ctx, ins, outs)
+    perm = tuple(_axis(ctx, p, len(ins[0].shape)) for p in _ints_of(ctx, ins[1], "permutation"))
+    _check_shape(ctx, outs[0], tuple(ins[0].shape[p] for p in perm))
+    ctx.imp.add("Transpose", ctx.name, [ctx.imp.value(ins[0])], [ctx.imp.result(outs[0])], perm=perm)
+
+
+def strided_slice(ctx: Context, ins, outs, o) -> None:
+    """Each axis's slice as TFLite resolves it (masks, negative indices, clamping), then an ONNX Slice and,
+    for the axes shrink_axis_mask drops, a reshape."""
+    x, y = ins[0], outs[0]
+    _same_encoding(ctx, ins, outs)
+    begin, end, strides = (_ints_of(ctx, t, what) for t, what in zip(ins[1:4], ("begin", "end", "strides")))
+    rank = len(x.shape)
+    if o is not None and (o.EllipsisMask() or o.NewAxisMask() or o.Offset()):
+        raise ctx.fail("ellipsis_mask, new_axis_mask and offset are not supported")
+    if not len(begin) == len(end) == len(strides) == rank or 0 in strides:
+        raise ctx.fail(f"begin {begin}, end {end} and strides {strides} do not suit an input of rank {rank}")
+    masks = (o.BeginMask(), o.EndMask(), o.ShrinkAxisMask()) if o is not None else (0, 0, 0)
+    starts, ends, steps, kept = [], [], [], []
+    for axis, (b, e, s, dim) in enumerate(zip(begin, end, strides, x.shape)):
+        shrink = masks[2] >> axis & 1
+        if shrink:
+            b = b + dim if b < 0 else b
+            indices = [b] if 0 <= b < dim else []
+        else:
+            indices = list(range(dim))[slice(None if masks[0] >> axis & 1 else b,
+                                             None if masks[1] >> axis & 1 else e, s)]
+        if not indices:
+            raise ctx.fail(f"axis {axis} keeps no element")
+        starts.append(indices[0])
+        last = indices[-1]
+        ends.append(last + 1 if s > 0 else (last - 1 if last > 0 else -dim - 1))
+        steps.append(s if len(indices) > 1 else 1)
+        if not shrink:
+            kept.append(len(indices))
+    imp = ctx.imp
+    sliced_shape = tuple(len(range(a, b, c)) if c > 0 else len(range(a, b if b >= 0 else -1, c))
+                         for a, b, c in zip(starts, ends, steps))
+    _check_shape(ctx, y, tuple(kept))
+    sliced = imp.result(y) if sliced_shape == tuple(y.shape) else imp.declare(imp.fresh(f"{y.name}_sliced"),
+                                                                              sliced_shape, y.dtype, imp.quant(y))
+    operands = [imp.constant(f"{ctx.name}_{what}", np.array(v, np.int64))
+                for what, v in (("starts", starts), ("ends", ends), ("axes", list(range(rank))), ("steps", steps))]
+    imp.add("Slice", ctx.name, [imp.value(x), *operands], [sliced])
+    if sliced != y.name:
+        ctx.reshape(sliced, y)
+
+
+def split(ctx: Context, ins, outs, o) -> None:
+    axis_tensor, x = ins[0], ins[1]
+    _same_encoding(ctx, [x], outs)
+    axis = _axis(ctx, _ints_of(ctx, axis_tensor, "axis")[0], len(x.shape))
+    sizes = [t.shape[axis] for t in outs]
+    if sum(sizes) != x.shape[axis]:
+        raise ctx.fail(f"outputs of {sizes} along axis {axis} do not make up the input's {x.shape[axis]}")
+    imp = ctx.imp
+    imp.add("Split", ctx.name, [imp.value(x), imp.constant(f"{ctx.name}_sizes", np.array(sizes, np.int64))],
+            [imp.result(t) for t in outs], axis=axis)
+
+
+def gather(ctx: Context, ins, outs, o) -> None:
+    x, indices, y = ins[0], ins[1], outs[0]
+    _same_encoding(ctx, [x], outs)
+    if o is not None and o.BatchDims():
+        raise ctx.fail("batch_dims other than 0 is not supported")
+    axis = _axis(ctx, o.Axis() if o is not None else 0, len(x.shape))
+    imp = ctx.imp
+    imp.add("Gather", ctx.name, [imp.value(x), imp.value(indices)], [imp.result(y)], axis=axis)
+
+
+def _float_only(ctx: Context, ins, outs) -> None:
+    for t in list(ins[:1]) + list(outs):
+        if t.dtype != "float32":
+            raise ctx.fail(f"on {t.dtype} tensors is not supported yet (float32 is)")
+
+
+def maximum_minimum(op: str) -> Callable:
+    def rule(ctx: Context, ins, outs, o) -> None:
+        _float_only(ctx, ins, outs)
+        ctx.imp.add(op, ctx.name, [ctx.imp.value(t) for t in ins[:2]], [ctx.imp.result(outs[0])])
+    return rule
+
+
+def leaky_relu(ctx: Context, ins, outs, o) -> None:
+    _float_only(ctx, ins, outs)
+    ctx.imp.add("LeakyRelu", ctx.name, [ctx.imp.value(ins[0])], [ctx.imp.result(outs[0])],
+                alpha=float(np.float32(o.Alpha())) if o is not None else 0.2)
+
+
+def hard_swish(ctx: Context, ins, outs, o) -> None:
+    _float_only(ctx, ins, outs)
+    ctx.imp.add("HardSwish", ctx.name, [ctx.imp.value(ins[0])], [ctx.imp.result(outs[0])])
+
+
+def prelu(ctx: Context, ins, outs, o) -> None:
+    _float_only(ctx, ins, outs)
+    ctx.imp.add("PRelu", ctx.name, [ctx.imp.value(ins[0]), ctx.imp.value(ins[1])], [ctx.imp.result(outs[0])])
+
+
+def resize(mode: str) -> Callable:
+    def rule(ctx: Context, ins, outs, o) -> None:
+        x, y = ins[0], outs[0]
+        _float_only(ctx, ins, outs)
+        _four_d(ctx, x, "input")
+        align, half = (bool(o.AlignCorners()), bool(o.HalfPixelCenters())) if o is not None else (False, False)
+        if align and half:
+            raise ctx.fail("align_corners and half_pixel_centers together are not supported")
+        size = _ints_of(ctx, ins[1], "size")
+        _check_shape(ctx, y, (x.shape[0], *size, x.shape[3]))
+        if mode == "linear":
+            attrs = {"coordinate_transformation_mode": "align_corners" if align else
+                     "half_pixel" if half else "asymmetric"}
+        else:
+            # TFLite: floor(out * scale), or round() with align_corners, or floor((out + 0.5) * scale) with
+            # half-pixel centers, which is ONNX's half_pixel rounded half up
+            attrs = {"coordinate_transformation_mode": "align_corners" if align else
+                     "half_pixel" if half else "asymmetric",
+                     "nearest_mode": "round_prefer_ceil" if align or half else "floor"}
+        imp = ctx.imp
+        sizes = imp.constant(f"{ctx.name}_sizes", np.array([x.shape[0], x.shape[3], *size], np.int64))
+        imp.add("Resize", ctx.name, [imp.as_nchw(x), "", "", sizes], [imp.result(y, nchw=True)], mode=mode, **attrs)
+    return rule
+
+
+def transpose_conv(ctx: Context, ins, outs, o) -> None:
+    shape_tensor, w, x = ins[0], ins[1], ins[2]
+    b = ins[3] if len(ins) > 3 else None
+    y = outs[0]
+    _float_only(ctx, [x], outs)
+    _four_d(ctx, x, "input")
+    data = ctx.constant(w, "weights")        # (out, kh, kw, in)
+    out_channels, kh, kw, in_channels = data.shape
+    n, h, width, c = x.shape
+    if c != in_channels:
+        raise ctx.fail(f"weights for {in_channels} input channels, input of {c}")
+    out_shape = tuple(_ints_of(ctx, shape_tensor, "output shape"))
+    _check_shape(ctx, y, out_shape)
+    strides = (o.StrideH(), o.StrideW())
+    pads, adjust = [], []
+    for size, out, k, s in zip((h, width), out_shape[1:3], (kh, kw), strides):
+        total = (size - 1) * s + k - out
+        if o.Padding() == 1 and total:      # VALID: the output is the full transposed convolution
+            raise ctx.fail(f"a VALID output of {out} from {size} (kernel {k}, stride {s}) is not the full one")
+        before = max(total, 0) // 2
+        pads.append((before, max(total, 0) - before))
+        adjust.append(max(-total, 0))
+    imp = ctx.imp
+    weight = imp.constant(w.name, np.ascontiguousarray(data.transpose(3, 0, 1, 2)))     # (in, out, kh, kw)
+    bias = ctx.float_constant(b, "bias") if b is not None else ""
+    activation = o.FusedActivationFunction() if o is not None else 0
+    target, acts, after = ctx.output(y, True, activation, False)
+    imp.add("ConvTranspose", ctx.name, [imp.as_nchw(x), weight, bias], [target], kernel_shape=(kh, kw),
+            strides=strides, pads=(pads[0][0], pads[1][0], pads[0][1], pads[1][1]), output_padding=tuple(adjust))
+    after()
+
+
+def quantize(ctx: Context, ins, outs, o) -> None:
+    """float32 -> int8/int16 (QUANTIZE), or one encoding to another."""
+    x, y = ins[0], outs[0]
+    q = ctx.imp.quant(y)
+    if q is None:
+        raise ctx.fail(f"output '{y.file_name}' has no quantization")
+    imp = ctx.imp
+    if x.dtype == "float32":
+        imp.add("Quantize", ctx.name, [imp.value(x)], [imp.result(y)], scale=q.scale, zero_point=q.zero_point)
+        return
+    p = imp.quant(x)
+    if p is None:
+        raise ctx.fail(f"input '{x.file_name}' is {x.dtype} without quantization")
+    imp.add("Requantize", ctx.name, [imp.value(x)], [imp.result(y)], from_scale=p.scale,
+            from_zero_point=p.zero_point, scale=q.scale, zero_point=q.zero_point)
+
+
+def dequantize(ctx: Context, ins, outs, o) -> None:
+    x, y = ins[0], outs[0]
+    p = ctx.imp.quant(x)
+    if p is None or y.dtype != "float32":
+        raise ctx.fail(f"dequantizes '{x.file_name}' ({x.dtype}{'' if p else ', no quantization'}) to {y.dtype}; "
+                       "aot takes quantized int8/int16 to float32")
+    imp = ctx.imp
+    imp.add("Dequantize", ctx.name, [imp.value(x)], [imp.result(y)], scale=p.scale, zero_point=p.zero_point)
+
+
+@dataclass(frozen=True)
+class Mapping:
+    rule: Callable
+    options: str | None = None      # the tflite package's class of the operator's options table
+
+
+MAPPINGS: dict[str, Mapping] = {
+    "CONV_2D": Mapping(conv_2d, "Conv2DOptions"),
+    "DEPTHWISE_CONV_2D": Mapping(depthwise_conv_2d, "DepthwiseConv2DOptions"),
+    "FULLY_CONNECTED": Mapping(fully_connected, "FullyConnectedOptions"),
+    "AVERAGE_POOL_2D": Mapping(average_pool_2d, "Pool2DOptions"),
+    "MAX_POOL_2D": Mapping(max_pool_2d, "Pool2DOptions"),
+    "ADD": Mapping(add, "AddOptions"),
+    "SUB": Mapping(sub, "SubOptions"),
+    "MUL": Mapping(mul, "MulOptions"),
+    "SOFTMAX": Mapping(softmax, "SoftmaxOptions"),
+    "RESHAPE": Mapping(reshape, "ReshapeOptions"),
+    "SQUEEZE": Mapping(squeeze, "SqueezeOptions"),
+    "EXPAND_DIMS": Mapping(squeeze, "ExpandDimsOptions"),
+    "MEAN": Mapping(mean, "ReducerOptions"),
+    "PAD": Mapping(pad, "PadOptions"),
+    "PADV2": Mapping(pad, "PadV2Options"),
+    "CONCATENATION": Mapping(concatenation, "ConcatenationOptions"),
+    "TRANSPOSE": Mapping(transpose, "TransposeOptions"),
+    "STRIDED_SLICE": Mapping(strided_slice, "StridedSliceOptions"),
+    "SPLIT": Mapping(split, "SplitOptions"),
+    "GATHER": Mapping(gather, "GatherOptions"),
+    "MAXIMUM": Mapping(maximum_minimum("Max"), "MaximumMinimumOptions"),
+    "MINIMUM": Mapping(maximum_minimum("Min"), "MaximumMinimumOptions"),
+    "LEAKY_RELU": Mapping(leaky_relu, "LeakyReluOptions"),
+    "HARD_SWISH": Mapping(hard_swish, "HardSwishOptions"),
+    "PRELU": Mapping(prelu),
+    "RESIZE_BILINEAR": Mapping(resize("linear"), "ResizeBilinearOptions"),
+    "RESIZE_NEAREST_NEIGHBOR": Mapping(resize("nearest"), "ResizeNearestNeighborOptions"),
+    "TRANSPOSE_CONV": Mapping(transpose_conv, "TransposeConvOptions"),
+    "QUANTIZE": Mapping(quantize, "QuantizeOptions"),
+    "DEQUANTIZE": Mapping(dequantize, "DequantizeOptions"),
+    "RELU": Mapping(_activation_op(lambda ctx, x, y: ctx.activate(x, y, (0.0, math.inf), 1))),
+    "RELU6": Mapping(_activation_op(lambda ctx, x, y: ctx.activate(x, y, (0.0, 6.0), 3))),
+    "RELU_N1_TO_1": Mapping(_activation_op(lambda ctx, x, y: ctx.activate(x, y, (-1.0, 1.0), 2))),
+    "TANH": Mapping(_activation_op(lambda ctx, x, y: ctx.activate(x, y, None, 4))),
+    "LOGISTIC": Mapping(_activation_op(lambda ctx, x, y: ctx.imp.add("Sigmoid", ctx.name, [x], [y]))),
+}

@@ -1,0 +1,429 @@
+"""TFLite models (frontend/tflite.py): each operator and small networks, float32 and int8, built by code and
+compared with LiteRT's reference kernels; int8 results must equal them bit for bit. And the files aot must
+refuse, with one line naming what is wrong."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tflite_models
+from tflite_builder import ModelBuilder
+from tflite_models import Net
+
+import aot
+
+pytest.importorskip("ai_edge_litert")
+
+
+def feeds_for(path, seed: int = 0) -> dict[str, np.ndarray]:
+    """Inputs over the whole int8 range (random normal values would use a few codes only)."""
+    from aot.frontend.model import load
+
+    rng = np.random.default_rng(seed)
+    return {name: rng.integers(-128, 128, shape).astype(dtype) if dtype == "int8"
+            else rng.standard_normal(shape).astype(dtype) for name, shape, dtype in load(path).file.inputs}
+
+
+def check(data: bytes, tmp_path, target: str = "host", seeds=(0, 1)) -> float:
+    """The largest difference from LiteRT over a few inputs: 0 for int8 models, within the float tolerance
+    for float32 ones (aot.check fails otherwise)."""
+    path = tmp_path / "model.tflite"
+    path.write_bytes(data)
+    worst = 0.0
+    for seed in seeds:
+        result = aot.check(str(path), inputs=feeds_for(path, seed), target=target)
+        assert result.reference_used == "litert"
+        assert result.ok, result.comparisons
+        for name, ref in result.reference.items():
+            got = result.outputs[name]
+            assert got.dtype == ref.dtype and got.shape == ref.shape
+            worst = max(worst, float(np.abs(got.astype(np.float64) - ref.astype(np.float64)).max()))
+    return worst
+
+
+def single(int8: bool, build, seed: int = 0) -> bytes:
+    net = Net(int8, seed)
+    return net.build(build(net))
+
+
+CONVS = {
+    "3x3 same relu": lambda net: net.conv(net.input((1, 12, 11, 8)), (1, 12, 11, 8), 24)[0],
+    "5x3 valid stride 2 relu6": lambda net: net.conv(net.input((1, 15, 13, 5)), (1, 15, 13, 5), 16, (5, 3), 2,
+                                                     "VALID", "RELU6")[0],
+    "1x1 none per tensor": lambda net: net.conv(net.input((1, 9, 9, 32)), (1, 9, 9, 32), 20, (1, 1), act="NONE",
+                                                per_channel=False)[0],
+    "dilated relu_n1_to_1": lambda net: net.conv(net.input((1, 14, 14, 4)), (1, 14, 14, 4), 8, dilation=2,
+                                                 act="RELU_N1_TO_1")[0],
+    "depthwise": lambda net: net.conv(net.input((1, 16, 15, 24)), (1, 16, 15, 24), 0, depthwise=True)[0],
+    "depthwise x2 stride 2": lambda net: net.conv(net.input((1, 17, 16, 8)), (1, 17, 16, 8), 0, stride=2,
+                                                  depthwise=True, multiplier=2, act="RELU6")[0],
+    "depthwise per tensor valid": lambda net: net.conv(net.input((1, 10, 10, 12)), (1, 10, 10, 12), 0, (3, 3), 1,
+                                                       "VALID", "NONE", depthwise=True, per_channel=False)[0],
+}
+OTHERS = {
+    "dense": lambda net: net.dense(net.input((1, 200)), 200, 40, "RELU"),
+    "dense per channel, 4-D input": lambda net: net.dense(net.input((1, 1, 4, 32)), 128, 24, per_channel=True),
+    "dense batch 3, no bias": lambda net: net.dense(net.input((3, 64)), 64, 16, out_shape=(3, 16), bias=False),
+    "average pool same": lambda net: net.pool(net.input((1, 11, 9, 20)), (1, 11, 9, 20), "AVERAGE_POOL_2D",
+                                              (3, 3), 2, "SAME")[0],
+    "average pool whole": lambda net: net.pool(net.input((1, 25, 5, 64)), (1, 25, 5, 64), "AVERAGE_POOL_2D",
+                                               (25, 5), 1)[0],
+    "max pool": lambda net: net.pool(net.input((1, 12, 12, 8)), (1, 12, 12, 8), "MAX_POOL_2D", (2, 2), 2)[0],
+    "softmax": lambda net: net.softmax(net.input((2, 50), 0.1, 7), (2, 50)),
+}
+
+
+@pytest.mark.parametrize("int8", [True, False], ids=["int8", "float32"])
+@pytest.mark.parametrize("case", sorted({**CONVS, **OTHERS}))
+def test_an_operator_matches_litert(case, int8, tmp_path):
+    worst = check(single(int8, {**CONVS, **OTHERS}[case]), tmp_path, seeds=(0, 1, 2))
+    if int8:
+        assert worst == 0
+
+
+@pytest.mark.parametrize("scales", [(0.05, 0.1, 0.12, "NONE"), (0.2, 0.03, 0.07, "RELU"), (0.1, 0.1, 0.05, "RELU6")])
+def test_int8_add_matches_litert_bit_for_bit(scales, tmp_path):
+    a_scale, b_scale, y_scale, act = scales
+    b = ModelBuilder()
+    a = b.input("a", (1, 6, 7, 9), "int8", scale=a_scale, zero_point=3)
+    c = b.input("b", (1, 6, 7, 9), "int8", scale=b_scale, zero_point=-7)
+    y = b.tensor("y", (1, 6, 7, 9), "int8", scale=y_scale, zero_point=-2)
+    b.op("ADD", [a, c], [y], fused_activation_function=act)
+    b.output(y)
+    assert check(b.build(), tmp_path, seeds=(0, 1, 2)) == 0
+
+
+def one_op(op: str, shape_in, shape_out, dtype: str = "float32", constants=(), out=None, **options) -> bytes:
+    """A model of one operator on input x, its other operands `constants`, its output y (dtype and encoding
+    `out`, else x's)."""
+    b = ModelBuilder()
+    encoding = dict(scale=0.1, zero_point=3) if dtype == "int8" else {}
+    x = b.input("x", shape_in, dtype, **encoding)
+    y = b.tensor("y", shape_out, out[0] if out else dtype, **(out[1] if out else encoding))
+    b.op(op, [x, *(b.constant(f"c{i}", c) for i, c in enumerate(constants))], [y], **options)
+    b.output(y)
+    return b.build()
+
+
+def _i32(*values):
+    return np.array(values, np.int32)
+
+
+MOVES = {      # operators that move values: float32 and int8 alike
+    "SQUEEZE": (((1, 5, 1, 3), (5, 3)), (), {"squeeze_dims": [0, 2]}),
+    "EXPAND_DIMS": (((5, 3), (5, 1, 3)), (_i32(1),), {}),
+    "PAD": (((1, 4, 5, 3), (1, 6, 8, 3)), (np.array([[0, 0], [1, 1], [2, 1], [0, 0]], np.int32),), {}),
+    "TRANSPOSE": (((2, 4, 5, 3), (2, 3, 5, 4)), (_i32(0, 3, 2, 1),), {}),
+    "STRIDED_SLICE": (((2, 9, 8, 6), (9, 3, 2)), (_i32(1, 0, 1, 0), _i32(2, 9, 7, 6), _i32(1, 1, 2, 3)),
+                      {"shrink_axis_mask": 1}),
+    "STRIDED_SLICE backwards": (((9, 8), (5, 8)), (_i32(-1, 0), _i32(0, 8), _i32(-2, 1)), {"end_mask": 1}),
+    "GATHER": (((6, 5), (3, 5)), (_i32(4, 0, 2),), {"axis": 0}),
+    "MAX_POOL_2D": (((1, 7, 7, 4), (1, 4, 4, 4)), (), dict(padding="SAME", stride_w=2, stride_h=2, filter_width=3,
+                                                             filter_height=3)),
+}
+
+
+@pytest.mark.parametrize("dtype", ["int8", "float32"])
+@pytest.mark.parametrize("case", sorted(MOVES))
+def test_operators_that_move_values(case, dtype, tmp_path):
+    (shape_in, shape_out), constants, options = MOVES[case]
+    assert check(one_op(case.split()[0], shape_in, shape_out, dtype, constants, **options), tmp_path) == 0
+
+
+FLOATS = {
+    "MEAN": (((1, 7, 6, 5), (1, 5)), (_i32(1, 2),), {"keep_dims": False}),
+    "MEAN keep_dims": (((1, 7, 6, 5), (1, 1, 1, 5)), (_i32(1, 2),), {"keep_dims": True}),
+    "LEAKY_RELU": (((3, 7), (3, 7)), (), {"alpha": 0.3}),
+    "HARD_SWISH": (((3, 7), (3, 7)), (), {}),
+    "PRELU": (((1, 4, 4, 3), (1, 4, 4, 3)), (np.array([[[0.1, -0.2, 0.3]]], np.float32),), {}),
+    "RESIZE_BILINEAR": (((1, 5, 6, 3), (1, 9, 13, 3)), (_i32(9, 13),), {}),
+    "RESIZE_BILINEAR align_corners": (((1, 5, 6, 3), (1, 9, 13, 3)), (_i32(9, 13),), {"align_corners": True}),
+    "RESIZE_BILINEAR half_pixel_centers": (((1, 5, 6, 3), (1, 9, 13, 3)), (_i32(9, 13),),
+                                           {"half_pixel_centers": True}),
+    "RESIZE_NEAREST_NEIGHBOR": (((1, 5, 6, 3), (1, 9, 13, 3)), (_i32(9, 13),), {}),
+    "RESIZE_NEAREST_NEIGHBOR align_corners": (((1, 5, 6, 3), (1, 9, 13, 3)), (_i32(9, 13),), {"align_corners": True}),
+    "RESIZE_NEAREST_NEIGHBOR half_pixel_centers": (((1, 5, 6, 3), (1, 9, 13, 3)), (_i32(9, 13),),
+                                                   {"half_pixel_centers": True}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FLOATS))
+def test_float_operators(case, tmp_path):
+    (shape_in, shape_out), constants, options = FLOATS[case]
+    check(one_op(case.split()[0], shape_in, shape_out, "float32", constants, **options), tmp_path)
+
+
+@pytest.mark.parametrize("padding, stride, out", [("SAME", 2, 10), ("VALID", 2, 11), ("SAME", 1, 5)])
+def test_transpose_conv(padding, stride, out, tmp_path):
+    rng = np.random.default_rng(0)
+    b = ModelBuilder()
+    x = b.input("x", (1, 5, 5, 4), "float32")
+    y = b.tensor("y", (1, out, out, 6), "float32")
+    weights = b.constant("w", rng.standard_normal((6, 3, 3, 4)).astype(np.float32))
+    bias = b.constant("b", rng.standard_normal(6).astype(np.float32))
+    b.op("TRANSPOSE_CONV", [b.constant("shape", _i32(1, out, out, 6)), weights, x, bias], [y], padding=padding,
+         stride_w=stride, stride_h=stride)
+    b.output(y)
+    check(b.build(), tmp_path)
+
+
+def test_quantize_rounds_ties_away_from_zero_as_tflite_does(tmp_path):
+    """Inputs on the half steps of the output scale: TFLite rounds them away from zero (ONNX to even)."""
+    data = one_op("QUANTIZE", (1, 64), (1, 64), "float32", out=("int8", dict(scale=0.5, zero_point=0)))
+    path = tmp_path / "q.tflite"
+    path.write_bytes(data)
+    ties = ((np.arange(64, dtype=np.float32) - 32) * 0.25).reshape(1, 64)
+    result = aot.check(str(path), inputs={"x": ties})
+    assert np.array_equal(result.outputs["y"], result.reference["y"])
+    assert result.outputs["y"][0, 34] == 1 and result.outputs["y"][0, 30] == -1      # +-0.5 -> +-1
+
+
+@pytest.mark.parametrize("case", ["QUANTIZE", "DEQUANTIZE", "QUANTIZE int8 to int8"])
+def test_quantize_and_dequantize(case, tmp_path):
+    if case == "QUANTIZE":
+        data = one_op("QUANTIZE", (4, 50), (4, 50), "float32", out=("int8", dict(scale=0.02, zero_point=-5)))
+    elif case == "DEQUANTIZE":
+        data = one_op("DEQUANTIZE", (3, 20), (3, 20), "int8", out=("float32", {}))
+    else:
+        data = one_op("QUANTIZE", (4, 50), (4, 50), "int8", out=("int8", dict(scale=0.033, zero_point=7)))
+    assert check(data, tmp_path, seeds=(0, 1, 2)) == 0
+
+
+@pytest.mark.parametrize("op", ["MAXIMUM", "MINIMUM", "CONCATENATION"])
+def test_float_operators_of_two_inputs(op, tmp_path):
+    b = ModelBuilder()
+    x = b.input("a", (2, 3, 4), "float32")
+    z = b.input("b", (2, 3, 4), "float32")
+    y = b.tensor("y", (2, 6, 4) if op == "CONCATENATION" else (2, 3, 4), "float32")
+    b.op(op, [x, z], [y], **({"axis": 1} if op == "CONCATENATION" else {}))
+    b.output(y)
+    check(b.build(), tmp_path)
+
+
+def test_split(tmp_path):
+    b = ModelBuilder()
+    x = b.input("x", (2, 9, 4), "int8", scale=0.1, zero_point=3)
+    parts = [b.tensor(f"y{i}", (2, 3, 4), "int8", scale=0.1, zero_point=3) for i in range(3)]
+    b.op("SPLIT", [b.constant("axis", _i32(1)), x], parts, num_splits=3)
+    for part in parts:
+        b.output(part)
+    assert check(b.build(), tmp_path) == 0
+
+
+def _near_ties(real_multiplier: float, count: int = 255) -> np.ndarray:
+    """int32 sums whose requantized values lie on or beside a rounding tie: where requantizations that round
+    once, twice or in double disagree (random inputs seldom come near them)."""
+    ties = np.round((np.arange(-count // 2, count // 2) + 0.5) / real_multiplier).astype(np.int64)
+    return np.unique((ties[:, None] + np.arange(-3, 4)).reshape(-1)).astype(np.int32)
+
+
+# input, weight and output scales where a few sums in range round otherwise with the real multiplier than with
+# TFLite's 31-bit fixed-point one (found by a search over random scales: a few in a hundred thousand sums)
+TIE_SCALES = (0.13448986411094666, 0.002370604779571295, 0.6632967591285706)
+
+
+def _where_roundings_differ(scales: tuple[float, float, float]) -> np.ndarray:
+    """The sums whose product with the real multiplier rounds (half away from zero) otherwise than the
+    31-bit fixed-point multiplier rounds it once."""
+    from aot.graph.quant import tflite_multiplier
+
+    real = scales[0] * scales[1] / scales[2]
+    m0, shift = (int(v[0]) for v in tflite_multiplier(real))
+    sums = np.arange(-int(120 / real), int(120 / real), dtype=np.int64)
+    exact = np.sign(sums) * np.floor(np.abs(sums) * real + 0.5)
+    once = (sums * m0 + (1 << (shift - 1))) >> shift
+    return sums[exact != once].astype(np.int32)
+
+
+@pytest.mark.parametrize("op", ["FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D"])
+def test_requantization_rounds_as_litert_at_the_ties(op, tmp_path):
+    """Each output channel's sum is its bias (the input equals its zero point): the bias runs over sums
+    near every rounding tie and where roundings differ, each rounded as LiteRT's kernel of the operator
+    rounds it."""
+    x_scale, w_scale, y_scale = TIE_SCALES
+    differ = _where_roundings_differ(TIE_SCALES)
+    assert differ.size >= 4
+    sums = np.union1d(_near_ties(x_scale * w_scale / y_scale), differ)
+    channels = sums.size
+    b = ModelBuilder()
+    x = b.input("x", (1, 1) if op == "FULLY_CONNECTED" else (1, 1, 1, 1), "int8", scale=x_scale, zero_point=-7)
+    shape = {"FULLY_CONNECTED": (channels, 1), "CONV_2D": (channels, 1, 1, 1), "DEPTHWISE_CONV_2D": (1, 1, 1, channels)}
+    w = b.constant("w", np.ones(shape[op], np.int8), scale=w_scale, zero_point=0)
+    bias = b.constant("b", sums, scale=float(np.float32(x_scale) * np.float32(w_scale)), zero_point=0)
+    y = b.tensor("y", (1, channels) if op == "FULLY_CONNECTED" else (1, 1, 1, channels), "int8", scale=y_scale,
+                 zero_point=0)
+    options = {} if op == "FULLY_CONNECTED" else dict(padding="VALID", stride_w=1, stride_h=1)
+    if op == "DEPTHWISE_CONV_2D":
+        options["depth_multiplier"] = channels
+    b.op(op, [x, w, bias], [y], **options)
+    b.output(y)
+    path = tmp_path / "ties.tflite"
+    path.write_bytes(b.build())
+    result = aot.check(str(path), inputs={"x": np.full((1, 1) if op == "FULLY_CONNECTED" else (1, 1, 1, 1), -7,
+                                                       np.int8)})
+    assert np.array_equal(result.outputs["y"], result.reference["y"])
+    assert len(np.unique(result.outputs["y"])) > 200         # the sums span the int8 range
+
+
+@pytest.mark.parametrize("scale, beta", [(0.003, 1.0), (0.0039, 1.0), (0.05, 1.0), (0.17, 1.0), (0.5, 0.5), (2.0, 1.0)])
+def test_int8_softmax_matches_litert_at_every_difference(scale, beta, tmp_path):
+    """Rows holding every int8 code (every difference from the maximum, 0 to -255), and rows of ten."""
+    b = ModelBuilder()
+    x = b.input("x", (41, 256), "int8", scale=scale, zero_point=5)
+    y = b.tensor("y", (41, 256), "int8", scale=1 / 256, zero_point=-128)
+    b.op("SOFTMAX", [x], [y], beta=beta)
+    b.output(y)
+    path = tmp_path / "softmax.tflite"
+    path.write_bytes(b.build())
+    rng = np.random.default_rng(0)
+    rows = np.concatenate([np.arange(-128, 128, dtype=np.int8)[None], rng.integers(-128, 128, (40, 256), np.int8)])
+    rows[1:, 10:] = -128        # rows of ten values, the rest far below
+    result = aot.check(str(path), inputs={"x": rows})
+    assert np.array_equal(result.outputs["y"], result.reference["y"])
+
+
+def test_int8_softmax_over_more_values_than_tflite_can_sum_is_refused(tmp_path):
+    b = ModelBuilder()
+    x = b.input("x", (1, 512), "int8", scale=0.1, zero_point=0)
+    y = b.tensor("y", (1, 512), "int8", scale=1 / 256, zero_point=-128)
+    b.op("SOFTMAX", [x], [y], beta=1.0)
+    b.output(y)
+    path = tmp_path / "wide.tflite"
+    path.write_bytes(b.build())
+    with pytest.raises(aot.UnsupportedOpError, match="rows of 511 at most"):
+        aot.build(str(path), out_dir=tmp_path / "b")
+
+
+def test_int8_add_matches_litert_over_every_pair_of_codes(tmp_path):
+    b = ModelBuilder()
+    a = b.input("a", (256, 256), "int8", scale=0.0371, zero_point=9)
+    c = b.input("b", (256, 256), "int8", scale=0.0113, zero_point=-21)
+    y = b.tensor("y", (256, 256), "int8", scale=0.0457, zero_point=4)
+    b.op("ADD", [a, c], [y], fused_activation_function="NONE")
+    b.output(y)
+    path = tmp_path / "add.tflite"
+    path.write_bytes(b.build())
+    codes = np.arange(-128, 128, dtype=np.int8)
+    result = aot.check(str(path), inputs={"a": np.repeat(codes, 256).reshape(256, 256),
+                                          "b": np.tile(codes, 256).reshape(256, 256)})
+    assert np.array_equal(result.outputs["y"], result.reference["y"])
+
+
+@pytest.mark.parametrize("op", ["ADD", "SUB", "MUL"])
+def test_float_binary_ops_broadcast_as_tflite_does(op, tmp_path):
+    b = ModelBuilder()
+    a = b.input("a", (1, 5, 6, 4), "float32")
+    c = b.input("b", (1, 1, 6, 4), "float32")
+    y = b.tensor("y", (1, 5, 6, 4), "float32")
+    b.op(op, [a, c], [y], fused_activation_function="RELU6")
+    b.output(y)
+    check(b.build(), tmp_path)
+
+
+@pytest.mark.parametrize("op", ["RELU", "RELU6", "RELU_N1_TO_1", "TANH", "LOGISTIC"])
+def test_float_activations(op, tmp_path):
+    b = ModelBuilder()
+    x = b.input("x", (2, 33), "float32")
+    y = b.tensor("y", (2, 33), "float32")
+    b.op(op, [x], [y])
+    b.output(y)
+    check(b.build(), tmp_path)
+
+
+@pytest.mark.parametrize("int8", [True, False], ids=["int8", "float32"])
+@pytest.mark.parametrize("network", ["ds_cnn", "resnet_block"])
+def test_networks_of_mlperf_tinys_shapes_match_litert(network, int8, tmp_path):
+    worst = check(getattr(tflite_models, network)(int8), tmp_path)
+    if int8:
+        assert worst == 0
+
+
+def test_the_layout_transposes_cancel(tmp_path):
+    """NHWC in, NHWC out, NHWC inside: no kernel moves data between layouts."""
+    path = tmp_path / "m.tflite"
+    path.write_bytes(tflite_models.resnet_block(True))
+    artifact = aot.build(str(path), out_dir=tmp_path / "b")
+    ops = [node.op for node in artifact.program.graph.nodes]
+    assert "Transpose" not in ops and ops.count("Conv") == 6, ops
+    assert artifact.program.graph.shape(artifact.program.graph.inputs[0]) == (1, 16, 16, 3)
+
+
+def test_int8_interface_keeps_the_models_dtypes_and_encodings(tmp_path):
+    path = tmp_path / "kws.tflite"
+    path.write_bytes(tflite_models.ds_cnn(True))
+    artifact = aot.build(str(path), out_dir=tmp_path / "b", name="kws")
+    header = artifact.header.read_text()
+    assert "const int8_t *input;" in header and "    int8_t *t22;" in header
+    assert "#define KWS_INPUT_INPUT_SCALE 0.584699988f" in header       # float32(0.5847)
+    assert "#define KWS_INPUT_INPUT_ZERO_POINT 83" in header
+    assert "#define KWS_OUTPUT_T22_SCALE 0.00390625f" in header and "KWS_OUTPUT_T22_ZERO_POINT -128" in header
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("target", ["cortex-m4", "cortex-m0plus", "aarch64-dotprod"])
+def test_int8_networks_are_bit_exact_on_other_targets(target, tmp_path):
+    assert check(tflite_models.ds_cnn(True), tmp_path, target, seeds=(0,)) == 0
+    assert check(tflite_models.resnet_block(True), tmp_path, target, seeds=(0,)) == 0
+
+
+# --- files aot refuses --------------------------------------------------------------------------------------
+
+def _aot(*args, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "aot", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def _refused(data: bytes, tmp_path, *words: str) -> None:
+    path = tmp_path / "bad.tflite"
+    path.write_bytes(data)
+    out = tmp_path / "out"
+    run = _aot("build", str(path), "-o", str(out))
+    assert run.returncode == 1, run.stderr
+    message = run.stderr.strip()
+    assert len(message.splitlines()) == 1 and "Traceback" not in message, message
+    assert message.startswith("aot: error: bad.tflite"), message
+    for word in words:
+        assert word in message, message
+    assert not out.exists()
+
+
+def test_a_truncated_file_is_refused(tmp_path):
+    data = tflite_models.ds_cnn(True)
+    _refused(data[: len(data) // 3], tmp_path, "truncated or corrupt")
+
+
+def test_a_corrupt_file_is_refused(tmp_path):
+    data = bytearray(tflite_models.ds_cnn(True))
+    data[8:200] = bytes(range(192))
+    _refused(bytes(data), tmp_path)
+
+
+def test_a_custom_operator_is_refused_by_name(tmp_path):
+    b = ModelBuilder()
+    x = b.input("x", (1, 4), "float32")
+    y = b.tensor("y", (1, 4), "float32")
+    b.custom_op("MyDetector", [x], [y])
+    b.output(y)
+    _refused(b.build(), tmp_path, "operator 0", "custom operator 'MyDetector'")
+
+
+def test_an_unsupported_builtin_is_refused_with_its_index(tmp_path):
+    b = ModelBuilder()
+    x = b.input("x", (1, 4), "float32")
+    y = b.tensor("y", (1, 4), "float32")
+    z = b.tensor("z", (1, 4), "float32")
+    b.op("RELU", [x], [y])
+    b.op("EXP", [y], [z])
+    b.output(z)
+    _refused(b.build(), tmp_path, "operator 1 (EXP)", "not supported")
+
+
+def test_a_float16_tensor_is_refused(tmp_path):
+    b = ModelBuilder()
+    x = b.input("x", (1, 4), "float16")
+    y = b.tensor("y", (1, 4), "float16")
+    b.op("RELU", [x], [y])
+    b.output(y)
+    _refused(b.build(), tmp_path, "float16")
