@@ -1,7 +1,8 @@
-"""Differential fuzzing of aot: random valid ONNX graphs compiled and run, compared with onnxruntime.
+"""Differential fuzzing of aot: random valid ONNX graphs compiled and run, compared with onnxruntime (or
+TFLite graphs, with --format tflite, compared with LiteRT's reference kernels: tests/fuzz_tflite.py).
 
     .venv/bin/python benchmarks/fuzz_compiler.py --graphs 10000 [--seed S] [--target host] [--jobs 2]
-        [--reduce-dir DIR] [--start I] [--max-nodes N]
+        [--format onnx|tflite] [--reduce-dir DIR] [--start I] [--max-nodes N]
 
 Graph i of seed S is always the same graph (tests/fuzz_graphs.py); each is checked as tests/fuzz_check.py
 says (outcomes pass / reference-wrong / wrong / crash / refused / invalid, tolerances and why; a graph
@@ -30,10 +31,17 @@ from fuzz_check import KINDS, Outcome, check  # noqa: E402
 from fuzz_graphs import generate  # noqa: E402
 
 
-def run_one(seed: int, index: int, target: str, max_nodes: int | None) -> tuple[int, Outcome, Counter, float]:
+def run_one(seed: int, index: int, target: str, max_nodes: int | None, fmt: str = "onnx"
+            ) -> tuple[int, Outcome, Counter, float]:
     start = time.perf_counter()
-    case = generate(seed, index, max_nodes)
-    outcome = check(case.model, case.inputs, target)
+    if fmt == "tflite":
+        import fuzz_tflite
+
+        case = fuzz_tflite.generate(seed, index, max_nodes)
+        outcome = fuzz_tflite.check(case, target)
+    else:
+        case = generate(seed, index, max_nodes)
+        outcome = check(case.model, case.inputs, target)
     return index, outcome, case.ops, time.perf_counter() - start
 
 
@@ -70,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", default="host")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--max-nodes", type=int, default=None, help="graph size (default: 1 to 8 ops at random)")
+    parser.add_argument("--format", choices=["onnx", "tflite"], default="onnx",
+                        help="random ONNX graphs against onnxruntime, or TFLite graphs against LiteRT's reference "
+                        "kernels (tests/fuzz_tflite.py; int8 ones compared bit for bit)")
     parser.add_argument("--reduce-dir", default=None)
     parser.add_argument("--reduce-refused", action="store_true", help="also reduce refused graphs")
     args = parser.parse_args(argv)
@@ -80,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds = 0.0
     indices = range(args.start, args.start + args.graphs)
     with cf.ProcessPoolExecutor(args.jobs) as pool:
-        futures = {pool.submit(run_one, args.seed, i, args.target, args.max_nodes): i for i in indices}
+        futures = {pool.submit(run_one, args.seed, i, args.target, args.max_nodes, args.format): i for i in indices}
         for n, fut in enumerate(cf.as_completed(futures), 1):
             i = futures[fut]
             try:
@@ -94,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
             if n % 500 == 0:
                 print(f"... {n} graphs, {time.perf_counter() - start:.0f} s", flush=True)
     report(args, outcomes, ops, time.perf_counter() - start, seconds)
-    if args.reduce_dir:
+    if args.reduce_dir and args.format == "tflite":
+        print("--reduce-dir reduces ONNX graphs only", file=sys.stderr)
+    elif args.reduce_dir:
         reduce_failures(args, outcomes)
     return 0
 
@@ -129,6 +142,12 @@ def report(args, outcomes: dict[int, Outcome], ops: Counter, wall: float, second
     names = sorted(ops)
     for row in range(0, len(names), 4):
         print("  " + "".join(f"{op:<26}{ops[op]:>6}  " for op in names[row:row + 4]))
+    if args.format == "tflite":
+        from aot.frontend.tflite_ops import MAPPINGS
+
+        unused = sorted(set(MAPPINGS) - set(ops))
+        print(f"\nTFLite operators aot maps that no graph used ({len(unused)}): {', '.join(unused)}")
+        return
     gaps = coverage_gaps(ops)
     print(f"\nONNX ops aot registers that no graph used ({len(gaps)}): {', '.join(gaps)}")
 

@@ -427,3 +427,37 @@ def test_a_float16_tensor_is_refused(tmp_path):
     b.op("RELU", [x], [y])
     b.output(y)
     _refused(b.build(), tmp_path, "float16")
+
+
+# --- differential fuzzing: random TFLite graphs against LiteRT (the long run: benchmarks/fuzz_compiler.py) ---
+
+@pytest.mark.parametrize("start", [0, 12])
+def test_random_tflite_graphs_match_litert(start):
+    from fuzz_tflite import check as fuzz_check
+    from fuzz_tflite import generate
+
+    failures = []
+    for index in range(start, start + 12):
+        outcome = fuzz_check(generate(2026, index))
+        if outcome.kind != "pass":
+            failures.append(f"graph {index}: {outcome.kind}: {outcome.detail}")
+    assert not failures, failures
+
+
+def test_the_tflite_graph_generator_is_deterministic_and_varied():
+    from fuzz_tflite import generate
+
+    first, again = generate(5, 3), generate(5, 3)
+    assert first.data == again.data and np.array_equal(first.inputs["input"], again.inputs["input"])
+    kinds = {generate(5, i).int8 for i in range(12)}
+    ops = set().union(*(generate(5, i).ops for i in range(40)))
+    assert kinds == {True, False} and {"CONV_2D", "DEPTHWISE_CONV_2D", "ADD", "SOFTMAX", "CONCATENATION"} <= ops
+
+
+@pytest.mark.qemu
+def test_random_tflite_graphs_match_litert_on_a_cortex_m4():
+    from fuzz_tflite import check as fuzz_check
+    from fuzz_tflite import generate
+
+    outcomes = [fuzz_check(generate(2026, index), "cortex-m4") for index in range(100, 106)]
+    assert all(o.kind == "pass" for o in outcomes), outcomes

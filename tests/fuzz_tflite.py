@@ -1,0 +1,182 @@
+"""Random valid TFLite graphs for differential fuzzing of aot against LiteRT's reference kernels
+(benchmarks/fuzz_compiler.py --format tflite).
+
+`generate(seed, index)` always builds the same graph for the same pair. A graph starts from one NHWC input
+and appends operators to tensors already in it: convolutions and depthwise convolutions of random geometry
+(strides, dilations, SAME or VALID padding, fused activations, per-channel or per-tensor weights), pools,
+residual ADDs, PAD, TRANSPOSE and CONCATENATION of tensors of one encoding, and it may end in a dense layer
+and a SOFTMAX. Two graphs in three are int8, compared bit for bit; the others float32, within the ONNX
+tolerance (1e-4 of the output's scale).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+from fuzz_check import Outcome
+from tflite_models import Net, _window_out
+
+import aot
+from aot.errors import AotError, InternalError, PlanError, RunError, first_line
+
+
+@dataclass
+class Case:
+    data: bytes
+    inputs: dict[str, np.ndarray]
+    ops: Counter
+    int8: bool
+
+
+class _Graph:
+    """The tensors a graph has made: (tensor triple of Net, NHWC shape)."""
+
+    def __init__(self, rng: np.random.Generator, net: Net):
+        self.rng, self.net = rng, net
+        self.tensors: list[tuple[tuple, tuple[int, ...]]] = []
+        self.ops: Counter = Counter()
+
+    def pick(self) -> tuple[tuple, tuple[int, ...]]:
+        # the newest tensors most often, so graphs grow deep rather than only wide
+        weights = np.arange(1, len(self.tensors) + 1, dtype=np.float64) ** 2
+        return self.tensors[int(self.rng.choice(len(self.tensors), p=weights / weights.sum()))]
+
+
+def _conv(g: _Graph) -> None:
+    x, shape = g.pick()
+    rng = g.rng
+    depthwise = bool(rng.random() < 0.4)
+    k = (int(rng.integers(1, 6)), int(rng.integers(1, 6)))
+    stride, dilation = int(rng.integers(1, 3)), int(rng.choice([1, 1, 1, 2]))
+    padding = str(rng.choice(["SAME", "VALID"]))
+    if dilation > 1 and stride > 1:
+        stride = 1
+    if any(_window_out(n, kk, stride, padding, dilation) < 1 for n, kk in zip(shape[1:3], k)):
+        padding = "SAME"
+    act = str(rng.choice(["NONE", "RELU", "RELU6", "RELU_N1_TO_1"]))
+    y, out = g.net.conv(x, shape, int(rng.integers(1, 17)), k, stride, padding, act, depthwise,
+                        int(rng.integers(1, 3)) if depthwise else 1, dilation, bool(rng.random() < 0.7))
+    g.ops["DEPTHWISE_CONV_2D" if depthwise else "CONV_2D"] += 1
+    g.tensors.append((y, out))
+
+
+def _pool(g: _Graph) -> None:
+    x, shape = g.pick()
+    rng = g.rng
+    op = str(rng.choice(["AVERAGE_POOL_2D", "MAX_POOL_2D"]))
+    k = (int(rng.integers(1, min(shape[1], 4) + 1)), int(rng.integers(1, min(shape[2], 4) + 1)))
+    y, out = g.net.pool(x, shape, op, k, int(rng.integers(1, 3)), str(rng.choice(["SAME", "VALID"])))
+    g.ops[op] += 1
+    g.tensors.append((y, out))
+
+
+def _add(g: _Graph) -> None:
+    x, shape = g.pick()
+    # a partner of the same shape: a 1x1 convolution of x, or another tensor that has it
+    same = [t for t, s in g.tensors if s == shape and t is not x]
+    if same and g.rng.random() < 0.5:
+        other = same[int(g.rng.integers(len(same)))]
+    else:
+        other, _ = g.net.conv(x, shape, shape[3], (1, 1), act="NONE")
+        g.ops["CONV_2D"] += 1
+    y = g.net.add(x, other, shape, str(g.rng.choice(["NONE", "RELU", "RELU6"])))
+    g.ops["ADD"] += 1
+    g.tensors.append((y, shape))
+
+
+def _pad(g: _Graph) -> None:
+    x, shape = g.pick()
+    pads = g.rng.integers(0, 3, (4, 2))
+    pads[0] = pads[3] = 0
+    out = tuple(int(d + a + b) for d, (a, b) in zip(shape, pads))
+    y = g.net.tensor(out, x[1], x[2])
+    g.net.b.op("PAD", [x[0], g.net.b.constant(g.net._name("pads"), pads.astype(np.int32))], [y[0]])
+    g.ops["PAD"] += 1
+    g.tensors.append((y, out))
+
+
+def _transpose(g: _Graph) -> None:
+    x, shape = g.pick()
+    perm = (0, 2, 1, 3)         # H and W exchanged: still an image for the operators after it
+    out = tuple(shape[p] for p in perm)
+    y = g.net.tensor(out, x[1], x[2])
+    g.net.b.op("TRANSPOSE", [x[0], g.net.b.constant(g.net._name("perm"), np.array(perm, np.int32))], [y[0]])
+    g.ops["TRANSPOSE"] += 1
+    g.tensors.append((y, out))
+
+
+def _concat(g: _Graph) -> None:
+    x, shape = g.pick()
+    # along channels, with a tensor of the same height, width and encoding (TFLite requires one encoding)
+    partners = [(t, s) for t, s in g.tensors if s[:3] == shape[:3] and t[1:] == x[1:]]
+    other, other_shape = partners[int(g.rng.integers(len(partners)))]
+    out = (*shape[:3], shape[3] + other_shape[3])
+    y = g.net.tensor(out, x[1], x[2])
+    g.net.b.op("CONCATENATION", [x[0], other[0]], [y[0]], axis=3)
+    g.ops["CONCATENATION"] += 1
+    g.tensors.append((y, out))
+
+
+MAKERS = (_conv, _conv, _conv, _pool, _add, _pad, _transpose, _concat)
+
+
+def generate(seed: int, index: int, max_nodes: int | None = None) -> Case:
+    rng = np.random.default_rng([seed, index, 7])
+    int8 = bool(rng.random() < 2 / 3)
+    net = Net(int8, int(rng.integers(2**31)))
+    shape = (1, int(rng.integers(3, 13)), int(rng.integers(3, 13)), int(rng.integers(1, 9)))
+    g = _Graph(rng, net)
+    g.tensors.append((net.input(shape, float(rng.uniform(0.01, 0.1)), int(rng.integers(-20, 20))), shape))
+    for _ in range(max_nodes or int(rng.integers(1, 7))):
+        MAKERS[int(rng.integers(len(MAKERS)))](g)
+    last, shape = g.tensors[-1]
+    outputs = [last]
+    if rng.random() < 0.4:      # a classifier's head
+        size = int(np.prod(shape))
+        flat = net.reshape(last, (1, size))
+        units = int(rng.integers(2, 12))
+        dense = net.dense(flat, size, units, per_channel=bool(rng.random() < 0.5))
+        outputs = [net.softmax(dense, (1, units), float(rng.choice([1.0, 1.0, 0.5])))]
+        g.ops.update(["RESHAPE", "FULLY_CONNECTED", "SOFTMAX"])
+    data = net.build(*outputs)
+    inputs_rng = np.random.default_rng([seed, index, 8])
+    x = (inputs_rng.integers(-128, 128, g.tensors[0][1]).astype(np.int8) if int8
+         else inputs_rng.standard_normal(g.tensors[0][1]).astype(np.float32))
+    return Case(data, {"input": x}, g.ops, int8)
+
+
+def check(case: Case, target: str = "host", timeout: float = 120.0, work: str | None = None) -> Outcome:
+    import os
+    import tempfile
+
+    from aot.reference import litert_outputs
+
+    with tempfile.TemporaryDirectory(dir=work) as tmp:
+        path = os.path.join(tmp, "graph.tflite")
+        with open(path, "wb") as f:
+            f.write(case.data)
+        try:
+            from aot.frontend.model import load
+
+            expected = litert_outputs(load(path).file, case.inputs)
+        except Exception as err:   # noqa: BLE001 - LiteRT refuses the graph: it is not valid
+            return Outcome("invalid", first_line(err))
+        try:
+            got = aot.run(path, inputs=case.inputs, target=target, timeout=timeout)
+        except (InternalError, PlanError, RunError) as err:
+            return Outcome("crash", f"{type(err).__name__}: {first_line(err)}")
+        except AotError as err:
+            return Outcome("refused", f"{type(err).__name__}: {first_line(err)}")
+        except Exception as err:   # noqa: BLE001 - any other exception is a compiler crash
+            return Outcome("crash", f"{type(err).__name__}: {first_line(err)}")
+    for name, ref in expected.items():
+        out = got[name]
+        if out.shape != ref.shape or out.dtype != ref.dtype:
+            return Outcome("wrong", f"{name}: {out.dtype}{list(out.shape)}, LiteRT's {ref.dtype}{list(ref.shape)}")
+        error = float(np.abs(out.astype(np.float64) - ref.astype(np.float64)).max()) if ref.size else 0.0
+        allowed = 0.0 if case.int8 else 1e-4 * max(1.0, float(np.abs(ref).max()))
+        if error > allowed:
+            return Outcome("wrong", f"{name}: max error {error:g} (allowed {allowed:g})")
+    return Outcome("pass")
