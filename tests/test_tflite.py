@@ -297,18 +297,52 @@ def test_int8_softmax_over_more_values_than_tflite_can_sum_is_refused(tmp_path):
         aot.build(str(path), out_dir=tmp_path / "b")
 
 
-def test_int8_add_matches_litert_over_every_pair_of_codes(tmp_path):
+# the scales: ordinary ones, and (for MUL) ones where a multiplier formed in float32 and one formed in double
+# differ in their low bits (LiteRT forms MUL's in float32)
+@pytest.mark.parametrize("op, scales, act", [
+    ("ADD", (0.0371, 0.0113, 0.0457), "NONE"), ("ADD", (0.0470954, 0.00195223, 0.0230043), "RELU6"),
+    ("SUB", (0.0371, 0.0113, 0.0457), "NONE"), ("SUB", (0.0113366, 0.0524518, 0.24949), "RELU"),
+    ("MUL", (0.0113366, 0.0524518, 0.24949), "NONE"), ("MUL", (0.399412, 0.00393889, 0.100181), "RELU")])
+def test_int8_add_sub_mul_match_litert_over_every_pair_of_codes(op, scales, act, tmp_path):
     b = ModelBuilder()
-    a = b.input("a", (256, 256), "int8", scale=0.0371, zero_point=9)
-    c = b.input("b", (256, 256), "int8", scale=0.0113, zero_point=-21)
-    y = b.tensor("y", (256, 256), "int8", scale=0.0457, zero_point=4)
-    b.op("ADD", [a, c], [y], fused_activation_function="NONE")
+    a = b.input("a", (256, 256), "int8", scale=scales[0], zero_point=9)
+    c = b.input("b", (256, 256), "int8", scale=scales[1], zero_point=-21)
+    y = b.tensor("y", (256, 256), "int8", scale=scales[2], zero_point=4)
+    b.op(op, [a, c], [y], fused_activation_function=act)
     b.output(y)
     path = tmp_path / "add.tflite"
     path.write_bytes(b.build())
     codes = np.arange(-128, 128, dtype=np.int8)
     result = aot.check(str(path), inputs={"a": np.repeat(codes, 256).reshape(256, 256),
                                           "b": np.tile(codes, 256).reshape(256, 256)})
+    assert np.array_equal(result.outputs["y"], result.reference["y"])
+
+
+@pytest.mark.parametrize("op", ["CONV_2D", "DEPTHWISE_CONV_2D"])
+def test_16x8_convolutions_match_litert(op, tmp_path):
+    """int16 activations (zero point 0), int8 weights per channel, an int64 bias: summed in int64 and
+    requantized from it, as TFLite's 16x8 kernels do."""
+    rng = np.random.default_rng(3)
+    b = ModelBuilder()
+    x = b.input("x", (1, 11, 10, 6), "int16", scale=0.0007, zero_point=0)
+    channels = 12
+    scales = rng.uniform(0.002, 0.02, channels).astype(np.float32)
+    shape = (channels, 3, 3, 6) if op == "CONV_2D" else (1, 3, 3, channels)
+    w = b.constant("w", rng.integers(-127, 128, shape).astype(np.int8), scale=scales,
+                   zero_point=np.zeros(channels, np.int64), quantized_dimension=0 if op == "CONV_2D" else 3)
+    bias = b.constant("b", rng.integers(-2**20, 2**20, channels).astype(np.int64), scale=scales * np.float32(0.0007),
+                      zero_point=np.zeros(channels, np.int64))
+    y = b.tensor("y", (1, 6, 5, channels), "int16", scale=0.0031, zero_point=0)
+    options = dict(padding="SAME", stride_w=2, stride_h=2, fused_activation_function="RELU6")
+    if op == "DEPTHWISE_CONV_2D":
+        options["depth_multiplier"] = 2
+    b.op(op, [x, w, bias], [y], **options)
+    b.output(y)
+    path = tmp_path / "16x8.tflite"
+    path.write_bytes(b.build())
+    inputs = {"x": rng.integers(-2**15, 2**15, (1, 11, 10, 6)).astype(np.int16)}
+    result = aot.check(str(path), inputs=inputs)
+    assert result.outputs["y"].dtype == np.int16
     assert np.array_equal(result.outputs["y"], result.reference["y"])
 
 

@@ -89,7 +89,7 @@ def load(path: str | os.PathLike, data: bytes, input_shapes: dict[str, tuple[int
             raise OptionError(f"{label}: input '{name}' is {list(graph.shape(name))} in the file; a TFLite "
                               f"model compiles with the shapes it was converted with (given {list(shape)})")
     inputs = tuple((n, graph.shape(n), graph.values[n].dtype) for n in graph.inputs)
-    file = TfliteFile(data, inputs, graph.outputs, tensor_names)
+    file = TfliteFile(_as_litert_reads(model, data), inputs, graph.outputs, tensor_names)
     return TfliteModel(file, graph, label, hashlib.sha256(data).hexdigest())
 
 
@@ -110,6 +110,24 @@ def _parse(data: bytes, label: str):
         raise ModelError(f"{label}: not a valid TFLite file (the flatbuffer is truncated or corrupt: "
                          f"{type(err).__name__})") from None
     return model
+
+
+def _as_litert_reads(model, data: bytes) -> bytes:
+    """The file for the reference: a tensor with one scale, or of rank 1, whose quantized_dimension is not 0
+    (as older converters wrote the biases of per-channel layers: TFLite Micro never reads it there) has it
+    set to 0, which LiteRT otherwise refuses. The bytes aot compiles, and hashes, are the user's."""
+    patched = None
+    for s in range(model.SubgraphsLength()):
+        sg = model.Subgraphs(s)
+        for t in range(sg.TensorsLength()):
+            tensor = sg.Tensors(t)
+            q = tensor.Quantization()
+            if q is None or q.QuantizedDimension() == 0 or (q.ScaleLength() > 1 and tensor.ShapeLength() > 1):
+                continue
+            patched = patched if patched is not None else bytearray(data)
+            at = q._tab.Pos + q._tab.Offset(16)        # the field's int32 (see QuantizedDimension)
+            patched[at:at + 4] = (0).to_bytes(4, "little")
+    return bytes(patched) if patched is not None else data
 
 
 def _touch_everything(model) -> None:

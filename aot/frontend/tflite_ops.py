@@ -67,9 +67,13 @@ class Context:
         if b is None:
             return ""
         data = self.constant(b, "bias").reshape(-1)
-        if data.dtype != np.int32 or data.size != channels:
+        kinds = (np.int32, np.int64) if x.dtype == "int16" else (np.int32,)
+        if data.dtype not in kinds or data.size != channels:
             raise self.fail(f"bias '{b.file_name}' is {data.dtype} of {data.size} values; a quantized operator "
-                            f"with int8 activations takes {channels} int32 values")
+                            f"with {x.dtype} activations takes {channels} "
+                            f"{' or '.join(np.dtype(k).name for k in kinds)} values")
+        if data.dtype == np.int64:      # a 16x8 layer's: summed with the int64 products as it is
+            return self.imp.constant(b.name, data)
         scale = np.float64(x.scale[0]) * np.broadcast_to(w.scale.astype(np.float64), (channels,))
         return self.imp.constant(b.name, data, QuantParams(scale, np.zeros(channels, np.int64), 0, rules="tflite"))
 
@@ -250,6 +254,8 @@ def fully_connected(ctx: Context, ins, outs, o) -> None:
     if int(np.prod(y.shape, dtype=np.int64)) != rows * out_channels:
         raise ctx.fail(f"output '{y.file_name}' is {list(y.shape)}; the operator computes {rows} x {out_channels}")
     integer = ctx.integer(x, y)
+    if integer and x.dtype == "int16":
+        raise ctx.fail("FULLY_CONNECTED on int16 activations is not supported yet (int8 and float32 are)")
     flat = ctx.view(ctx.imp.value(x), (rows, depth), f"{x.name}_rows")
     activation = o.FusedActivationFunction() if o is not None else 0
     target, acts, after = ctx.output(y, False, activation, integer, shape=(rows, out_channels))
@@ -293,8 +299,6 @@ def _binary(ctx: Context, ins, outs, o, op: str) -> None:
     a, b = ins[0], ins[1]
     y = outs[0]
     integer = ctx.integer(a, y)
-    if integer and op != "Add":
-        raise ctx.fail(f"quantized {op.upper()} is not supported yet (float32 and quantized ADD are)")
     if integer and not ctx.integer(b, y):
         raise ctx.fail("a quantized operator's operands must both be quantized")
     imp = ctx.imp

@@ -25,6 +25,7 @@ from aot.ops.quantized import (
     add_tflite,
     dequantize,
     int_dtype,
+    mul_tflite,
     multiply_twice_rounded,
     quantize,
     quantize_half_away,
@@ -123,10 +124,13 @@ def binary(ctx: LowerContext, node: Node, name: str) -> Kernel:
     def compute(v: list[Expr]) -> Expr:
         if quant is None:
             return apply(acts, binop(op, v[0], v[1]))
+        operands = (v[0], quant.x_scale, quant.x_zp, v[1], quant.b_scale, quant.b_zp, quant.y_scale, quant.y_zp,
+                    quant.qmin, quant.qmax, quant.y_dtype)
+        if quant.rules == "tflite":     # TFLite's fixed-point Add, Sub and Mul
+            return mul_tflite(*operands) if op == "mul" else add_tflite(*operands, subtract=op == "sub")
         # Quantized Add/Mul in float with onnxruntime's scale ratios (QLinearAdd/QLinearMul), then rounded.
         if op == "add":
-            add = add_tflite if quant.rules == "tflite" else add_quantized
-            return add(v[0], quant.x_scale, quant.x_zp, v[1], quant.b_scale, quant.b_zp,
+            return add_quantized(v[0], quant.x_scale, quant.x_zp, v[1], quant.b_scale, quant.b_zp,
                                  quant.y_scale, quant.y_zp, quant.qmin, quant.qmax, quant.y_dtype)
         ratio = float(np.float32(quant.x_scale) * np.float32(quant.b_scale) / np.float32(quant.y_scale))
         value = dequantize(v[0], quant.x_zp, 1.0) * dequantize(v[1], quant.b_zp, ratio)

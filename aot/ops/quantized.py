@@ -131,12 +131,27 @@ def multiply_real(x: Expr, high: Expr, low: Expr, shift: Expr) -> Expr:
     return select(binop("lt", x, const(0, "i32", lanes)), const(0, "i32", lanes) - rounded, rounded)
 
 
+def multiply_reduced(x: Expr, m0: Expr, shift: Expr) -> Expr:
+    """int64 x times m0 * 2**-shift (tflite_multiplier's form) as TFLite's int64 MultiplyByQuantizedMultiplier
+    does (its 16x8 kernels): the multiplier rounded to 15 bits first (half up, 0x7FFF at most), then one
+    rounding shift, half up. Per lane; int32."""
+    lanes = x.lanes
+    m = Cast(m0, "i64")
+    reduced = select(binop("lt", m, const(0x7FFF0000, "i64", lanes)),
+                     binop("shr", m + const(1 << 15, "i64", lanes), const(16, "i64", lanes)),
+                     const(0x7FFF, "i64", lanes))
+    total = Cast(shift, "i64") - 16          # 15 - exponent, the exponent being 31 - shift
+    half = binop("shl", const(1, "i64", lanes), total - 1)
+    return Cast(binop("shr", x * reduced + half, total), "i32")
+
+
 def add_tflite(a: Expr, a_scale: float, a_zp: int, b: Expr, b_scale: float, b_zp: int,
-               y_scale: float, y_zp: int, qmin: int, qmax: int, y_dtype: str) -> Expr:
+               y_scale: float, y_zp: int, qmin: int, qmax: int, y_dtype: str, subtract: bool = False) -> Expr:
     """An integer Add as TFLite's reference kernel computes it: each operand less its zero point, shifted
     left (20 bits for 8-bit outputs, 15 for int16), scaled by its fixed-point share of twice the larger
     input scale, summed, and the sum scaled to the output's encoding; each scaling rounded twice, as
-    gemmlowp does (multiply_twice_rounded)."""
+    gemmlowp does (multiply_twice_rounded). `subtract`: SUB, the same with the second operand's share
+    subtracted."""
     left_shift = 15 if y_dtype == "int16" else 20
     twice_max = 2.0 * max(float(np.float32(a_scale)), float(np.float32(b_scale)))
     a_m0, a_shift = (int(v[0]) for v in tflite_multiplier(float(np.float32(a_scale)) / twice_max))
@@ -148,8 +163,21 @@ def add_tflite(a: Expr, a_scale: float, a_zp: int, b: Expr, b_scale: float, b_zp
     def scaled(x: Expr, m0: int, shift: int) -> Expr:
         return multiply_twice_rounded(x, const(m0, "i32", x.lanes), const(shift, "i32", x.lanes))
 
-    total = scaled(shifted_a, a_m0, a_shift) + scaled(shifted_b, b_m0, b_shift)
+    second = scaled(shifted_b, b_m0, b_shift)
+    total = scaled(shifted_a, a_m0, a_shift) + (const(0, "i32", second.lanes) - second if subtract else second)
     y = scaled(total, y_m0, y_shift) + y_zp
+    return Cast(minimum(maximum(y, qmin), qmax), _INT[y_dtype])
+
+
+def mul_tflite(a: Expr, a_scale: float, a_zp: int, b: Expr, b_scale: float, b_zp: int,
+               y_scale: float, y_zp: int, qmin: int, qmax: int, y_dtype: str) -> Expr:
+    """An integer Mul as LiteRT's reference kernel computes it: the product of the operands less their zero
+    points, times the fixed-point multiplier of s_a * s_b / s_y (its two products and quotient in float32,
+    as LiteRT forms it), rounded twice."""
+    real = float(np.float32(np.float32(a_scale) * np.float32(b_scale)) / np.float32(y_scale))
+    m0, shift = (int(v[0]) for v in tflite_multiplier(real))
+    product = (widen(a) - a_zp) * (widen(b) - b_zp)
+    y = multiply_twice_rounded(product, const(m0, "i32", product.lanes), const(shift, "i32", product.lanes)) + y_zp
     return Cast(minimum(maximum(y, qmin), qmax), _INT[y_dtype])
 
 

@@ -38,6 +38,7 @@ from aot.ops.quantized import (
     add_tflite,
     int_dtype,
     multiply_real,
+    multiply_reduced,
     multiply_twice_rounded,
     narrows_by_halves,
     quantize,
@@ -144,7 +145,8 @@ class IntArith:
             else:               # added after scaling, in units of the output scale
                 self.float_bias = ctx.const((bias / np.float32(quant.y_scale)).astype(np.float32), "fb")
                 bias = None
-        gain = 2.0 ** self.narrowing     # the sums reach the epilogue divided by it (LongArith)
+        # the sums reach the epilogue divided by it (LongArith), but for TFLite's, which take the sum whole
+        gain = 1.0 if quant.rules == "tflite" else 2.0 ** self.narrowing
         if self.fixed and quant.rounding == "real":
             high, low, shift = real_multiplier(quant.x_scale * quant.w_scale * gain / quant.y_scale)
             self.m0, self.low = ctx.const(high.astype(np.int32), "m"), ctx.const(low, "ml")
@@ -157,7 +159,9 @@ class IntArith:
         else:
             scale = np.float32(quant.x_scale) * quant.w_scale.astype(np.float32) / np.float32(quant.y_scale)
             self.scale = ctx.const((scale * np.float32(gain)).astype(np.float32), "s")
-        self.bias = ctx.const(bias.astype(np.int32), "b") if bias is not None else None
+        # int32, or TFLite's int64 bias of 16x8 layers (LongArith)
+        wide_bias = bias is not None and bias.dtype == np.int64 and self.acc_dtype == "i64"
+        self.bias = ctx.const(bias.astype(np.int64 if wide_bias else np.int32), "b") if bias is not None else None
         # vectors of 8 or 16 int32 lanes the target multiplies as 16-bit pairs (x86's VPMADDWD; see mac)
         # (int16 activations less a zero point other than 0 may not fit 16 bits)
         pairs = any(d.group == 2 and not d.scalar and not d.raw_bytes for d in ctx.target.int_simd.dots)
@@ -256,6 +260,10 @@ class LongArith(IntArith):
         return acc + a * w
 
     def result(self, acc: Expr, ch: Expr, idx: Expr, lanes: int) -> Expr:
+        q = self.q
+        if q.rules == "tflite":     # TFLite's 16x8 kernels requantize the int64 sum itself
+            y = multiply_reduced(acc, self.m0.vec(ch, lanes), self.shift.vec(ch, lanes)) + q.y_zp
+            return Cast(minimum(maximum(y, q.qmin), q.qmax), int_dtype(q.y_dtype))
         half = const(1 << (self.narrowing - 1), "i64", lanes)
         narrowed = Cast(binop("shr", acc + half, const(self.narrowing, "i64", lanes)), "i32")
         return super().result(narrowed, ch, idx, lanes)
@@ -266,8 +274,8 @@ def accumulator_shift(weight: np.ndarray, quant: Quant, bias: np.ndarray | None)
     input the activation type holds; else the bits by which it may pass int32 (LongArith). weight: output
     channels first, zero points not yet subtracted. TFLite sums 8-bit activations in int32 whatever the
     window, so its models do too."""
-    if quant.rules == "tflite" and quant.x_dtype != "int16":
-        return 0
+    if quant.rules == "tflite":     # 8-bit activations sum in int32, 16-bit ones in int64 (LongArith)
+        return 0 if quant.x_dtype != "int16" else 1
     lo, hi = RANGES[quant.x_dtype]
     x_max = max(abs(lo - quant.x_zp), abs(hi - quant.x_zp))
     w = weight.astype(np.int64).reshape(weight.shape[0], -1)
