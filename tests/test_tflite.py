@@ -318,6 +318,25 @@ def test_int8_add_sub_mul_match_litert_over_every_pair_of_codes(op, scales, act,
     assert np.array_equal(result.outputs["y"], result.reference["y"])
 
 
+@pytest.mark.parametrize("op, encodings", [
+    ("LOGISTIC", (0.0123, -17, 1 / 256, -128)), ("LOGISTIC", (0.31, 40, 1 / 256, -128)),
+    ("TANH", (0.0071, 3, 1 / 128, 0)), ("TANH", (0.11, -50, 0.0123, 4))])
+def test_int8_logistic_and_tanh_match_litert_for_every_code(op, encodings, tmp_path):
+    path = tmp_path / "act.tflite"
+    path.write_bytes(_with_input_encoding(op, *encodings))
+    result = aot.check(str(path), inputs={"x": np.arange(-128, 128, dtype=np.int8).reshape(1, 256)})
+    assert np.array_equal(result.outputs["y"], result.reference["y"])
+
+
+def _with_input_encoding(op: str, x_scale: float, x_zp: int, y_scale: float, y_zp: int) -> bytes:
+    b = ModelBuilder()
+    x = b.input("x", (1, 256), "int8", scale=x_scale, zero_point=x_zp)
+    y = b.tensor("y", (1, 256), "int8", scale=y_scale, zero_point=y_zp)
+    b.op(op, [x], [y])
+    b.output(y)
+    return b.build()
+
+
 @pytest.mark.parametrize("op", ["CONV_2D", "DEPTHWISE_CONV_2D"])
 def test_16x8_convolutions_match_litert(op, tmp_path):
     """int16 activations (zero point 0), int8 weights per channel, an int64 bias: summed in int64 and

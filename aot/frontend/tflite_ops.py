@@ -368,11 +368,12 @@ def imp_quant(ctx: Context, t):
     return None if q is None else (q.scale, q.zero_point)
 
 
-def _activation_op(fn: Callable[[Context, str, str], None]) -> Callable:
+def _activation_op(fn: Callable[[Context, str, str], None], quantized: bool = False) -> Callable:
+    """An activation operator; `quantized`: also on int8 (TFLite's table of it: ops/tflite_tables.py)."""
     def rule(ctx: Context, ins, outs, o) -> None:
         x, y = ins[0], outs[0]
-        if ctx.integer(x, y):
-            raise ctx.fail("on quantized tensors is not supported yet (float32 is)")
+        if ctx.integer(x, y) and not (quantized and x.dtype == y.dtype == "int8"):
+            raise ctx.fail(f"on {x.dtype} tensors is not supported yet (float32{' and int8' if quantized else ''} is)")
         fn(ctx, ctx.imp.value(x), ctx.imp.result(y))
     return rule
 
@@ -675,6 +676,6 @@ MAPPINGS: dict[str, Mapping] = {
     "RELU": Mapping(_activation_op(lambda ctx, x, y: ctx.activate(x, y, (0.0, math.inf), 1))),
     "RELU6": Mapping(_activation_op(lambda ctx, x, y: ctx.activate(x, y, (0.0, 6.0), 3))),
     "RELU_N1_TO_1": Mapping(_activation_op(lambda ctx, x, y: ctx.activate(x, y, (-1.0, 1.0), 2))),
-    "TANH": Mapping(_activation_op(lambda ctx, x, y: ctx.activate(x, y, None, 4))),
-    "LOGISTIC": Mapping(_activation_op(lambda ctx, x, y: ctx.imp.add("Sigmoid", ctx.name, [x], [y]))),
+    "TANH": Mapping(_activation_op(lambda ctx, x, y: ctx.activate(x, y, None, 4), quantized=True)),
+    "LOGISTIC": Mapping(_activation_op(lambda ctx, x, y: ctx.imp.add("Sigmoid", ctx.name, [x], [y]), quantized=True)),
 }

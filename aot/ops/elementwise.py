@@ -10,15 +10,17 @@ vectorized (stride 1: vector load, stride 0: one scalar splat).
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 
+from aot.errors import InternalError
 from aot.graph.ir import Graph, Node, Rewriter
 from aot.graph.node_quant import node_quant
 from aot.graph.quant import RANGES, as_clamp, clamp_for, tflite_multiplier
 from aot.kernel import math as kmath
 from aot.kernel.ir import Broadcast, Buffer, Builder, Cast, Expr, Kernel, binop, const, maximum, minimum, select
-from aot.ops import LowerContext
+from aot.ops import LowerContext, tflite_tables
 from aot.ops.epilogue import apply
 from aot.ops.quantized import (
     add_quantized,
@@ -172,7 +174,8 @@ def quantize_linear(ctx: LowerContext, node: Node, name: str) -> Kernel:
 
 def unary(ctx: LowerContext, node: Node, name: str) -> Kernel:
     """fn(x) and the fused activations; on integer tensors (an activation a quantizer kept between Dequantize
-    and Quantize) the same in float32 between the two, as onnxruntime runs the three nodes."""
+    and Quantize) the same in float32 between the two, as onnxruntime runs the three nodes; in a TFLite
+    model, TFLite's table of the function (tflite_tables.py)."""
     ins, outs, params = ctx.io(node)
     acts = ((node.attrs["fn"], tuple(node.attrs["params"])),) + tuple(node.attrs.get("acts", ()))
     quant = node_quant(ctx.graph.values, node)
@@ -182,22 +185,34 @@ def unary(ctx: LowerContext, node: Node, name: str) -> Kernel:
     if quant is not None and as_clamp(fn, fn_params, quant.x_scale, quant.x_zp, quant.y_scale, quant.y_zp,
                                       quant.x_dtype, quant.y_dtype):
         lo, hi = clamp_for((("clip", (0.0, math.inf) if fn == "relu" else fn_params),), quant.y_scale, quant.y_zp,
-                           quant.y_dtype)
+                           quant.y_dtype, quant.rules)
         clamp = max(lo, quant.qmin), min(hi, quant.qmax)
 
-    def compute(v: list[Expr]) -> Expr:
-        if quant is None:
-            return apply(acts, v[0])
-        if clamp is not None:       # one encoding in and out: the codes themselves, clamped
-            return minimum(maximum(v[0], clamp[0]), clamp[1])
-        return quantized_function(v[0], fn, fn_params, quant.x_scale, quant.x_zp, quant.y_scale, quant.y_zp,
-                                  quant.qmin, quant.qmax, quant.y_dtype)
+    lanes = ctx.target.lanes
+    if quant is not None and quant.rules == "tflite" and clamp is None:
+        codes = tflite_tables.table(fn, quant)
+        if codes is None:
+            raise InternalError(f"node '{node.name}': no TFLite form of quantized {fn}")
+        lut, lanes = ctx.const(codes, "lut"), 1     # a table lookup per element
 
+        def compute(v: list[Expr]) -> Expr:
+            return lut[Cast(widen(v[0]) + 128, "idx")]
+    else:
+        compute = partial(_unary_value, acts, quant, clamp, fn, fn_params)
     b = Builder()
     shape, perm = _flat_unless_transposed(ctx, node)
-    elementwise_loops(b, ctx.target.lanes, shape, [(ins[0], ctx.graph.shape(node.inputs[0]) if perm else shape)],
+    elementwise_loops(b, lanes, shape, [(ins[0], ctx.graph.shape(node.inputs[0]) if perm else shape)],
                       outs[0], compute, perm)
     return Kernel(name, params, b.block())
+
+
+def _unary_value(acts, quant, clamp, fn, fn_params, v: list[Expr]) -> Expr:
+    if quant is None:
+        return apply(acts, v[0])
+    if clamp is not None:       # one encoding in and out: the codes themselves, clamped
+        return minimum(maximum(v[0], clamp[0]), clamp[1])
+    return quantized_function(v[0], fn, fn_params, quant.x_scale, quant.x_zp, quant.y_scale, quant.y_zp,
+                              quant.qmin, quant.qmax, quant.y_dtype)
 
 
 def _flat_unless_transposed(ctx: LowerContext, node: Node) -> tuple[tuple[int, ...], tuple[int, ...] | None]:

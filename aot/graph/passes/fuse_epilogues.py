@@ -130,9 +130,10 @@ def _integer_function(graph: Graph, anchor: Node, follower: Node) -> Node | None
     between Dequantize and Quantize) after an integer matrix op: the op applies it to its integer result in
     its epilogue, as the activation's kernel would have (bit for bit), and its result never takes bytes of
     its own. attrs["function"] keeps the function and the encoding of its input."""
+    quant = node_quant(graph.values, follower)
     if (op_def(anchor.op).fusion is not Fusion.MATRIX or follower.op != "Unary" or "function" in anchor.attrs
-            or follower.attrs.get("acts") or node_quant(graph.values, follower) is None):
-        return None
+            or follower.attrs.get("acts") or quant is None or quant.rules == "tflite"):
+        return None     # (a TFLite model's activations are tables and fixed point of their own: ops/tflite_tables.py)
     own = graph.values[anchor.outputs[0]]
     function = (follower.attrs["fn"], tuple(follower.attrs["params"]), own.quant.scale, own.quant.zero_point,
                 own.dtype)
