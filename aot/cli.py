@@ -63,7 +63,7 @@ def _memory_option(text: str) -> dict[str, int]:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="ONNX model file")
+    p.add_argument("model", help="ONNX or TFLite model file")
     p.add_argument("--target", default="host", help="target name from `aot targets`, or a target .toml file "
                    "(default: host)")
     _target_dir_option(p)
@@ -210,7 +210,7 @@ def _parser() -> argparse.ArgumentParser:
                        "outputs must equal the default schedule's. One "
                        "JSON record per measurement is appended to -o as it ends; a second run with the same "
                        "file skips what is measured. Then: aot build MODEL --records FILE.")
-    p.add_argument("model", help="ONNX model file")
+    p.add_argument("model", help="ONNX or TFLite model file")
     p.add_argument("--target", default="host", help="target name or .toml file (default: host)")
     p.add_argument("--board", action="append", default=[], help="measure on this board (its target is the target): "
                    "a Linux board over SSH, or a microcontroller board through its loader and console; repeat it "

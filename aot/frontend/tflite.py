@@ -16,13 +16,13 @@ clamp), so nothing later guesses at them.
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from aot.errors import ModelError, OptionError, UnsupportedOpError
+from aot.frontend import tflite_ops
 from aot.graph.ir import Graph, Node, Value
 from aot.graph.quant import QuantParams
 
@@ -33,8 +33,6 @@ RULES = "tflite"
 _DTYPES = {0: "float32", 2: "int32", 3: "uint8", 4: "int64", 6: "bool", 7: "int16", 9: "int8"}
 _TYPE_NAMES = {1: "float16", 5: "string", 8: "complex64", 10: "float64", 11: "complex128", 12: "uint64",
                13: "resource", 14: "variant", 15: "uint32", 16: "uint16", 17: "int4", 18: "bfloat16"}
-_ACTIVATIONS = {0: None, 1: (0.0, math.inf), 2: (-1.0, 1.0), 3: (0.0, 6.0)}      # fused activation -> clip
-_ACTIVATION_NAMES = {4: "TANH", 5: "SIGN_BIT"}
 _CONTROL_FLOW = {"WHILE", "IF", "CALL_ONCE", "CALL"}
 TO_NCHW = (0, 3, 1, 2)
 TO_NHWC = (0, 2, 3, 1)
@@ -346,8 +344,6 @@ class _Importer:
         return Graph(name, tuple(self.nodes), self.values, self.constants, tuple(inputs), tuple(outputs)), names
 
     def _operator(self, k: int, op) -> None:
-        from aot.frontend import tflite_ops
-
         name = self._op_name(op)
         where = f"{self.label}: operator {k} ({name})"
         if name == "CUSTOM":

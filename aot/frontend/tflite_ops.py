@@ -18,6 +18,8 @@ from aot.errors import UnsupportedOpError
 from aot.graph.quant import QuantParams
 
 _INTEGER = ("int8", "uint8", "int16")
+_ACTIVATIONS = {0: None, 1: (0.0, math.inf), 2: (-1.0, 1.0), 3: (0.0, 6.0)}      # fused activation -> clip
+_ACTIVATION_NAMES = {4: "TANH", 5: "SIGN_BIT"}
 
 
 class Context:
@@ -114,8 +116,6 @@ class Context:
         return raw, {}, after
 
     def activation(self, code: int, integer: bool) -> tuple[float, float] | None:
-        from aot.frontend.tflite import _ACTIVATION_NAMES, _ACTIVATIONS
-
         if code in _ACTIVATIONS:
             return _ACTIVATIONS[code]
         if code == 4 and not integer:
