@@ -4,9 +4,9 @@
 `generate(seed, index)` always builds the same graph for the same pair. A graph starts from one NHWC input
 and appends operators to tensors already in it: convolutions and depthwise convolutions of random geometry
 (strides, dilations, SAME or VALID padding, fused activations, per-channel or per-tensor weights), pools,
-residual ADDs, PAD, TRANSPOSE and CONCATENATION of tensors of one encoding, and it may end in a dense layer
-and a SOFTMAX. Two graphs in three are int8, compared bit for bit; the others float32, within the ONNX
-tolerance (1e-4 of the output's scale).
+residual ADDs, SUBs and MULs, LOGISTIC and TANH, PAD, TRANSPOSE and CONCATENATION of tensors of one
+encoding, and it may end in a dense layer and a SOFTMAX. Two graphs in three are int8, compared bit for bit;
+the others float32, within the ONNX tolerance (1e-4 of the output's scale).
 """
 
 from __future__ import annotations
@@ -81,8 +81,27 @@ def _add(g: _Graph) -> None:
     else:
         other, _ = g.net.conv(x, shape, shape[3], (1, 1), act="NONE")
         g.ops["CONV_2D"] += 1
-    y = g.net.add(x, other, shape, str(g.rng.choice(["NONE", "RELU", "RELU6"])))
-    g.ops["ADD"] += 1
+    op = str(g.rng.choice(["ADD", "ADD", "SUB", "MUL"]))
+    act = str(g.rng.choice(["NONE", "RELU", "RELU6"]))
+    if op == "ADD":
+        y = g.net.add(x, other, shape, act)
+    else:
+        scale = x[1] * other[1] * 60 if op == "MUL" else max(x[1], other[1]) * 1.5
+        y = g.net.tensor(shape, scale, int(g.rng.integers(-20, 20)))
+        g.net.b.op(op, [x[0], other[0]], [y[0]], fused_activation_function=act)
+    g.ops[op] += 1
+    g.tensors.append((y, shape))
+
+
+def _activation(g: _Graph) -> None:
+    x, shape = g.pick()
+    op = str(g.rng.choice(["LOGISTIC", "TANH"]))
+    if g.net.int8:      # LOGISTIC's output encoding is TFLite's fixed one
+        y = g.net.tensor(shape, 1 / 256, -128) if op == "LOGISTIC" else g.net.tensor(shape, 1 / 128, 0)
+    else:
+        y = g.net.tensor(shape, 1.0)
+    g.net.b.op(op, [x[0]], [y[0]])
+    g.ops[op] += 1
     g.tensors.append((y, shape))
 
 
@@ -119,7 +138,7 @@ def _concat(g: _Graph) -> None:
     g.tensors.append((y, out))
 
 
-MAKERS = (_conv, _conv, _conv, _pool, _add, _pad, _transpose, _concat)
+MAKERS = (_conv, _conv, _conv, _pool, _add, _add, _activation, _pad, _transpose, _concat)
 
 
 def generate(seed: int, index: int, max_nodes: int | None = None) -> Case:
