@@ -45,6 +45,7 @@ from aot import progress, text_table
 from aot.calibration import load_calibration, random_samples, read_labels
 from aot.errors import ModelError, OptionError, first_line
 from aot.frontend.onnx import freeze_inputs
+from aot.frontend.tflite import is_tflite
 
 METHODS = ("minmax", "entropy", "percentile")
 SCHEMES = {"int8": "int8 activations", "a16w8": "int16 activations (symmetric), int8 weights"}
@@ -304,6 +305,10 @@ def _check_options(method: str, scheme: str, int16: tuple[str, ...], labels, eva
 def _load(path: Path) -> onnx.ModelProto:
     if not path.is_file():
         raise OptionError(f"{path}: no such file")
+    with open(path, "rb") as f:
+        if is_tflite(f.read(8)):
+            raise OptionError(f"{path}: a TFLite model: `aot quantize` quantizes ONNX models (a TFLite model is "
+                              "quantized by its converter; aot build takes the quantized .tflite as it is)")
     try:
         return onnx.load(str(path))
     except Exception as err:        # onnx raises DecodeError and others: a file that is not a model

@@ -514,3 +514,13 @@ def test_random_tflite_graphs_match_litert_on_a_cortex_m4():
 
     outcomes = [fuzz_check(generate(2026, index), "cortex-m4") for index in range(100, 106)]
     assert all(o.kind == "pass" for o in outcomes), outcomes
+
+
+def test_commands_for_onnx_models_only_say_so(tmp_path):
+    path = tmp_path / "kws.tflite"
+    path.write_bytes(tflite_models.ds_cnn(True))
+    for args, words in ((("quantize", str(path), "-o", str(tmp_path / "q.onnx")), "quantizes ONNX models"),
+                        (("run", str(path), "--bisect"), "--bisect runs ONNX models"),
+                        (("run", str(path), "--reference", "onnx"), "reference 'onnx' does not run a TFLite model")):
+        run = _aot(*args)
+        assert run.returncode == 1 and words in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
