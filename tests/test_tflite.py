@@ -337,6 +337,47 @@ def _with_input_encoding(op: str, x_scale: float, x_zp: int, y_scale: float, y_z
     return b.build()
 
 
+@pytest.mark.parametrize("shape, axes, keep, encodings", [
+    ((1, 7, 6, 5), [1, 2], True, (0.1, 0, 0.1, 0)), ((1, 7, 6, 5), [1, 2], False, (0.05, 3, 0.02, -7)),
+    ((3, 5, 4, 6), [0, 3], True, (0.07, -20, 0.013, 5)), ((1, 4, 1, 8), [1], True, (0.1, 0, 0.1, 0)),
+    ((2, 4, 3), [2], False, (0.1, 0, 0.1, 0))])
+def test_int8_mean_matches_litert(shape, axes, keep, encodings, tmp_path):
+    """TFLite's integer mean: 1/count folded into the multiplier, so halves round as its shifts make them."""
+    kept = tuple(1 if i in axes else d for i, d in enumerate(shape))
+    b = ModelBuilder()
+    x = b.input("x", shape, "int8", scale=encodings[0], zero_point=encodings[1])
+    y = b.tensor("y", kept if keep else tuple(d for i, d in enumerate(shape) if i not in axes), "int8",
+                 scale=encodings[2], zero_point=encodings[3])
+    b.op("MEAN", [x, b.constant("axes", np.array(axes, np.int32))], [y], keep_dims=keep)
+    b.output(y)
+    assert check(b.build(), tmp_path, seeds=(0, 1, 2)) == 0
+
+
+@pytest.mark.parametrize("op", ["RELU", "RELU6", "RELU_N1_TO_1"])
+@pytest.mark.parametrize("encodings", [(0.05, 3, 0.05, 3), (0.05, 3, 0.031, -9), (0.0235294, 0, 6 / 255, -128)])
+def test_int8_relu_operators_match_litert_for_every_code(op, encodings, tmp_path):
+    path = tmp_path / "relu.tflite"
+    path.write_bytes(_with_input_encoding(op, *encodings))
+    result = aot.check(str(path), inputs={"x": np.arange(-128, 128, dtype=np.int8).reshape(1, 256)})
+    assert np.array_equal(result.outputs["y"], result.reference["y"])
+
+
+@pytest.mark.parametrize("op", ["MAXIMUM", "MINIMUM"])
+def test_int8_maximum_minimum_compare_the_codes(op, tmp_path):
+    b = ModelBuilder()
+    a = b.input("a", (256, 256), "int8", scale=0.1, zero_point=3)
+    c = b.input("b", (256, 256), "int8", scale=0.07, zero_point=-3)
+    y = b.tensor("y", (256, 256), "int8", scale=0.1, zero_point=3)
+    b.op(op, [a, c], [y])
+    b.output(y)
+    path = tmp_path / "mm.tflite"
+    path.write_bytes(b.build())
+    codes = np.arange(-128, 128, dtype=np.int8)
+    result = aot.check(str(path), inputs={"a": np.repeat(codes, 256).reshape(256, 256),
+                                          "b": np.tile(codes, 256).reshape(256, 256)})
+    assert np.array_equal(result.outputs["y"], result.reference["y"])
+
+
 @pytest.mark.parametrize("op", ["CONV_2D", "DEPTHWISE_CONV_2D"])
 def test_16x8_convolutions_match_litert(op, tmp_path):
     """int16 activations (zero point 0), int8 weights per channel, an int64 bias: summed in int64 and

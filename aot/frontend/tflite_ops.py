@@ -409,15 +409,19 @@ def squeeze(ctx: Context, ins, outs, o) -> None:
 
 def mean(ctx: Context, ins, outs, o) -> None:
     x, y = ins[0], outs[0]
-    if ctx.integer(x, y):
-        raise ctx.fail("on quantized tensors is not supported yet (float32 is)")
+    integer = ctx.integer(x, y)
     axes = sorted({_axis(ctx, a, len(x.shape)) for a in _ints_of(ctx, ins[1], "axes")})
-    keep = bool(o.KeepDims()) if o is not None else False
     kept = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
-    out = ctx.imp.result(y) if keep or kept == tuple(y.shape) else ctx.imp.declare(ctx.imp.fresh(f"{y.name}_kept"),
-                                                                                   kept, "float32")
-    ctx.imp.add("ReduceMean", ctx.name, [ctx.imp.value(x)], [out], axes=tuple(axes), keepdims=1)
-    if out not in ctx.imp.values or ctx.imp.values[out].shape != tuple(y.shape):
+    if int(np.prod(kept)) != int(np.prod(y.shape)):
+        raise ctx.fail(f"output '{y.file_name}' is {list(y.shape)}; the mean over axes {axes} has {list(kept)}")
+    imp = ctx.imp
+    out = imp.result(y) if kept == tuple(y.shape) else imp.declare(imp.fresh(f"{y.name}_kept"), kept, y.dtype,
+                                                                   imp.quant(y))
+    if integer:     # TFLite's integer mean (ops/mean_tflite.py)
+        imp.add("TfliteMean", ctx.name, [imp.value(x)], [out], axes=tuple(axes))
+    else:
+        imp.add("ReduceMean", ctx.name, [imp.value(x)], [out], axes=tuple(axes), keepdims=1)
+    if out != y.name:
         ctx.reshape(out, y)
 
 
@@ -530,8 +534,10 @@ def _float_only(ctx: Context, ins, outs) -> None:
 
 
 def maximum_minimum(op: str) -> Callable:
+    """float32, or int8 codes compared as they are (TFLite neither checks nor rescales their encodings)."""
     def rule(ctx: Context, ins, outs, o) -> None:
-        _float_only(ctx, ins, outs)
+        if ctx.integer(ins[0], outs[0]) and not ctx.integer(ins[1], outs[0]):
+            raise ctx.fail("mixes float and quantized operands")
         ctx.imp.add(op, ctx.name, [ctx.imp.value(t) for t in ins[:2]], [ctx.imp.result(outs[0])])
     return rule
 
@@ -673,9 +679,9 @@ MAPPINGS: dict[str, Mapping] = {
     "TRANSPOSE_CONV": Mapping(transpose_conv, "TransposeConvOptions"),
     "QUANTIZE": Mapping(quantize, "QuantizeOptions"),
     "DEQUANTIZE": Mapping(dequantize, "DequantizeOptions"),
-    "RELU": Mapping(_activation_op(lambda ctx, x, y: ctx.activate(x, y, (0.0, math.inf), 1))),
-    "RELU6": Mapping(_activation_op(lambda ctx, x, y: ctx.activate(x, y, (0.0, 6.0), 3))),
-    "RELU_N1_TO_1": Mapping(_activation_op(lambda ctx, x, y: ctx.activate(x, y, (-1.0, 1.0), 2))),
+    "RELU": Mapping(_activation_op(lambda ctx, x, y: ctx.activate(x, y, (0.0, math.inf), 1), quantized=True)),
+    "RELU6": Mapping(_activation_op(lambda ctx, x, y: ctx.activate(x, y, (0.0, 6.0), 3), quantized=True)),
+    "RELU_N1_TO_1": Mapping(_activation_op(lambda ctx, x, y: ctx.activate(x, y, (-1.0, 1.0), 2), quantized=True)),
     "TANH": Mapping(_activation_op(lambda ctx, x, y: ctx.activate(x, y, None, 4), quantized=True)),
     "LOGISTIC": Mapping(_activation_op(lambda ctx, x, y: ctx.imp.add("Sigmoid", ctx.name, [x], [y]), quantized=True)),
 }

@@ -128,6 +128,8 @@ def binary(ctx: LowerContext, node: Node, name: str) -> Kernel:
             return apply(acts, binop(op, v[0], v[1]))
         operands = (v[0], quant.x_scale, quant.x_zp, v[1], quant.b_scale, quant.b_zp, quant.y_scale, quant.y_zp,
                     quant.qmin, quant.qmax, quant.y_dtype)
+        if quant.rules == "tflite" and op in ("max", "min"):    # TFLite compares the codes themselves
+            return binop(op, v[0], v[1])
         if quant.rules == "tflite":     # TFLite's fixed-point Add, Sub and Mul
             return mul_tflite(*operands) if op == "mul" else add_tflite(*operands, subtract=op == "sub")
         # Quantized Add/Mul in float with onnxruntime's scale ratios (QLinearAdd/QLinearMul), then rounded.
@@ -189,7 +191,19 @@ def unary(ctx: LowerContext, node: Node, name: str) -> Kernel:
         clamp = max(lo, quant.qmin), min(hi, quant.qmax)
 
     lanes = ctx.target.lanes
-    if quant is not None and quant.rules == "tflite" and clamp is None:
+    if quant is not None and quant.rules == "tflite" and clamp is None and fn in ("relu", "clip"):
+        # TFLite's Relu family between encodings: rescaled by the multiplier of s_in / s_out (formed in
+        # float32), rounded twice, then clamped to the bounds' codes
+        m0, shift = (const(int(a[0]), "i32") for a in tflite_multiplier(
+            float(np.float32(quant.x_scale) / np.float32(quant.y_scale))))
+        lo, hi = clamp_for((("clip", (0.0, math.inf) if fn == "relu" else fn_params),), quant.y_scale, quant.y_zp,
+                           quant.y_dtype, quant.rules)
+        lo, hi = max(lo, quant.qmin), min(hi, quant.qmax)
+
+        def compute(v: list[Expr]) -> Expr:
+            y = multiply_twice_rounded(widen(v[0]) - quant.x_zp, m0, shift) + quant.y_zp
+            return Cast(minimum(maximum(y, lo), hi), int_dtype(quant.y_dtype))
+    elif quant is not None and quant.rules == "tflite" and clamp is None:
         codes = tflite_tables.table(fn, quant)
         if codes is None:
             raise InternalError(f"node '{node.name}': no TFLite form of quantized {fn}")
