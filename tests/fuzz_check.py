@@ -109,15 +109,20 @@ def check(model: onnx.ModelProto, inputs: dict[str, np.ndarray], target: str = "
         expected, _ = reference(model, inputs)
     except Exception as err:   # noqa: BLE001 - neither reference runs it: the graph is not valid
         return Outcome("invalid", first_line(err))
+    got = run_aot(model, inputs, target, timeout)
+    return got if isinstance(got, Outcome) else compare(model, inputs, got, expected)
+
+
+def run_aot(model, inputs: dict[str, np.ndarray], target: str, timeout: float) -> dict[str, np.ndarray] | Outcome:
+    """aot's outputs for a model (ONNX or TFLite), or the outcome that it crashed or refused it."""
     try:
-        got = aot.run(model, inputs={k: v.copy() for k, v in inputs.items()}, target=target, timeout=timeout)
+        return aot.run(model, inputs={k: v.copy() for k, v in inputs.items()}, target=target, timeout=timeout)
     except (InternalError, PlanError, RunError) as err:
         return Outcome("crash", f"{type(err).__name__}: {first_line(err)}")
     except AotError as err:
         return Outcome("refused", f"{type(err).__name__}: {first_line(err)}")
     except Exception as err:   # noqa: BLE001 - any other exception is a compiler crash
         return Outcome("crash", f"{type(err).__name__}: {first_line(err)}")
-    return compare(model, inputs, got, expected)
 
 
 def compare(model, inputs, got: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> Outcome:

@@ -15,11 +15,10 @@ from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
-from fuzz_check import Outcome
+from fuzz_check import Outcome, run_aot
 from tflite_models import Net, _window_out
 
-import aot
-from aot.errors import AotError, InternalError, PlanError, RunError, first_line
+from aot.errors import first_line
 
 
 @dataclass
@@ -182,14 +181,9 @@ def check(case: Case, target: str = "host", timeout: float = 120.0, work: str | 
             expected = litert_outputs(load(path).file, case.inputs)
         except Exception as err:   # noqa: BLE001 - LiteRT refuses the graph: it is not valid
             return Outcome("invalid", first_line(err))
-        try:
-            got = aot.run(path, inputs=case.inputs, target=target, timeout=timeout)
-        except (InternalError, PlanError, RunError) as err:
-            return Outcome("crash", f"{type(err).__name__}: {first_line(err)}")
-        except AotError as err:
-            return Outcome("refused", f"{type(err).__name__}: {first_line(err)}")
-        except Exception as err:   # noqa: BLE001 - any other exception is a compiler crash
-            return Outcome("crash", f"{type(err).__name__}: {first_line(err)}")
+        got = run_aot(path, case.inputs, target, timeout)
+        if isinstance(got, Outcome):
+            return got
     for name, ref in expected.items():
         out = got[name]
         if out.shape != ref.shape or out.dtype != ref.dtype:

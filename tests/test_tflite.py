@@ -515,12 +515,7 @@ def test_an_unsupported_builtin_is_refused_with_its_index(tmp_path):
 
 
 def test_a_float16_tensor_is_refused(tmp_path):
-    b = ModelBuilder()
-    x = b.input("x", (1, 4), "float16")
-    y = b.tensor("y", (1, 4), "float16")
-    b.op("RELU", [x], [y])
-    b.output(y)
-    _refused(b.build(), tmp_path, "float16")
+    _refused(one_op("RELU", (1, 4), (1, 4), "float16"), tmp_path, "float16")
 
 
 # --- differential fuzzing: random TFLite graphs against LiteRT (the long run: benchmarks/fuzz_compiler.py) ---
