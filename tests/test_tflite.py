@@ -362,6 +362,19 @@ def test_int8_relu_operators_match_litert_for_every_code(op, encodings, tmp_path
     assert np.array_equal(result.outputs["y"], result.reference["y"])
 
 
+@pytest.mark.parametrize("alpha", [0.1, 0.0, 1.5, -0.3])
+def test_int8_leaky_relu_matches_litert_for_every_code(alpha, tmp_path):
+    b = ModelBuilder()
+    x = b.input("x", (1, 256), "int8", scale=0.047, zero_point=-11)
+    y = b.tensor("y", (1, 256), "int8", scale=0.031, zero_point=6)
+    b.op("LEAKY_RELU", [x], [y], alpha=alpha)
+    b.output(y)
+    path = tmp_path / "leaky.tflite"
+    path.write_bytes(b.build())
+    result = aot.check(str(path), inputs={"x": np.arange(-128, 128, dtype=np.int8).reshape(1, 256)})
+    assert np.array_equal(result.outputs["y"], result.reference["y"])
+
+
 @pytest.mark.parametrize("op", ["MAXIMUM", "MINIMUM"])
 def test_int8_maximum_minimum_compare_the_codes(op, tmp_path):
     b = ModelBuilder()

@@ -543,7 +543,8 @@ def maximum_minimum(op: str) -> Callable:
 
 
 def leaky_relu(ctx: Context, ins, outs, o) -> None:
-    _float_only(ctx, ins, outs)
+    if not (ctx.integer(ins[0], outs[0]) and ins[0].dtype == outs[0].dtype == "int8"):
+        _float_only(ctx, ins, outs)
     ctx.imp.add("LeakyRelu", ctx.name, [ctx.imp.value(ins[0])], [ctx.imp.result(outs[0])],
                 alpha=float(np.float32(o.Alpha())) if o is not None else 0.2)
 

@@ -203,6 +203,8 @@ def unary(ctx: LowerContext, node: Node, name: str) -> Kernel:
         def compute(v: list[Expr]) -> Expr:
             y = multiply_twice_rounded(widen(v[0]) - quant.x_zp, m0, shift) + quant.y_zp
             return Cast(minimum(maximum(y, lo), hi), int_dtype(quant.y_dtype))
+    elif quant is not None and quant.rules == "tflite" and fn == "leaky_relu":
+        compute = partial(_leaky_relu_tflite, quant, float(fn_params[0]))
     elif quant is not None and quant.rules == "tflite" and clamp is None:
         codes = tflite_tables.table(fn, quant)
         if codes is None:
@@ -218,6 +220,23 @@ def unary(ctx: LowerContext, node: Node, name: str) -> Kernel:
     elementwise_loops(b, lanes, shape, [(ins[0], ctx.graph.shape(node.inputs[0]) if perm else shape)],
                       outs[0], compute, perm)
     return Kernel(name, params, b.block())
+
+
+def _leaky_relu_tflite(quant, alpha: float, v: list[Expr]) -> Expr:
+    """TFLite's int8 LeakyRelu: q - z_in times the multiplier of s_in / s_out where it is not negative, of
+    s_in * alpha / s_out where it is (both formed in float32; a negative alpha's by its magnitude, the
+    result negated), each rounded twice."""
+    f32 = np.float32
+    scaled = float(f32(f32(quant.x_scale) * f32(alpha)) / f32(quant.y_scale))
+    (m_id, s_id), (m_neg, s_neg) = ((int(a[0]) for a in tflite_multiplier(real))
+                                    for real in (float(f32(quant.x_scale) / f32(quant.y_scale)), abs(scaled)))
+    x = widen(v[0]) - quant.x_zp
+    positive = multiply_twice_rounded(x, const(m_id, "i32", x.lanes), const(s_id, "i32", x.lanes))
+    negative = multiply_twice_rounded(x, const(m_neg, "i32", x.lanes), const(s_neg, "i32", x.lanes))
+    if scaled < 0:
+        negative = const(0, "i32", x.lanes) - negative
+    y = select(binop("ge", x, const(0, "i32", x.lanes)), positive, negative) + quant.y_zp
+    return Cast(minimum(maximum(y, quant.qmin), quant.qmax), int_dtype(quant.y_dtype))
 
 
 def _unary_value(acts, quant, clamp, fn, fn_params, v: list[Expr]) -> Expr:
