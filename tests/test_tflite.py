@@ -19,12 +19,13 @@ pytest.importorskip("ai_edge_litert")
 
 
 def feeds_for(path, seed: int = 0) -> dict[str, np.ndarray]:
-    """Inputs over the whole int8 range (random normal values would use a few codes only)."""
+    """Inputs over the whole int8 or int16 range (random normal values would use a few codes only)."""
     from aot.frontend.model import load
 
     rng = np.random.default_rng(seed)
-    return {name: rng.integers(-128, 128, shape).astype(dtype) if dtype == "int8"
-            else rng.standard_normal(shape).astype(dtype) for name, shape, dtype in load(path).file.inputs}
+    return {name: rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max + 1, shape).astype(dtype)
+            if dtype in ("int8", "int16") else rng.standard_normal(shape).astype(dtype)
+            for name, shape, dtype in load(path).file.inputs}
 
 
 def check(data: bytes, tmp_path, target: str = "host", seeds=(0, 1)) -> float:
@@ -391,10 +392,8 @@ def test_int8_maximum_minimum_compare_the_codes(op, tmp_path):
     assert np.array_equal(result.outputs["y"], result.reference["y"])
 
 
-@pytest.mark.parametrize("op", ["CONV_2D", "DEPTHWISE_CONV_2D"])
-def test_16x8_convolutions_match_litert(op, tmp_path):
-    """int16 activations (zero point 0), int8 weights per channel, an int64 bias: summed in int64 and
-    requantized from it, as TFLite's 16x8 kernels do."""
+def _16x8_conv(op: str) -> bytes:
+    """int16 activations (zero point 0), int8 weights per channel, an int64 bias."""
     rng = np.random.default_rng(3)
     b = ModelBuilder()
     x = b.input("x", (1, 11, 10, 6), "int16", scale=0.0007, zero_point=0)
@@ -411,10 +410,16 @@ def test_16x8_convolutions_match_litert(op, tmp_path):
         options["depth_multiplier"] = 2
     b.op(op, [x, w, bias], [y], **options)
     b.output(y)
+    return b.build()
+
+
+@pytest.mark.parametrize("op", ["CONV_2D", "DEPTHWISE_CONV_2D"])
+def test_16x8_convolutions_match_litert(op, tmp_path):
+    """Summed in int64 and requantized from it, as TFLite's 16x8 kernels do (feeds_for: the whole int16
+    range)."""
     path = tmp_path / "16x8.tflite"
-    path.write_bytes(b.build())
-    inputs = {"x": rng.integers(-2**15, 2**15, (1, 11, 10, 6)).astype(np.int16)}
-    result = aot.check(str(path), inputs=inputs)
+    path.write_bytes(_16x8_conv(op))
+    result = aot.check(str(path), inputs=feeds_for(path))
     assert result.outputs["y"].dtype == np.int16
     assert np.array_equal(result.outputs["y"], result.reference["y"])
 
@@ -474,6 +479,24 @@ def test_int8_interface_keeps_the_models_dtypes_and_encodings(tmp_path):
 def test_int8_networks_are_bit_exact_on_other_targets(target, tmp_path):
     assert check(tflite_models.ds_cnn(True), tmp_path, target, seeds=(0,)) == 0
     assert check(tflite_models.resnet_block(True), tmp_path, target, seeds=(0,)) == 0
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("target", ["cortex-m55", "cortex-m0plus"])
+def test_softmax_mean_and_16x8_are_bit_exact_on_other_targets(target, tmp_path):
+    b = ModelBuilder()
+    x = b.input("x", (9, 40), "int8", scale=0.05, zero_point=5)
+    y = b.tensor("y", (9, 40), "int8", scale=1 / 256, zero_point=-128)
+    b.op("SOFTMAX", [x], [y], beta=1.0)
+    b.output(y)
+    assert check(b.build(), tmp_path, target, seeds=(0,)) == 0
+    mean = ModelBuilder()
+    x = mean.input("x", (1, 5, 4, 6), "int8", scale=0.07, zero_point=-20)
+    y = mean.tensor("y", (1, 1, 1, 6), "int8", scale=0.013, zero_point=5)
+    mean.op("MEAN", [x, mean.constant("axes", np.array([1, 2], np.int32))], [y], keep_dims=True)
+    mean.output(y)
+    assert check(mean.build(), tmp_path, target, seeds=(0,)) == 0
+    assert check(_16x8_conv("DEPTHWISE_CONV_2D"), tmp_path, target, seeds=(0,)) == 0
 
 
 # --- files aot refuses --------------------------------------------------------------------------------------
