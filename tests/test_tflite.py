@@ -596,3 +596,12 @@ def test_commands_for_onnx_models_only_say_so(tmp_path):
                         (("run", str(path), "--reference", "onnx"), "reference 'onnx' does not run a TFLite model")):
         run = _aot(*args)
         assert run.returncode == 1 and words in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
+
+
+@pytest.mark.parametrize("target, instruction", [("cortex-m55", "vqrdmulh.s32"), ("aarch64", "sqrdmulh"),
+                                                 ("armv7-neon", "vqrdmulh.s32")])
+def test_the_rounding_doubling_multiply_is_one_instruction_where_the_target_has_it(target, instruction, tmp_path):
+    path = tmp_path / "kws.tflite"
+    path.write_bytes(tflite_models.ds_cnn(True))
+    artifact = aot.build(str(path), target=target, out_dir=tmp_path / "b", emit="asm")
+    assert instruction in (artifact.dir / f"{artifact.name}.s").read_text()

@@ -656,6 +656,8 @@ class _FunctionEmitter:
             return self.sqrt(e)
         if isinstance(e, k.RoundInt):
             return self.round_int(e)
+        if isinstance(e, k.DoublingHigh):
+            return self.doubling_high(e)
         if isinstance(e, k.Bin):
             return self.binary(e.op, e.a.dtype, self.expr(e.a), self.expr(e.b))
         if isinstance(e, k.Fma):
@@ -720,6 +722,24 @@ class _FunctionEmitter:
             return self.expr(e.portable)
         fn = self.mb.declare("llvm.arm.vcvtr.f32", ir.FunctionType(_F32, [_F32]))
         return self.b.bitcast(self.b.call(fn, [self.expr(e.value)]), _I32)
+
+    def doubling_high(self, e: k.DoublingHigh) -> ir.Value:
+        """SQRDMULH (AArch64 NEON), VQRDMULH (32-bit NEON, Helium) on vectors of 4 int32 lanes (wider ones
+        4 at a time): the saturating rounding doubling high multiply itself; else the portable form."""
+        triple, simd = self.mb.tm.triple, self.mb.target.int_simd.name
+        name = ("llvm.aarch64.neon.sqrdmulh.v4i32" if triple.startswith("aarch64")
+                else "llvm.arm.neon.vqrdmulh.v4i32" if triple.startswith("armv7") and simd.startswith("neon")
+                else "llvm.arm.mve.vqrdmulh.v4i32" if simd == "mve" else None)
+        if name is None or e.lanes % 4:
+            return self.expr(e.portable)
+        vt = self.mb.type_of("i32", 4)
+        fn = self.mb.declare(name, ir.FunctionType(vt, [vt, vt]))
+        a, b = self.expr(e.a), self.expr(e.b)
+
+        def part(value: ir.Value, at: int) -> ir.Value:
+            return value if e.lanes == 4 else self.b.shuffle_vector(value, value, ir.Constant(
+                ir.VectorType(_I32, 4), list(range(at, at + 4))))
+        return self.concat([self.b.call(fn, [part(a, at), part(b, at)]) for at in range(0, e.lanes, 4)])
 
     def dot(self, e: k.Dot) -> ir.Value:
         """Group-of-G 8-bit dot products into i32 lanes: one instruction where the target's integer-SIMD

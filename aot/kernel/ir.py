@@ -239,6 +239,24 @@ class RoundInt(Expr):
 
 
 @dataclass(frozen=True, eq=False)
+class DoublingHigh(Expr):
+    """gemmlowp's saturating rounding doubling high multiply of int32 lanes, floor((a * b + 2**30) / 2**31) but
+    INT32_MAX for -2**31 * -2**31: one instruction where the target has it (NEON SQRDMULH / VQRDMULH, Helium
+    VQRDMULH, on vectors); elsewhere `portable` (the same in int64, for operands that are never both -2**31)."""
+    a: Expr
+    b: Expr
+    portable: Expr
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return "i32"
+
+    @property
+    def lanes(self) -> int:  # type: ignore[override]
+        return self.a.lanes
+
+
+@dataclass(frozen=True, eq=False)
 class Reduce(Expr):
     """Horizontal reduction of a vector to a scalar: op is "add" or "max"."""
     op: str
@@ -716,6 +734,8 @@ def dump(kernel: Kernel) -> str:
             return f"sqrt({ex(e.value)})"
         if isinstance(e, RoundInt):
             return f"round_int({ex(e.value)})"
+        if isinstance(e, DoublingHigh):
+            return f"doubling_high({ex(e.a)}, {ex(e.b)})"
         if isinstance(e, Reinterpret):
             return f"reinterpret<{e.dtype}x{e.lanes}>({ex(e.value)})"
         if isinstance(e, Dot):

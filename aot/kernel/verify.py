@@ -188,6 +188,9 @@ class _Verifier:
         elif isinstance(e, k.Lanes):
             if any((v.dtype, v.lanes) != (e.dtype, e.values[0].lanes) for v in e.values):
                 raise self.fail("lanes of a vector differ in type or width")
+        elif isinstance(e, k.DoublingHigh):
+            if any((v.dtype, v.lanes) != ("i32", e.a.lanes) for v in (e.a, e.b, e.portable)):
+                raise self.fail("doubling_high of operands that are not i32 of one width, or its portable form")
         elif isinstance(e, k.RoundInt):
             if e.value.dtype != "f32" or (e.portable.dtype, e.portable.lanes) != ("i32", e.value.lanes):
                 raise self.fail("round_int of a non-float, or its portable form is not i32 of as many lanes")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from aot.graph.quant import tflite_multiplier
-from aot.kernel.ir import Cast, Expr, RoundInt, binop, const, maximum, minimum, select
+from aot.kernel.ir import Broadcast, Cast, DoublingHigh, Expr, RoundInt, binop, const, maximum, minimum, select
 from aot.ops.epilogue import apply
 
 _MAGIC = 12582912.0      # 1.5 * 2**23: x + magic - magic rounds |x| < 2**22 to an integer, ties to even
@@ -85,15 +85,15 @@ def add_quantized(a: Expr, a_scale: float, a_zp: int, b: Expr, b_scale: float, b
 
 
 def rounding_doubling_high(x: Expr, m0: Expr) -> Expr:
-    """gemmlowp's saturating rounding doubling high multiply of int32 x by a multiplier m0 in (0, 2**31):
-    round(x * m0 / 2**31), ties away from zero (the nudge, then a division truncating toward zero)."""
+    """gemmlowp's saturating rounding doubling high multiply of int32 x by an int32 multiplier m0 (never both
+    -2**31, its one saturating case): its nudge of 2**30 (1 - 2**30 for a negative product) then division
+    truncating toward zero is floor((x * m0 + 2**30) / 2**31), round(x * m0 / 2**31) with ties up."""
     lanes = x.lanes
+    if m0.lanes != lanes:
+        m0 = Broadcast(m0, lanes)
     product = Cast(x, "i64") * Cast(m0, "i64")
-    nudge = select(binop("ge", product, const(0, "i64", lanes)), const(1 << 30, "i64", lanes),
-                   const(1 - (1 << 30), "i64", lanes))
-    total = product + nudge
-    toward_zero = binop("and", binop("shr", total, const(63, "i64", lanes)), const((1 << 31) - 1, "i64", lanes))
-    return Cast(binop("shr", total + toward_zero, const(31, "i64", lanes)), "i32")
+    return DoublingHigh(x, m0, Cast(binop("shr", product + const(1 << 30, "i64", lanes), const(31, "i64", lanes)),
+                                    "i32"))
 
 
 def rounding_shift(x: Expr, exponent: Expr) -> Expr:
