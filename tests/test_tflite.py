@@ -413,6 +413,32 @@ def _16x8_conv(op: str) -> bytes:
     return b.build()
 
 
+def test_a_16x8_convolution_with_a_residual_add_matches_litert(tmp_path):
+    """The int16 ADD after a 16x8 convolution runs in the convolution's epilogue: after the int64
+    requantization, as the ADD kernel would have computed it."""
+    rng = np.random.default_rng(5)
+    b = ModelBuilder()
+    x = b.input("x", (1, 6, 5, 8), "int16", scale=0.0007, zero_point=0)
+    other = b.input("other", (1, 6, 5, 8), "int16", scale=0.0011, zero_point=0)
+    scales = rng.uniform(0.002, 0.02, 8).astype(np.float32)
+    w = b.constant("w", rng.integers(-127, 128, (8, 3, 3, 8)).astype(np.int8), scale=scales,
+                   zero_point=np.zeros(8, np.int64))
+    bias = b.constant("b", rng.integers(-2**20, 2**20, 8).astype(np.int64), scale=scales * np.float32(0.0007),
+                      zero_point=np.zeros(8, np.int64))
+    conv = b.tensor("conv", (1, 6, 5, 8), "int16", scale=0.0031, zero_point=0)
+    y = b.tensor("y", (1, 6, 5, 8), "int16", scale=0.0042, zero_point=0)
+    b.op("CONV_2D", [x, w, bias], [conv], padding="SAME", stride_w=1, stride_h=1)
+    b.op("ADD", [conv, other], [y], fused_activation_function="NONE")
+    b.output(y)
+    path = tmp_path / "residual16.tflite"
+    path.write_bytes(b.build())
+    artifact = aot.build(str(path), out_dir=tmp_path / "b")
+    ops = [n.op for n in artifact.program.graph.nodes]
+    assert ops.count("Conv") == 1 and "Add" not in ops        # the Add is the convolution's epilogue
+    result = aot.check(str(path), inputs=feeds_for(path))
+    assert np.array_equal(result.outputs["y"], result.reference["y"])
+
+
 @pytest.mark.parametrize("op", ["CONV_2D", "DEPTHWISE_CONV_2D"])
 def test_16x8_convolutions_match_litert(op, tmp_path):
     """Summed in int64 and requantized from it, as TFLite's 16x8 kernels do (feeds_for: the whole int16

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from aot.errors import ModelError, OptionError, UnsupportedOpError
+from aot.errors import ModelError, OptionError, UnsupportedOpError, first_line
 from aot.frontend import tflite_ops
 from aot.graph.ir import Graph, Node, Value
 from aot.graph.quant import QuantParams
@@ -105,8 +105,8 @@ def _parse(data: bytes, label: str):
     except ModelError:
         raise
     except Exception as err:        # noqa: BLE001 - the flatbuffer reader's IndexError, struct.error, ...
-        raise ModelError(f"{label}: not a valid TFLite file (the flatbuffer is truncated or corrupt: "
-                         f"{type(err).__name__})") from None
+        raise ModelError(f"{label}: not a valid TFLite file (the flatbuffer is truncated or corrupt: reading "
+                         f"it failed with {type(err).__name__} {first_line(err)})") from None
     return model
 
 

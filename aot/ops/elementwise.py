@@ -26,12 +26,12 @@ from aot.ops.quantized import (
     add_quantized,
     add_tflite,
     dequantize,
-    int_dtype,
     mul_tflite,
     multiply_twice_rounded,
     quantize,
     quantize_half_away,
     quantized_function,
+    saturate,
     widen,
 )
 from aot.ops.rewrite import const_input, fused_acts, refuse, unary_rule, view
@@ -160,8 +160,8 @@ def quantize_linear(ctx: LowerContext, node: Node, name: str) -> Kernel:
         fn = lambda v: quantize(v[0] / scale, zp, lo, hi, out_dtype)
     elif node.op == "Requantize" and tflite:    # TFLite's fixed-point multiplier, rounded twice
         m0, shift = (const(int(a[0]), "i32") for a in tflite_multiplier(node.attrs["from_scale"] / scale))
-        fn = lambda v: Cast(minimum(maximum(multiply_twice_rounded(widen(v[0]) - node.attrs["from_zero_point"],
-                                                                    m0, shift) + zp, lo), hi), int_dtype(out_dtype))
+        fn = lambda v: saturate(multiply_twice_rounded(widen(v[0]) - node.attrs["from_zero_point"], m0, shift) + zp,
+                                lo, hi, out_dtype)
     elif node.op == "Requantize":
         fn = lambda v: quantize(dequantize(v[0], node.attrs["from_zero_point"], node.attrs["from_scale"]) / scale,
                                 zp, lo, hi, out_dtype)
@@ -202,7 +202,7 @@ def unary(ctx: LowerContext, node: Node, name: str) -> Kernel:
 
         def compute(v: list[Expr]) -> Expr:
             y = multiply_twice_rounded(widen(v[0]) - quant.x_zp, m0, shift) + quant.y_zp
-            return Cast(minimum(maximum(y, lo), hi), int_dtype(quant.y_dtype))
+            return saturate(y, lo, hi, quant.y_dtype)
     elif quant is not None and quant.rules == "tflite" and fn == "leaky_relu":
         compute = partial(_leaky_relu_tflite, quant, float(fn_params[0]))
     elif quant is not None and quant.rules == "tflite" and clamp is None:
@@ -236,7 +236,7 @@ def _leaky_relu_tflite(quant, alpha: float, v: list[Expr]) -> Expr:
     if scaled < 0:
         negative = const(0, "i32", x.lanes) - negative
     y = select(binop("ge", x, const(0, "i32", x.lanes)), positive, negative) + quant.y_zp
-    return Cast(minimum(maximum(y, quant.qmin), quant.qmax), int_dtype(quant.y_dtype))
+    return saturate(y, quant.qmin, quant.qmax, quant.y_dtype)
 
 
 def _unary_value(acts, quant, clamp, fn, fn_params, v: list[Expr]) -> Expr:

@@ -15,9 +15,9 @@ import numpy as np
 from aot.graph.ir import Node, Rewriter
 from aot.graph.node_quant import node_quant
 from aot.graph.quant import RANGES, tflite_multiplier
-from aot.kernel.ir import Builder, Cast, Kernel, const, maximum, minimum
+from aot.kernel.ir import Builder, Kernel, const
 from aot.ops import LowerContext
-from aot.ops.quantized import int_dtype, multiply_twice_rounded, widen
+from aot.ops.quantized import multiply_twice_rounded, saturate, widen
 from aot.registry import ALL_DTYPES, AxisAttr, Layout, define
 
 
@@ -52,7 +52,7 @@ def lower(ctx: LowerContext, node: Node, name: str) -> Kernel:
             b.assign(total, total + widen(x[at]))
         value = multiply_twice_rounded(total - quant.x_zp * count, const(m0, "i32"), const(shift, "i32")) + quant.y_zp
         where = sum((index[i] * out_strides[i] for i in kept), const(0))
-        b.store(y, where, Cast(minimum(maximum(value, lo), hi), int_dtype(quant.y_dtype)))
+        b.store(y, where, saturate(value, lo, hi, quant.y_dtype))
     return Kernel(name, params, b.block())
 
 

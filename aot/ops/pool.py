@@ -14,7 +14,7 @@ from aot.ops import LowerContext
 from aot.ops.conv.blocks import channel_blocks
 from aot.ops.conv.geometry import Geometry
 from aot.ops.conv.tiling import Order, spatial_loops
-from aot.ops.quantized import int_dtype, quantize, widen
+from aot.ops.quantized import int_dtype, quantize, saturate, widen
 from aot.ops.rewrite import crop, fused_acts, lift_1d, refuse, spatial_attrs, view
 from aot.registry import Layout, QuantForm, define
 
@@ -107,7 +107,7 @@ class _Values:
             half = binop("div", count, 2)
             sign = binop("shr", acc, 31)                    # -1 for a negative sum, else 0
             average = binop("div", acc + (binop("xor", half, sign) - sign), count)
-            return Cast(minimum(maximum(average, q.qmin), q.qmax), int_dtype(q.y_dtype))
+            return saturate(average, q.qmin, q.qmax, q.y_dtype)
         real_over_scale = Cast(acc, "f32") * inv * (q.x_scale / q.y_scale)
         return quantize(real_over_scale, q.y_zp, q.qmin, q.qmax, q.y_dtype)
 

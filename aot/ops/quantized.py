@@ -17,6 +17,11 @@ _MAGIC = 12582912.0      # 1.5 * 2**23: x + magic - magic rounds |x| < 2**22 to 
 _INT = {"int8": "i8", "uint8": "u8", "int16": "i16", "int32": "i32"}
 
 
+def saturate(q: Expr, qmin: int, qmax: int, dtype: str) -> Expr:
+    """An int32 value clamped to [qmin, qmax] and narrowed to `dtype` ("int8", "int16", ...)."""
+    return Cast(minimum(maximum(q, qmin), qmax), _INT[dtype])
+
+
 def round_even(x: Expr) -> Expr:
     """Round float x to the nearest integer (ties to even), as a float; |x| is clamped below 2**22."""
     x = minimum(maximum(x, -4194304.0), 4194304.0)
@@ -35,7 +40,7 @@ def quantize(real_over_scale: Expr, zero_point: int, qmin: int, qmax: int, dtype
     q = RoundInt(real_over_scale, Cast(round_even(real_over_scale), "i32")) + zero_point
     if halving and q.lanes > 1 and dtype in ("int8", "uint8"):
         q = Cast(minimum(maximum(q, -(2**15)), 2**15 - 1), "i16")
-    return Cast(minimum(maximum(q, qmin), qmax), _INT[dtype])
+    return saturate(q, qmin, qmax, dtype)
 
 
 def quantize_half_away(real_over_scale: Expr, zero_point: int, qmin: int, qmax: int, dtype: str) -> Expr:
@@ -46,7 +51,7 @@ def quantize_half_away(real_over_scale: Expr, zero_point: int, qmin: int, qmax: 
     cut = v - Cast(whole, "f32")            # exact: |v| < 2**22
     one, zero = const(1, "i32", v.lanes), const(0, "i32", v.lanes)
     q = whole + select(binop("ge", cut, 0.5), one, zero) - select(binop("le", cut, -0.5), one, zero) + zero_point
-    return Cast(minimum(maximum(q, qmin), qmax), _INT[dtype])
+    return saturate(q, qmin, qmax, dtype)
 
 
 def narrows_by_halves(target) -> bool:
@@ -165,8 +170,7 @@ def add_tflite(a: Expr, a_scale: float, a_zp: int, b: Expr, b_scale: float, b_zp
 
     second = scaled(shifted_b, b_m0, b_shift)
     total = scaled(shifted_a, a_m0, a_shift) + (const(0, "i32", second.lanes) - second if subtract else second)
-    y = scaled(total, y_m0, y_shift) + y_zp
-    return Cast(minimum(maximum(y, qmin), qmax), _INT[y_dtype])
+    return saturate(scaled(total, y_m0, y_shift) + y_zp, qmin, qmax, y_dtype)
 
 
 def mul_tflite(a: Expr, a_scale: float, a_zp: int, b: Expr, b_scale: float, b_zp: int,
@@ -178,7 +182,7 @@ def mul_tflite(a: Expr, a_scale: float, a_zp: int, b: Expr, b_scale: float, b_zp
     m0, shift = (int(v[0]) for v in tflite_multiplier(real))
     product = (widen(a) - a_zp) * (widen(b) - b_zp)
     y = multiply_twice_rounded(product, const(m0, "i32", product.lanes), const(shift, "i32", product.lanes)) + y_zp
-    return Cast(minimum(maximum(y, qmin), qmax), _INT[y_dtype])
+    return saturate(y, qmin, qmax, y_dtype)
 
 
 def requantize_fixed(acc: Expr, m0: Expr, shift: Expr, zero_point: int, qmin: int, qmax: int, dtype: str) -> Expr:
@@ -187,7 +191,7 @@ def requantize_fixed(acc: Expr, m0: Expr, shift: Expr, zero_point: int, qmin: in
     shift64 = Cast(shift, "i64")
     half = binop("shl", const(1, "i64", acc.lanes), shift64 - 1)
     scaled = binop("shr", wide + half, shift64) + zero_point
-    return Cast(minimum(maximum(scaled, qmin), qmax), _INT[dtype])
+    return saturate(scaled, qmin, qmax, dtype)
 
 
 def int_dtype(dtype: str) -> str:

@@ -18,7 +18,7 @@ import numpy as np
 from aot.errors import UnsupportedOpError
 from aot.graph.quant import tflite_multiplier
 from aot.kernel.ir import Builder, Cast, Expr, Kernel, binop, const, maximum, minimum, select
-from aot.ops.quantized import rounding_doubling_high, rounding_shift, widen
+from aot.ops.quantized import rounding_doubling_high, rounding_shift, saturate, widen
 
 INT32_MAX = 2**31 - 1
 SCALED_DIFF_INTEGER_BITS = 5
@@ -146,5 +146,5 @@ def lower(ctx, node, name: str, quant, rows: int, n: int) -> Kernel:
         with b.loop("k", 0, n) as k:
             e = exp_table[Cast(top - widen(x[base + k]), "idx")]
             value = rounding_shift(rounding_doubling_high(recip, e), shift) - 128
-            b.store(y, base + k, Cast(minimum(maximum(value, -128), 127), "i8"))
+            b.store(y, base + k, saturate(value, -128, 127, "int8"))
     return Kernel(name, params, b.block())

@@ -36,7 +36,6 @@ from aot.ops.epilogue import apply
 from aot.ops.quantized import (
     add_quantized,
     add_tflite,
-    int_dtype,
     multiply_real,
     multiply_reduced,
     multiply_twice_rounded,
@@ -44,6 +43,7 @@ from aot.ops.quantized import (
     quantize,
     quantized_function,
     requantize_fixed,
+    saturate,
     widen,
 )
 from aot.registry import op_def, operand
@@ -149,7 +149,7 @@ class IntArith:
         gain = 1.0 if quant.rules == "tflite" else 2.0 ** self.narrowing
         if self.fixed and quant.rounding == "real":
             high, low, shift = real_multiplier(quant.x_scale * quant.w_scale * gain / quant.y_scale)
-            self.m0, self.low = ctx.const(high.astype(np.int32), "m"), ctx.const(low, "ml")
+            self.high, self.low = ctx.const(high.astype(np.int32), "mh"), ctx.const(low, "ml")
             self.shift = ctx.const(shift.astype(np.int32), "s")
         elif self.fixed:
             convert = tflite_multiplier if quant.rules == "tflite" else fixed_point
@@ -206,30 +206,35 @@ class IntArith:
         return acc + a * w
 
     def result(self, acc: Expr, ch: Expr, idx: Expr, lanes: int) -> Expr:
+        """The output: the requantized sum, then the fused residual Add and activation."""
+        y = self.requantize(acc, ch, lanes)
         q = self.q
-        if self.fixed and q.rounding == "real":
-            y = multiply_real(acc, self.m0.vec(ch, lanes), self.low.vec(ch, lanes), self.shift.vec(ch, lanes)) + q.y_zp
-            y = Cast(minimum(maximum(y, q.qmin), q.qmax), int_dtype(q.y_dtype))
-        elif self.fixed and q.rounding == "double":
-            y = multiply_twice_rounded(acc, self.m0.vec(ch, lanes), self.shift.vec(ch, lanes)) + q.y_zp
-            y = Cast(minimum(maximum(y, q.qmin), q.qmax), int_dtype(q.y_dtype))
-        elif self.fixed:
-            y = requantize_fixed(acc, self.m0.vec(ch, lanes), self.shift.vec(ch, lanes), q.y_zp, q.qmin, q.qmax,
-                                 q.y_dtype)
-        else:
-            value = Cast(acc, "f32") * self.scale.vec(ch, lanes)
-            if self.float_bias is not None:
-                value = value + self.float_bias.vec(ch, lanes)
-            y = quantize(value, q.y_zp, q.qmin, q.qmax, q.y_dtype, self.halving)
         if self.residual is not None:
             s = q.residual      # the fused Add, on this result as the Add kernel would have read it
             add = add_tflite if q.rules == "tflite" else add_quantized
             y = add(y, q.y_scale, q.y_zp, self.residual.vec(idx, lanes), s.r_scale, s.r_zp,
-                              s.y_scale, s.y_zp, s.qmin, s.qmax, s.y_dtype)
+                    s.y_scale, s.y_zp, s.qmin, s.qmax, s.y_dtype)
         f = q.function          # the fused activation, as its own kernel (elementwise.unary) computes it
         if f is not None:
             y = quantized_function(y, f.fn, f.params, f.x_scale, f.x_zp, f.y_scale, f.y_zp, f.qmin, f.qmax, f.y_dtype)
         return y
+
+    def requantize(self, acc: Expr, ch: Expr, lanes: int) -> Expr:
+        """The int32 sum in the output's encoding, saturated to its range."""
+        q = self.q
+        if self.fixed and q.rounding == "real":
+            y = multiply_real(acc, self.high.vec(ch, lanes), self.low.vec(ch, lanes), self.shift.vec(ch, lanes))
+            return saturate(y + q.y_zp, q.qmin, q.qmax, q.y_dtype)
+        if self.fixed and q.rounding == "double":
+            y = multiply_twice_rounded(acc, self.m0.vec(ch, lanes), self.shift.vec(ch, lanes))
+            return saturate(y + q.y_zp, q.qmin, q.qmax, q.y_dtype)
+        if self.fixed:
+            return requantize_fixed(acc, self.m0.vec(ch, lanes), self.shift.vec(ch, lanes), q.y_zp, q.qmin, q.qmax,
+                                    q.y_dtype)
+        value = Cast(acc, "f32") * self.scale.vec(ch, lanes)
+        if self.float_bias is not None:
+            value = value + self.float_bias.vec(ch, lanes)
+        return quantize(value, q.y_zp, q.qmin, q.qmax, q.y_dtype, self.halving)
 
 
 class LongArith(IntArith):
@@ -259,14 +264,14 @@ class LongArith(IntArith):
     def mac(self, acc: Expr, a: Expr, w: Expr) -> Expr:
         return acc + a * w
 
-    def result(self, acc: Expr, ch: Expr, idx: Expr, lanes: int) -> Expr:
+    def requantize(self, acc: Expr, ch: Expr, lanes: int) -> Expr:
         q = self.q
         if q.rules == "tflite":     # TFLite's 16x8 kernels requantize the int64 sum itself
-            y = multiply_reduced(acc, self.m0.vec(ch, lanes), self.shift.vec(ch, lanes)) + q.y_zp
-            return Cast(minimum(maximum(y, q.qmin), q.qmax), int_dtype(q.y_dtype))
+            y = multiply_reduced(acc, self.m0.vec(ch, lanes), self.shift.vec(ch, lanes))
+            return saturate(y + q.y_zp, q.qmin, q.qmax, q.y_dtype)
         half = const(1 << (self.narrowing - 1), "i64", lanes)
         narrowed = Cast(binop("shr", acc + half, const(self.narrowing, "i64", lanes)), "i32")
-        return super().result(narrowed, ch, idx, lanes)
+        return super().requantize(narrowed, ch, lanes)
 
 
 def accumulator_shift(weight: np.ndarray, quant: Quant, bias: np.ndarray | None) -> int:
