@@ -4,9 +4,9 @@
 `generate(seed, index)` always builds the same graph for the same pair. A graph starts from one NHWC input
 and appends operators to tensors already in it: convolutions and depthwise convolutions of random geometry
 (strides, dilations, SAME or VALID padding, fused activations, per-channel or per-tensor weights), pools,
-residual ADDs, SUBs and MULs, LOGISTIC and TANH, PAD, TRANSPOSE and CONCATENATION of tensors of one
-encoding, and it may end in a dense layer and a SOFTMAX. Two graphs in three are int8, compared bit for bit;
-the others float32, within the ONNX tolerance (1e-4 of the output's scale).
+residual ADDs, SUBs and MULs, LOGISTIC, TANH, HARD_SWISH, LEAKY_RELU and PRELU, PAD, TRANSPOSE and
+CONCATENATION of tensors of one encoding, and it may end in a dense layer and a SOFTMAX. Two graphs in three
+are int8, compared bit for bit; the others float32, within the ONNX tolerance (1e-4 of the output's scale).
 """
 
 from __future__ import annotations
@@ -94,12 +94,27 @@ def _add(g: _Graph) -> None:
 
 def _activation(g: _Graph) -> None:
     x, shape = g.pick()
-    op = str(g.rng.choice(["LOGISTIC", "TANH"]))
-    if g.net.int8:      # LOGISTIC's output encoding is TFLite's fixed one
-        y = g.net.tensor(shape, 1 / 256, -128) if op == "LOGISTIC" else g.net.tensor(shape, 1 / 128, 0)
-    else:
-        y = g.net.tensor(shape, 1.0)
-    g.net.b.op(op, [x[0]], [y[0]])
+    rng, net = g.rng, g.net
+    op = str(rng.choice(["LOGISTIC", "TANH", "HARD_SWISH", "LEAKY_RELU", "PRELU"]))
+    if not net.int8:
+        y = net.tensor(shape, 1.0)
+    elif op == "LOGISTIC":      # its output encoding is TFLite's fixed one
+        y = net.tensor(shape, 1 / 256, -128)
+    elif op == "TANH":
+        y = net.tensor(shape, 1 / 128, 0)
+    else:                       # (HARD_SWISH's output scale above the input's / 128, as TFLite requires)
+        y = net.tensor(shape, x[1] * float(rng.uniform(0.3, 1.2)), int(rng.integers(-20, 20)))
+    options, operands = {}, [x[0]]
+    if op == "LEAKY_RELU":
+        options["alpha"] = float(rng.choice([0.1, 0.2, -0.3, 1.5]))
+    if op == "PRELU":           # one slope per channel
+        slopes = rng.uniform(-0.5, 0.5, (1, 1, shape[3]))
+        if net.int8:
+            operands.append(net.b.constant(net._name("slope"), np.round(slopes / 0.004).astype(np.int8),
+                                           scale=0.004, zero_point=0))
+        else:
+            operands.append(net.b.constant(net._name("slope"), slopes.astype(np.float32)))
+    net.b.op(op, operands, [y[0]], **options)
     g.ops[op] += 1
     g.tensors.append((y, shape))
 

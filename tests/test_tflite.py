@@ -376,6 +376,40 @@ def test_int8_leaky_relu_matches_litert_for_every_code(alpha, tmp_path):
     assert np.array_equal(result.outputs["y"], result.reference["y"])
 
 
+@pytest.mark.parametrize("encodings", [(0.047, -11, 0.031, 6), (0.0235, 0, 0.02, -128), (0.2, 30, 0.15, -20),
+                                       (0.0031, -100, 0.002, 50), (1.7, 3, 0.9, 0)])
+def test_int8_hard_swish_matches_litert_for_every_code(encodings, tmp_path):
+    """TFLite's 16-bit fixed point: its reluish multiplier shifting left (large scales) and right (small)."""
+    path = tmp_path / "hard_swish.tflite"
+    path.write_bytes(_with_input_encoding("HARD_SWISH", *encodings))
+    result = aot.check(str(path), inputs={"x": np.arange(-128, 128, dtype=np.int8).reshape(1, 256)})
+    assert np.array_equal(result.outputs["y"], result.reference["y"])
+
+
+def test_int8_hard_swish_with_an_output_scale_tflite_refuses_is_refused(tmp_path):
+    _refused(_with_input_encoding("HARD_SWISH", 0.5, 0, 0.001, 0), tmp_path, "HARD_SWISH", "output scale")
+
+
+@pytest.mark.parametrize("slope_shape, encodings", [
+    ((1, 1, 4), (0.047, -11, 0.031, 6, 0.004, 3)), ((4,), (0.2, 30, 0.15, -20, 0.01, -60)),
+    ((1, 8, 4), (0.01, 0, 0.03, 0, 0.02, 0))])
+def test_int8_prelu_matches_litert_for_every_code(slope_shape, encodings, tmp_path):
+    """Every input code against slopes of both signs, broadcast per channel or given per element."""
+    x_scale, x_zp, y_scale, y_zp, a_scale, a_zp = encodings
+    rng = np.random.default_rng(0)
+    b = ModelBuilder()
+    x = b.input("x", (8, 8, 4), "int8", scale=x_scale, zero_point=x_zp)
+    y = b.tensor("y", (8, 8, 4), "int8", scale=y_scale, zero_point=y_zp)
+    slope = b.constant("slope", rng.integers(-128, 128, slope_shape).astype(np.int8), scale=a_scale,
+                       zero_point=a_zp)
+    b.op("PRELU", [x, slope], [y])
+    b.output(y)
+    path = tmp_path / "prelu.tflite"
+    path.write_bytes(b.build())
+    result = aot.check(str(path), inputs={"x": np.arange(-128, 128, dtype=np.int8).reshape(8, 8, 4)})
+    assert np.array_equal(result.outputs["y"], result.reference["y"])
+
+
 @pytest.mark.parametrize("op", ["MAXIMUM", "MINIMUM"])
 def test_int8_maximum_minimum_compare_the_codes(op, tmp_path):
     b = ModelBuilder()

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from aot.errors import UnsupportedOpError
-from aot.graph.quant import QuantParams
+from aot.graph.quant import QuantParams, tflite_multiplier
 
 _INTEGER = ("int8", "uint8", "int16")
 _ACTIVATIONS = {0: None, 1: (0.0, math.inf), 2: (-1.0, 1.0), 3: (0.0, 6.0)}      # fused activation -> clip
@@ -550,12 +550,27 @@ def leaky_relu(ctx: Context, ins, outs, o) -> None:
 
 
 def hard_swish(ctx: Context, ins, outs, o) -> None:
-    _float_only(ctx, ins, outs)
+    """float32, or int8 in TFLite's 16-bit fixed point (ops/tflite_tables.py)."""
+    x, y = ins[0], outs[0]
+    if ctx.integer(x, y) and x.dtype == y.dtype == "int8":
+        px, py = ctx.imp.quant(x), ctx.imp.quant(y)
+        (_,), (shift,) = tflite_multiplier(np.float32(np.float32(px.scale) / np.float32(128)) / np.float32(py.scale))
+        if shift < 31:      # TFLite's HardSwishPrepare: the output multiplier may not shift left
+            raise ctx.fail(f"output scale {py.scale:g} is at most input scale / 128 ({px.scale / 128:g}), "
+                           "which TFLite does not allow")
+    else:
+        _float_only(ctx, ins, outs)
     ctx.imp.add("HardSwish", ctx.name, [ctx.imp.value(ins[0])], [ctx.imp.result(outs[0])])
 
 
 def prelu(ctx: Context, ins, outs, o) -> None:
-    _float_only(ctx, ins, outs)
+    """float32, or int8 with an int8 slope of one encoding (ops/elementwise.py: TFLite's arithmetic)."""
+    x, slope, y = ins[0], ins[1], outs[0]
+    if ctx.integer(x, y) and x.dtype == y.dtype == "int8":
+        if slope.dtype != "int8" or ctx.imp.quant(slope) is None:
+            raise ctx.fail(f"the slope of an int8 PRELU must be quantized int8, not {slope.dtype}")
+    else:
+        _float_only(ctx, ins, outs)
     ctx.imp.add("PRelu", ctx.name, [ctx.imp.value(ins[0]), ctx.imp.value(ins[1])], [ctx.imp.result(outs[0])])
 
 

@@ -239,6 +239,23 @@ def _leaky_relu_tflite(quant, alpha: float, v: list[Expr]) -> Expr:
     return saturate(y, quant.qmin, quant.qmax, quant.y_dtype)
 
 
+def _prelu_tflite(quant, v: list[Expr]) -> Expr:
+    """TFLite's int8 PRELU: q - z_in times the multiplier of s_in / s_out where it is not negative; where it
+    is, times the slope's q - z_alpha and the multiplier of s_in * s_alpha / s_out (both formed in float32);
+    each rounded twice."""
+    f32 = np.float32
+    x = widen(v[0]) - quant.x_zp
+    slope = widen(v[1]) - quant.b_zp
+    lanes = x.lanes
+    (m_id, s_id), (m_neg, s_neg) = ((const(int(a[0]), "i32", lanes) for a in tflite_multiplier(real))
+                                    for real in (float(f32(quant.x_scale) / f32(quant.y_scale)),
+                                                 float(f32(quant.x_scale) * f32(quant.b_scale) / f32(quant.y_scale))))
+    positive = multiply_twice_rounded(x, m_id, s_id)
+    negative = multiply_twice_rounded(x * slope, m_neg, s_neg)
+    y = select(binop("ge", x, const(0, "i32", lanes)), positive, negative) + quant.y_zp
+    return saturate(y, quant.qmin, quant.qmax, quant.y_dtype)
+
+
 def _unary_value(acts, quant, clamp, fn, fn_params, v: list[Expr]) -> Expr:
     if quant is None:
         return apply(acts, v[0])
@@ -291,10 +308,15 @@ def nary(ctx: LowerContext, node: Node, name: str) -> Kernel:
     ins, outs, params = ctx.io(node)
     shapes = [ctx.graph.shape(n) for n in node.inputs]
     fn, acts, fused = _NARY[node.attrs["fn"]], node.attrs.get("acts", ()), ctx.target.fma
+    quant = node_quant(ctx.graph.values, node)
+    if quant is not None and not (quant.rules == "tflite" and node.attrs["fn"] == "prelu"):
+        raise InternalError(f"node '{node.name}': no integer form of Nary {node.attrs['fn']}")
 
     b = Builder()
 
     def compute(v: list[Expr]) -> Expr:     # called inside the loop body: lets land before the store
+        if quant is not None:
+            return _prelu_tflite(quant, v)
         return apply(acts, fn([x if x.dtype == "f32" else Cast(x, "f32") for x in v], fused,
                               lambda e: b.let("t", e)))
 
@@ -352,7 +374,8 @@ def canonical_prelu(rw: Rewriter, node: Node) -> None:
     x, slope = node.inputs[:2]
     values = rw.constants.get(slope)
     same = rw.values[x].shape == rw.values[node.outputs[0]].shape
-    if values is not None and values.size and same and np.all(values == values.reshape(-1)[0]):
+    quantized = node_quant(rw.values, node) is not None     # (a TFLite PRELU: its own integer arithmetic)
+    if not quantized and values is not None and values.size and same and np.all(values == values.reshape(-1)[0]):
         rw.add("Unary", node.name, [x], node.outputs, fn="leaky_relu", params=(float(values.reshape(-1)[0]),))
     else:
         rw.add("Nary", node.name, [x, slope], node.outputs, fn="prelu")
