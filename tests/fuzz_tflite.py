@@ -4,9 +4,10 @@
 `generate(seed, index)` always builds the same graph for the same pair. A graph starts from one NHWC input
 and appends operators to tensors already in it: convolutions and depthwise convolutions of random geometry
 (strides, dilations, SAME or VALID padding, fused activations, per-channel or per-tensor weights), pools,
-residual ADDs, SUBs and MULs, LOGISTIC, TANH, HARD_SWISH, LEAKY_RELU and PRELU, PAD, TRANSPOSE and
-CONCATENATION of tensors of one encoding, and it may end in a dense layer and a SOFTMAX. Two graphs in three
-are int8, compared bit for bit; the others float32, within the ONNX tolerance (1e-4 of the output's scale).
+residual ADDs, SUBs and MULs, LOGISTIC, TANH, HARD_SWISH, LEAKY_RELU and PRELU, TRANSPOSE_CONV,
+RESIZE_BILINEAR and RESIZE_NEAREST_NEIGHBOR, PAD, TRANSPOSE and CONCATENATION of tensors of one encoding,
+and it may end in a dense layer and a SOFTMAX. Two graphs in three are int8, compared bit for bit; the
+others float32, within the ONNX tolerance (1e-4 of the output's scale).
 """
 
 from __future__ import annotations
@@ -119,6 +120,37 @@ def _activation(g: _Graph) -> None:
     g.tensors.append((y, shape))
 
 
+def _upsample(g: _Graph) -> None:
+    """A TRANSPOSE_CONV of random geometry, or a RESIZE of random size and coordinates."""
+    x, shape = g.pick()
+    rng, net = g.rng, g.net
+    if rng.random() < 0.5:
+        k = (int(rng.integers(1, 5)), int(rng.integers(1, 5)))
+        stride = int(rng.integers(1, 4))
+        padding = str(rng.choice(["SAME", "VALID"]))
+        channels = int(rng.integers(1, 9))
+        out = (shape[0], *(n * stride if padding == "SAME" else (n - 1) * stride + kk
+                           for n, kk in zip(shape[1:3], k)), channels)
+        w, scales = net.weights((channels, *k, shape[3]), 0, bool(rng.random() < 0.7))
+        taps = max(1, (k[0] * k[1] * shape[3]) // (stride * stride))
+        y = net.tensor(out, net.out_scale(x[1], scales, taps), int(rng.integers(-10, 10)))
+        operands = [net.b.constant(net._name("shape"), np.array(out, np.int32)), w, x[0],
+                    net.bias(channels, x[1], scales) if rng.random() < 0.7 else None]
+        net.b.op("TRANSPOSE_CONV", operands, [y[0]], padding=padding, stride_w=stride, stride_h=stride,
+                 fused_activation_function=str(rng.choice(["NONE", "RELU", "RELU6"])))
+        g.ops["TRANSPOSE_CONV"] += 1
+    else:
+        op = str(rng.choice(["RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR"]))
+        size = (int(rng.integers(1, 2 * shape[1] + 2)), int(rng.integers(1, 2 * shape[2] + 2)))
+        flag = str(rng.choice(["", "align_corners", "half_pixel_centers"]))
+        out = (shape[0], *size, shape[3])
+        y = net.tensor(out, x[1], x[2])
+        net.b.op(op, [x[0], net.b.constant(net._name("size"), np.array(size, np.int32))], [y[0]],
+                 **({flag: True} if flag else {}))
+        g.ops[op] += 1
+    g.tensors.append((y, out))
+
+
 def _pad(g: _Graph) -> None:
     x, shape = g.pick()
     pads = g.rng.integers(0, 3, (4, 2))
@@ -152,7 +184,7 @@ def _concat(g: _Graph) -> None:
     g.tensors.append((y, out))
 
 
-MAKERS = (_conv, _conv, _conv, _pool, _add, _add, _activation, _pad, _transpose, _concat)
+MAKERS = (_conv, _conv, _conv, _pool, _add, _add, _activation, _upsample, _pad, _transpose, _concat)
 
 
 def generate(seed: int, index: int, max_nodes: int | None = None) -> Case:

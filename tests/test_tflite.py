@@ -171,6 +171,36 @@ def test_transpose_conv(padding, stride, out, tmp_path):
     check(b.build(), tmp_path)
 
 
+@pytest.mark.parametrize("dtype", ["int8", "int16"])
+@pytest.mark.parametrize("padding, stride, out, kernel, act, per_channel", [
+    ("SAME", 2, 10, (3, 3), "NONE", True), ("VALID", 2, 11, (3, 3), "RELU", True),
+    ("SAME", 1, 5, (3, 3), "RELU6", False), ("VALID", 3, 16, (4, 2), "NONE", True),
+    ("SAME", 2, 10, (1, 1), "NONE", True)])
+def test_quantized_transpose_conv_matches_litert(padding, stride, out, kernel, act, per_channel, dtype, tmp_path):
+    """int8 and 16x8: the phases of an integer convolution requantize as LiteRT's scatter does, kernels
+    smaller than, equal to and larger than the stride, fused activations."""
+    rng = np.random.default_rng(0)
+    kh, kw = kernel
+    out_w = (5 - 1) * stride + kw if padding == "VALID" else out
+    out_h = (5 - 1) * stride + kh if padding == "VALID" else out
+    b = ModelBuilder()
+    x_scale = 0.05 if dtype == "int8" else 0.0002
+    x = b.input("x", (1, 5, 5, 4), dtype, scale=x_scale, zero_point=0 if dtype == "int16" else -4)
+    y = b.tensor("y", (1, out_h, out_w, 6), dtype, scale=0.04 if dtype == "int8" else 0.001,
+                 zero_point=0 if dtype == "int16" else 3)
+    scales = rng.uniform(0.002, 0.02, 6 if per_channel else 1).astype(np.float32)
+    weights = b.constant("w", rng.integers(-127, 128, (6, kh, kw, 4)).astype(np.int8), scale=scales,
+                         zero_point=np.zeros(scales.size, np.int64), quantized_dimension=0)
+    bias_scale = (np.float32(x_scale) * np.broadcast_to(scales, (6,))).astype(np.float32)
+    bias_type = np.int64 if dtype == "int16" else np.int32
+    bias = b.constant("b", rng.integers(-3000, 3000, 6).astype(bias_type), scale=bias_scale,
+                      zero_point=np.zeros(6, np.int64), quantized_dimension=0)
+    b.op("TRANSPOSE_CONV", [b.constant("shape", _i32(1, out_h, out_w, 6)), weights, x, bias], [y], padding=padding,
+         stride_w=stride, stride_h=stride, fused_activation_function=act)
+    b.output(y)
+    assert check(b.build(), tmp_path) == 0
+
+
 def test_quantize_rounds_ties_away_from_zero_as_tflite_does(tmp_path):
     """Inputs on the half steps of the output scale: TFLite rounds them away from zero (ONNX to even)."""
     data = one_op("QUANTIZE", (1, 64), (1, 64), "float32", out=("int8", dict(scale=0.5, zero_point=0)))
@@ -410,6 +440,27 @@ def test_int8_prelu_matches_litert_for_every_code(slope_shape, encodings, tmp_pa
     assert np.array_equal(result.outputs["y"], result.reference["y"])
 
 
+RESIZES = [(op, options) for op in ("RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR")
+           for options in ({}, {"align_corners": True}, {"half_pixel_centers": True})]
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16"])
+@pytest.mark.parametrize("shapes", [((1, 5, 6, 3), (9, 13)), ((2, 7, 9, 17), (3, 4)), ((1, 3, 8, 4), (11, 8)),
+                                    ((1, 1, 5, 2), (1, 21))])
+@pytest.mark.parametrize("op, options", RESIZES, ids=[f"{op}-{'-'.join(o) or 'asymmetric'}" for op, o in RESIZES])
+def test_quantized_resize_matches_litert(op, options, shapes, dtype, tmp_path):
+    """The codes resized as TFLite resizes them (bilinear in 10-bit fixed point), up and down, one axis
+    kept, and with encodings that differ (TFLite does not rescale)."""
+    shape, size = shapes
+    b = ModelBuilder()
+    zero = 0 if dtype == "int16" else -7
+    x = b.input("x", shape, dtype, scale=0.05, zero_point=zero)
+    y = b.tensor("y", (shape[0], *size, shape[3]), dtype, scale=0.07, zero_point=zero)
+    b.op(op, [x, b.constant("size", np.array(size, np.int32))], [y], **options)
+    b.output(y)
+    assert check(b.build(), tmp_path, seeds=(0, 1, 2)) == 0
+
+
 @pytest.mark.parametrize("op", ["MAXIMUM", "MINIMUM"])
 def test_int8_maximum_minimum_compare_the_codes(op, tmp_path):
     b = ModelBuilder()
@@ -557,6 +608,34 @@ def test_softmax_mean_and_16x8_are_bit_exact_on_other_targets(target, tmp_path):
     mean.output(y)
     assert check(mean.build(), tmp_path, target, seeds=(0,)) == 0
     assert check(_16x8_conv("DEPTHWISE_CONV_2D"), tmp_path, target, seeds=(0,)) == 0
+
+
+def _upsampling_head() -> bytes:
+    """TRANSPOSE_CONV, HARD_SWISH, PRELU and RESIZE_BILINEAR in turn, int8 (a decoder's shapes)."""
+    rng = np.random.default_rng(3)
+    b = ModelBuilder()
+    x = b.input("x", (1, 5, 5, 4), "int8", scale=0.05, zero_point=-4)
+    up = b.tensor("up", (1, 10, 10, 6), "int8", scale=0.04, zero_point=3)
+    scales = rng.uniform(0.002, 0.02, 6).astype(np.float32)
+    weights = b.constant("w", rng.integers(-127, 128, (6, 3, 3, 4)).astype(np.int8), scale=scales,
+                         zero_point=np.zeros(6, np.int64), quantized_dimension=0)
+    b.op("TRANSPOSE_CONV", [b.constant("shape", _i32(1, 10, 10, 6)), weights, x, None], [up], padding="SAME",
+         stride_w=2, stride_h=2)
+    swish = b.tensor("swish", (1, 10, 10, 6), "int8", scale=0.03, zero_point=-20)
+    b.op("HARD_SWISH", [up], [swish])
+    prelu = b.tensor("prelu", (1, 10, 10, 6), "int8", scale=0.02, zero_point=5)
+    slope = b.constant("slope", rng.integers(-128, 128, (1, 1, 6)).astype(np.int8), scale=0.004, zero_point=2)
+    b.op("PRELU", [swish, slope], [prelu])
+    y = b.tensor("y", (1, 7, 13, 6), "int8", scale=0.02, zero_point=5)
+    b.op("RESIZE_BILINEAR", [prelu, b.constant("size", _i32(7, 13))], [y], half_pixel_centers=True)
+    b.output(y)
+    return b.build()
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("target", ["cortex-m55", "cortex-m4", "aarch64"])
+def test_transpose_conv_hard_swish_prelu_and_resize_are_bit_exact_on_other_targets(target, tmp_path):
+    assert check(_upsampling_head(), tmp_path, target, seeds=(0,)) == 0
 
 
 # --- files aot refuses --------------------------------------------------------------------------------------

@@ -577,7 +577,10 @@ def prelu(ctx: Context, ins, outs, o) -> None:
 def resize(mode: str) -> Callable:
     def rule(ctx: Context, ins, outs, o) -> None:
         x, y = ins[0], outs[0]
-        _float_only(ctx, ins, outs)
+        if not ctx.integer(x, y):        # quantized: TFLite resizes the codes (ops/resize.py)
+            _float_only(ctx, ins, outs)
+        elif x.dtype != y.dtype:
+            raise ctx.fail(f"reads {x.dtype} and writes {y.dtype}")
         _four_d(ctx, x, "input")
         align, half = (bool(o.AlignCorners()), bool(o.HalfPixelCenters())) if o is not None else (False, False)
         if align and half:
@@ -603,7 +606,7 @@ def transpose_conv(ctx: Context, ins, outs, o) -> None:
     shape_tensor, w, x = ins[0], ins[1], ins[2]
     b = ins[3] if len(ins) > 3 else None
     y = outs[0]
-    _float_only(ctx, [x], outs)
+    integer = ctx.integer(x, y)
     _four_d(ctx, x, "input")
     data = ctx.constant(w, "weights")        # (out, kh, kw, in)
     out_channels, kh, kw, in_channels = data.shape
@@ -622,12 +625,18 @@ def transpose_conv(ctx: Context, ins, outs, o) -> None:
         pads.append((before, max(total, 0) - before))
         adjust.append(max(-total, 0))
     imp = ctx.imp
-    weight = imp.constant(w.name, np.ascontiguousarray(data.transpose(3, 0, 1, 2)))     # (in, out, kh, kw)
-    bias = ctx.float_constant(b, "bias") if b is not None else ""
+    weight = np.ascontiguousarray(data.transpose(3, 0, 1, 2))     # (in, out, kh, kw)
+    if integer:     # requantized as LiteRT's reference convolutions are, rounded twice
+        weight_name = ctx.weights(w, weight, 0, 1, out_channels, "double")
+        bias = ctx.bias(b, x, w, out_channels)
+    else:
+        weight_name = ctx.float_constant(w, "weights", weight)
+        bias = ctx.float_constant(b, "bias") if b is not None else ""
     activation = o.FusedActivationFunction() if o is not None else 0
-    target, acts, after = ctx.output(y, True, activation, False)
-    imp.add("ConvTranspose", ctx.name, [imp.as_nchw(x), weight, bias], [target], kernel_shape=(kh, kw),
-            strides=strides, pads=(pads[0][0], pads[1][0], pads[0][1], pads[1][1]), output_padding=tuple(adjust))
+    target, acts, after = ctx.output(y, True, activation, integer)
+    imp.add("ConvTranspose", ctx.name, [imp.as_nchw(x), weight_name, bias], [target], kernel_shape=(kh, kw),
+            strides=strides, pads=(pads[0][0], pads[1][0], pads[0][1], pads[1][1]), output_padding=tuple(adjust),
+            **acts)
     after()
 
 

@@ -18,6 +18,8 @@ cost one pass over the weight per run; the convolution itself runs no multiplica
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from aot.errors import ModelError
@@ -112,6 +114,32 @@ def _direct_operands(rw: Rewriter, node: Node, w4: tuple[int, ...], groups: int,
     return matrix, _gathered(rw, node, bias, tiled, "phase_b", pad=False)
 
 
+def _integer_phase_operands(rw: Rewriter, node: Node, w4: tuple[int, ...], groups: int, strides, dilations, taps,
+                            phases: int) -> list[str]:
+    """The phase convolution's int8 weights, their per-channel encoding and the int32 bias, tiled over the
+    phases as the output channels are: each phase's sum is the transposed convolution's, every tap that
+    does not land there a zero weight, so the integer results and their requantization are its own."""
+    name, bias = node.inputs[1], node.inputs[2] if len(node.inputs) > 2 else ""
+    wq = rw.values[name].quant
+    if name not in rw.constants or wq.axis not in (None, 1) or (bias and bias not in rw.constants):
+        raise refuse(node, "integer weights must be constant, quantized per tensor or per output channel, "
+                           "with a constant bias")
+    mg = w4[1]
+
+    def tiled(per_channel) -> np.ndarray:
+        values = np.broadcast_to(np.asarray(per_channel), (groups * mg,))
+        return np.tile(values.reshape(groups, 1, mg), (1, phases, 1)).reshape(-1)
+
+    weight = _phase_weights(rw.constants[name].reshape(w4), groups, strides, dilations, taps)
+    quant = dataclasses.replace(wq, scale=tiled(wq.scale), zero_point=tiled(wq.zero_point), axis=0)
+    inputs = [node.inputs[0], rw.constant(node.name + "_phase_w", weight, quant), ""]
+    if bias:        # (a 16x8 layer's int64 bias carries no encoding)
+        bq = rw.values[bias].quant
+        tiled_quant = bq and dataclasses.replace(bq, scale=tiled(bq.scale), zero_point=tiled(bq.zero_point), axis=0)
+        inputs[2] = rw.constant(node.name + "_phase_b", tiled(rw.constants[bias].reshape(-1)), tiled_quant)
+    return inputs
+
+
 def _check_channels(rw: Rewriter, node: Node, weight: tuple[int, ...], groups: int) -> None:
     """The weight's first axis spans the input channels, which `group` divides (onnx's inference checks
     neither)."""
@@ -154,7 +182,12 @@ def canonical_conv_transpose(rw: Rewriter, node: Node) -> None:
     z = rw.like(node.name + "_phases", y, (xs[0], groups * phases * mg, axes[0]["length"], axes[1]["length"]))
     conv_attrs = {"kernel": tuple(taps), "strides": (1, 1), "dilations": (1, 1), "group": groups,
                   "pads": (axes[0]["pads"][0], axes[1]["pads"][0], axes[0]["pads"][1], axes[1]["pads"][1])}
-    if all(not name or name in rw.constants for name in node.inputs[1:3]):
+    wq = rw.values[node.inputs[1]].quant
+    if wq is not None:      # integer weights (a TFLite TRANSPOSE_CONV): the phases of an integer Conv
+        inputs = _integer_phase_operands(rw, node, w4, groups, strides, dilations, taps, phases)
+        rw.add("Conv", node.name + "_phases", inputs, [z], **conv_attrs,
+               **({"acts": node.attrs["acts"]} if "acts" in node.attrs else {}))
+    elif all(not name or name in rw.constants for name in node.inputs[1:3]):
         w = rw.constants[node.inputs[1]].astype(np.float32).reshape(w4)
         bias = const_input(rw, node, 2, "the bias")
         weight = _phase_weights(w, groups, strides, dilations, taps)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from aot.graph.ir import Graph, Node, Rewriter
+from aot.graph.node_quant import node_quant
 from aot.kernel.ir import Buffer, Builder, Cast, Expr, Kernel, binop, const, fma, maximum, minimum, select
 from aot.ops import LowerContext
 from aot.ops.rewrite import const_input, fed_input, refuse
@@ -159,6 +160,24 @@ def axis_taps(spec: Spec, in_len: int, out_len: int, scale: np.float32, roi: tup
         weight = np.where((raw < 0) | (raw > last), 0.0, weight)
         weight = weight / weight.sum(axis=1, keepdims=True)
     return Taps(np.clip(raw, 0, last), weight.astype(np.float32), keep)
+
+
+def tflite_linear_taps(in_len: int, out_len: int, align_corners: bool, half_pixel: bool) -> Taps:
+    """TFLite's integer bilinear taps (its ResizeBilinearInteger): the source coordinate in 10-bit fixed
+    point from a scale rounded to 1/1024, the two neighbours below and above it (C's truncating division,
+    clamped), weights 1024 - f and f for its fraction f. Int32 weights mark the taps as integer: the kernel
+    sums the codes times them and rounds half away from zero (resize())."""
+    scale = ((1 << 10) * in_len + out_len // 2) // out_len
+    if align_corners and out_len > 1:
+        scale = ((1 << 10) * (in_len - 1) + (out_len - 1) // 2) // (out_len - 1)
+    index, weight = [], []
+    for o in range(out_len):
+        v = o * scale + scale // 2 - (1 << 9) if half_pixel else o * scale
+        lo = max(int(v / (1 << 10)), 0)                    # C division: toward zero
+        hi = min(int((v + (1 << 10) - 1) / (1 << 10)), in_len - 1)
+        index.append((lo, hi))
+        weight.append(((1 << 10) - (v - (lo << 10)), v - (lo << 10)))
+    return Taps(np.array(index, np.int64), np.array(weight, np.int32), None)
 
 
 def _antialias_taps(spec: Spec, xs: np.ndarray, in_len: int, scale: float, keep: np.ndarray | None) -> Taps:
@@ -409,9 +428,19 @@ def resize(ctx: LowerContext, node: Node, name: str) -> Kernel:
     x, out = ins[0], outs[0]
     out_strides = _strides(out_shape)
     lanes = ctx.target.lanes
+    # integer taps (tflite_linear_taps): codes times 10-bit weights, summed in int32 (int64 for int16 codes)
+    fraction_bits = 10 * sum(isinstance(t, Taps) and t.weight is not None and t.weight.dtype == np.int32
+                             for t in taps)
+    wide = "i64" if x.dtype == "i16" else "i32"
 
     def finish(value: Expr, keep: Expr | None) -> Expr:
-        """Outputs whose source lies outside the input (keep 0) take the extrapolation value."""
+        """Outputs whose source lies outside the input (keep 0) take the extrapolation value; integer sums
+        are divided by their weights' scale, rounded half away from zero."""
+        if fraction_bits:
+            half = const(1 << (fraction_bits - 1), wide, value.lanes)
+            positive = binop("gt", value, const(0, wide, value.lanes))
+            quotient = select(positive, value + half, value - half) / const(1 << fraction_bits, wide, value.lanes)
+            return Cast(quotient, x.dtype)
         return value if keep is None else value * keep + (1.0 - keep) * extrapolation
 
     def combine(terms, width: int, delta: Expr | int) -> Expr:
@@ -421,6 +450,9 @@ def resize(ctx: LowerContext, node: Node, name: str) -> Kernel:
             v = x.vec(offset + delta, width) if width > 1 else x[offset + delta]
             if weight is None:
                 acc = v if acc is None else acc + v
+            elif fraction_bits:
+                term = Cast(weight, wide) * Cast(v, wide)
+                acc = term if acc is None else acc + term
             else:
                 acc = weight * v if acc is None else fma(weight, v, acc)
         return acc
@@ -639,6 +671,9 @@ def canonical_resize(rw: Rewriter, node: Node) -> None:
         raise refuse(node, f"computed output shape {sizes} differs from the model's {list(rw.values[y].shape)}")
     if any(s == 0 for s in sizes):
         raise refuse(node, "an empty output is not supported")
+    if node_quant(rw.values, node) is not None:     # a TFLite model's int8/int16 RESIZE_*: on the codes
+        _tflite_resize(rw, node, spec, in_shape, sizes, scales)
+        return
     extra, fed = _fed_taps(rw, node, spec, sizes, axes)
     roi = None
     if spec.transform == "tf_crop_and_resize" and not _fed(rw, node, 1):
@@ -656,6 +691,26 @@ def canonical_resize(rw: Rewriter, node: Node) -> None:
         return
     rw.add("Resize", node.name, [x, *extra] if fed else [x], [y], taps=tuple(taps),
            extrapolation_value=float(node.attrs.get("extrapolation_value", 0.0)))
+
+
+def _tflite_resize(rw: Rewriter, node: Node, spec: Spec, in_shape: tuple[int, ...], sizes: list[int],
+                   scales: list) -> None:
+    """TFLite resizes quantized tensors' codes as they are, whatever the two encodings: nearest with the
+    float taps (the same indices), bilinear with its own integer ones."""
+    if node_quant(rw.values, node).rules != "tflite":
+        raise refuse(node, "a quantized Resize is supported in TFLite models only")
+    taps: list[Taps | None] = []
+    for i, o, scale in zip(in_shape, sizes, scales):
+        if i == o:
+            taps.append(None)
+        elif spec.mode == "nearest":
+            taps.append(axis_taps(spec, i, o, scale, (0.0, 1.0)))
+        else:
+            t = tflite_linear_taps(i, o, spec.transform == "align_corners", spec.transform == "half_pixel")
+            if t.index.max() >= i:
+                raise refuse(node, f"TFLite's bilinear coordinates from {i} to {o} read past the input")
+            taps.append(t)
+    rw.add("Resize", node.name, node.inputs[:1], node.outputs, taps=tuple(taps), extrapolation_value=0.0)
 
 
 def _roi(rw: Rewriter, node: Node, rank: int, axes: list[int]) -> list[tuple[float, float]]:
