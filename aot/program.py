@@ -118,10 +118,34 @@ def materialize_outputs(graph: Graph) -> Graph:
     return rw.finish()
 
 
+def keep_state(graph: Graph) -> Graph:
+    """The model's state (graph.state) taken out of its inputs and outputs: each state tensor becomes a
+    workspace buffer live through the whole run (and, untouched by anything else, between runs), which
+    the kernels read, and a last Copy writes the run's new value back into it (State.written names that
+    copy's result, which shares the buffer's storage)."""
+    if not graph.state:
+        return graph
+    rw = Rewriter(graph)
+    for node in graph.nodes:
+        rw.keep(node)
+    kept = []
+    for state in graph.state:
+        if state.read not in graph.inputs or state.written not in graph.outputs:
+            raise InternalError(f"state '{state.read}' is not a graph input and output pair")
+        back = rw.like(state.read + "_next", state.read)
+        rw.add("Copy", state.read + "_keep", [state.written], [back])
+        kept.append(dataclasses.replace(state, written=back))
+    reads, writes = {s.read for s in graph.state}, {s.written for s in graph.state}
+    finished = rw.finish()
+    return finished.replace(inputs=tuple(v for v in graph.inputs if v not in reads),
+                            outputs=tuple(v for v in graph.outputs if v not in writes), state=tuple(kept))
+
+
 def build_program(graph: Graph, target: Target, name: str, knobs: Knobs | None = None) -> Program:
     graph = materialize_outputs(graph)
     if target.int_simd.byte_pairs:
         graph = pad_channels(graph)
+    graph = keep_state(graph)
     knobs = knobs or resolve(target)
     share = knobs.share_memory
     either_way = frozenset(n.name for n in graph.nodes if op_def(n.op).rows_either_way) if share else frozenset()
@@ -204,16 +228,17 @@ def _verify(program: Program, root: _Storage, align: int) -> None:
     """The memory plan checked against the calls' reads and writes (aot/plan/memory.py, regions.py)."""
     sizes = {b.name: b.size for b in program.buffers}
     steps = _steps(program.calls, root)
+    kept = [s.read for s in program.graph.state]
     if program.regions:
-        regions.verify(steps, program.regions, sizes, align, program.shared)
+        regions.verify(steps, program.regions, sizes, align, program.shared, kept)
     else:
-        memory.verify(steps, program.plan.offsets, sizes, program.plan.size, align, program.shared)
+        memory.verify(steps, program.plan.offsets, sizes, program.plan.size, align, program.shared, kept)
 
 
 def plain_workspace(graph: Graph, target: Target) -> int:
     """The workspace the graph needs without sharing (an upper bound of build_program's, found without
     lowering a kernel): each tensor in bytes of its own from its first to its last use."""
-    graph = materialize_outputs(graph)
+    graph = keep_state(materialize_outputs(graph))
     root = _Storage(graph)
     calls = [Call(None, node, _args(graph, node)) for node in _kernel_nodes(graph)]   # type: ignore[arg-type]
     return _layout(calls, graph, root, _external(graph, root), max(target.align, 16), False).plan.size
@@ -258,6 +283,8 @@ class _Storage:
                         raise InternalError(f"'{v}' is part of two tensors' storage")
                     links[owner] = (node.outputs[0], offset)
                     offset += graph.values[v].nbytes
+        for state in graph.state:       # (after keep_state) the new value is written over the old
+            links[state.written] = (state.read, 0)
         self.places: dict[str, tuple[str, int]] = {}
         for v in links:
             owner, offset = v, 0
@@ -296,7 +323,7 @@ def _choose_order(calls: list[Call], graph: Graph, root, external: dict[str, Loc
     needs a smaller workspace: live bytes only estimate what placement and sharing achieve, so both
     orders are planned (ties keep the graph's order)."""
     given = _layout(calls, graph, root, external, align, knobs.share_memory)
-    if not knobs.reorder:
+    if not knobs.reorder or graph.state:    # (the state's copies must run last, after every reader)
         return given, OrderChoice(given.plan.size, search_ran=False)
     order = search_order(_steps(calls, root), {b.name: b.size for b in given.buffers})
     if order == tuple(range(len(calls))):
@@ -320,9 +347,12 @@ def _layout(calls: list[Call], graph: Graph, root, external: dict[str, Location]
                 continue
             first.setdefault(r, step)
             last[r] = step
+    kept = [s.read for s in graph.state]
+    for r in kept:      # the model's state: its bytes are its own at every step, and between runs
+        first[r], last[r] = 0, len(calls) - 1
     buffers = tuple(memory.Buffer(r, memory.align_up(graph.values[r].nbytes, align), first[r], last[r])
                     for r in first)
-    shared = _shared(calls, root, first, last) if share_memory else []
+    shared = [s for s in _shared(calls, root, first, last) if not {s[1], s[2]} & set(kept)] if share_memory else []
     plan = memory.plan(buffers, align, _overlaps(shared))
     return _Layout(tuple(calls), buffers, plan, tuple(shared))
 

@@ -638,6 +638,84 @@ def test_transpose_conv_hard_swish_prelu_and_resize_are_bit_exact_on_other_targe
     assert check(_upsampling_head(), tmp_path, target, seeds=(0,)) == 0
 
 
+LSTM_PROGRAM = r"""
+#include <stdio.h>
+#include "lstm.h"
+
+static float x[3][LSTM_INPUT_X_SIZE], y[3][LSTM_OUTPUT_OUT_SIZE];
+static unsigned char ws[LSTM_WORKSPACE_SIZE] __attribute__((aligned(64)));
+
+/* runs x[0] then x[1] from the reset state, then x[1] again after a reset */
+int main(void)
+{
+    lstm_inputs in;
+    lstm_outputs out;
+    int k;
+    FILE *f = fopen("x.bin", "rb");
+    if (f == NULL || fread(x, sizeof x[0], 2, f) != 2 || LSTM_STATE_BYTES == 0)
+        return 10;
+    fclose(f);
+    if (lstm_reset(0) != LSTM_ERR_NULL || lstm_reset(ws) != LSTM_OK)
+        return 11;
+    for (k = 0; k < 3; k++) {
+        if (k == 2 && lstm_reset(ws) != LSTM_OK)
+            return 12;
+        in.x = x[k < 2 ? k : 1];
+        out.out = y[k];
+        if (lstm_run(&in, &out, ws) != LSTM_OK)
+            return 13;
+    }
+    f = fopen("y.bin", "wb");
+    if (f == NULL || fwrite(y, sizeof y, 1, f) != 1)
+        return 14;
+    return fclose(f) != 0;
+}
+"""
+
+
+@pytest.mark.parametrize("options", [{}, {"time_major": True}, {"peepholes": True}, {"stacked": True}],
+                         ids=["batch_major", "time_major", "peepholes", "stacked"])
+def test_float_lstm_matches_litert(options, tmp_path):
+    assert check(tflite_models.lstm(**options), tmp_path) < 1e-5
+
+
+def test_lstm_state_is_kept_between_runs_and_reset(tmp_path):
+    """The variable tensors live in the workspace: a second run continues from the first run's state, as
+    LiteRT's second invoke does, and after lstm_reset the model starts over."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    data = tflite_models.lstm(stacked=True)
+    path = tmp_path / "lstm.tflite"
+    path.write_bytes(data)
+    artifact = aot.build(str(path), target="host", out_dir=tmp_path / "build")
+    header = artifact.header.read_text()
+    assert "int32_t lstm_reset(void *workspace);" in header
+    assert "#define LSTM_STATE_BYTES 128u" in header        # two layers' h and c, 2 x 4 floats each
+    xs = np.random.default_rng(0).standard_normal((2, 2, 5, 3)).astype(np.float32)
+    (tmp_path / "x.bin").write_bytes(xs.tobytes())
+    (tmp_path / "main.c").write_text(LSTM_PROGRAM)
+    build = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", f"-I{artifact.dir}", "main.c",
+                            str(artifact.source), str(artifact.object), "-lm", "-o", "prog"], cwd=tmp_path,
+                           capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    run = subprocess.run(["./prog"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    got = np.frombuffer((tmp_path / "y.bin").read_bytes(), np.float32).reshape(3, 10, 2)
+
+    interpreter = Interpreter(model_content=data, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+    interpreter.allocate_tensors()
+    feed, fetch = interpreter.get_input_details()[0]["index"], interpreter.get_output_details()[0]["index"]
+    expected = []
+    for k, x in enumerate((xs[0], xs[1], xs[1])):
+        if k == 2:
+            interpreter.reset_all_variables()
+        interpreter.set_tensor(feed, x)
+        interpreter.invoke()
+        expected.append(interpreter.get_tensor(fetch))
+    np.testing.assert_allclose(got, np.stack(expected), rtol=1e-5, atol=1e-5)
+    assert not np.allclose(got[1], got[2], atol=1e-3)       # the state did carry over
+
+
 # --- files aot refuses --------------------------------------------------------------------------------------
 
 def _aot(*args, cwd=None) -> subprocess.CompletedProcess:

@@ -93,13 +93,17 @@ class ModelBuilder:
         self._data: bytes | None = None
 
     def tensor(self, name: str, shape: Sequence[int], dtype: str | np.dtype, scale: Any = None,
-               zero_point: Any = None, quantized_dimension: int = 0, *, buffer: int = 0) -> int:
+               zero_point: Any = None, quantized_dimension: int = 0, *, buffer: int = 0,
+               variable: bool = False) -> int:
         """Add a tensor (an intermediate or output, unless `buffer` holds its data); returns its index.
 
-        `scale` and `zero_point` are scalars or per-channel sequences; no quantization if scale is None."""
+        `scale` and `zero_point` are scalars or per-channel sequences; no quantization if scale is None.
+        A `variable` tensor is state kept between runs (an LSTM's)."""
         name_off = self._open().CreateString(name)
         fields = [(tflite.TensorAddShape, self._ints(shape)), (tflite.TensorAddType, _tensor_type(dtype)),
                   (tflite.TensorAddBuffer, buffer), (tflite.TensorAddName, name_off)]
+        if variable:
+            fields.append((tflite.TensorAddIsVariable, True))
         if scale is not None:
             fields.append((tflite.TensorAddQuantization, self._quantization(scale, zero_point, quantized_dimension)))
         self._tensors.append(self._table(tflite.TensorStart, tflite.TensorEnd, fields))

@@ -165,3 +165,38 @@ def resnet_block(int8: bool, seed: int = 0) -> bytes:
     x = net.reshape(x, (1, 16))
     x = net.dense(x, 16, 10)
     return net.build(net.softmax(x, (1, 10)))
+
+
+def lstm(batch: int = 2, steps: int = 5, width: int = 3, hidden: int = 4, time_major: bool = False,
+         peepholes: bool = False, stacked: bool = False, seed: int = 0) -> bytes:
+    """A float32 UNIDIRECTIONAL_SEQUENCE_LSTM (two in a row if `stacked`) over input x, its output and cell
+    state variable tensors, a FULLY_CONNECTED head on its outputs."""
+    rng = np.random.default_rng(seed)
+    b = ModelBuilder()
+    shape = (steps, batch, width) if time_major else (batch, steps, width)
+    x = b.input("x", shape, "float32")
+
+    names = iter(range(10**6))
+
+    def layer(x: int, width: int, k: int) -> int:
+        def array(*dims):
+            return b.constant(f"l{k}_{next(names)}", (rng.standard_normal(dims) * 0.6).astype(np.float32))
+        operands = [x] + [array(hidden, width) for _ in range(4)] + [array(hidden, hidden) for _ in range(4)]
+        operands += [array(hidden) for _ in range(3)] if peepholes else [None] * 3
+        operands += [array(hidden) for _ in range(4)] + [None, None]
+        operands += [b.tensor(f"l{k}_h", (batch, hidden), "float32", variable=True),
+                     b.tensor(f"l{k}_c", (batch, hidden), "float32", variable=True)]
+        y = b.tensor(f"l{k}_y", (*shape[:2], hidden), "float32")
+        b.op("UNIDIRECTIONAL_SEQUENCE_LSTM", operands, [y], fused_activation_function="TANH", time_major=time_major)
+        return y
+
+    y = layer(x, width, 0)
+    if stacked:
+        y = layer(y, hidden, 1)
+    flat = b.tensor("flat", (batch * steps, hidden), "float32")
+    b.op("RESHAPE", [y, b.constant("flat_shape", np.array([batch * steps, hidden], np.int32))], [flat])
+    out = b.tensor("out", (batch * steps, 2), "float32")
+    b.op("FULLY_CONNECTED", [flat, b.constant("fc_w", rng.standard_normal((2, hidden)).astype(np.float32)), None],
+         [out])
+    b.output(out)
+    return b.build()

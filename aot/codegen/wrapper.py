@@ -111,6 +111,28 @@ def _arg(program: Program, value: str, writable: bool, inputs: list[Tensor], out
     return f"({'' if writable else 'const '}{ctype} *)({base} + {loc.index + loc.offset})"
 
 
+@dataclass(frozen=True)
+class StateTensor:
+    """A tensor the model keeps between runs, as NAME_reset sets it: `pointer` is its place in the
+    workspace (a C expression), `fill` its initial value of every element (a C literal)."""
+
+    name: str
+    pointer: str
+    size: int
+    bytes: int
+    fill: str
+
+
+def state_tensors(program: Program, inputs: list[Tensor], outputs: list[Tensor]) -> list[StateTensor]:
+    result = []
+    for state in program.graph.state:
+        v = program.graph.values[state.read]
+        fill = f"{float(state.fill)!r}f" if v.dtype == "float32" else str(int(state.fill))
+        result.append(StateTensor(state.read.replace("*/", "* /"), _arg(program, state.read, True, inputs, outputs),
+                                  v.size, v.nbytes, fill))
+    return result
+
+
 def render(program: Program, banner: str, requires: list[str], target: Target) -> tuple[str, str]:
     """Return (header, source) text. `requires`: symbols the object leaves to the toolchain's runtime;
     the header checks that it is compiled for `target`'s core and float ABI (see library.guard)."""
@@ -133,7 +155,8 @@ def render(program: Program, banner: str, requires: list[str], target: Target) -
                    workspace_align=program.plan.alignment, lower_bound=program.plan.lower_bound,
                    requires=requires, steps=len(calls), regions=workspace_blocks(program),
                    tiles=any(uses_tiles(call.kernel) for call in program.calls), target=target,
-                   guard=library.guard(target), flags=library.compile_flags(target))
+                   guard=library.guard(target), flags=library.compile_flags(target),
+                   state=state_tensors(program, inputs, outputs))
     header = TEMPLATES.get_template("model.h.j2").render(**context)
     source = TEMPLATES.get_template("model.c.j2").render(**context)
     return header, source

@@ -23,7 +23,7 @@ import numpy as np
 
 from aot.errors import ModelError, OptionError, UnsupportedOpError, first_line
 from aot.frontend import tflite_ops
-from aot.graph.ir import Graph, Node, Value
+from aot.graph.ir import Graph, Node, State, Value
 from aot.graph.quant import QuantParams
 
 IDENTIFIER = b"TFL3"        # bytes 4..8 of every TFLite flatbuffer
@@ -79,15 +79,17 @@ def load(path: str | os.PathLike, data: bytes, input_shapes: dict[str, tuple[int
         raise OptionError(f"{label}: --freeze binds inputs of ONNX models; a TFLite model's inputs are all fed")
     model = _parse(data, label)
     graph, tensor_names = _Importer(model, data, label).graph()
+    fed = [n for n in graph.inputs if n not in {s.read for s in graph.state}]     # (the rest is state)
     for name, shape in (input_shapes or {}).items():
-        if name not in graph.inputs:
+        if name not in fed:
             raise OptionError(f"{label}: --input-shape names '{name}', which is not an input "
-                              f"(inputs: {', '.join(graph.inputs)})")
+                              f"(inputs: {', '.join(fed)})")
         if tuple(shape) != graph.shape(name):
             raise OptionError(f"{label}: input '{name}' is {list(graph.shape(name))} in the file; a TFLite "
                               f"model compiles with the shapes it was converted with (given {list(shape)})")
-    inputs = tuple((n, graph.shape(n), graph.values[n].dtype) for n in graph.inputs)
-    file = TfliteFile(_as_litert_reads(model, data), inputs, graph.outputs, tensor_names)
+    inputs = tuple((n, graph.shape(n), graph.values[n].dtype) for n in fed)
+    outputs = tuple(n for n in graph.outputs if n not in {s.written for s in graph.state})
+    file = TfliteFile(_as_litert_reads(model, data), inputs, outputs, tensor_names)
     return TfliteModel(file, graph, label, hashlib.sha256(data).hexdigest())
 
 
@@ -167,6 +169,7 @@ class _Tensor:
     zero_point: np.ndarray | None
     quantized_dimension: int
     data: np.ndarray | None      # a constant's value
+    variable: bool = False       # state kept between runs (graph.State)
 
 
 class _Importer:
@@ -192,6 +195,8 @@ class _Importer:
         self.nodes: list[Node] = []
         self.layout: dict[int, str] = {}        # tensor -> graph value holding it in TFLite's layout
         self.nchw: dict[int, str] = {}          # 4-D tensor -> graph value holding it transposed to NCHW
+        self.state_reads: dict[int, str] = {}   # variable tensor -> the graph input of its value before the run
+        self.state_writes: dict[int, str] = {}  # variable tensor -> the graph value of its value after
 
     # --- reading --------------------------------------------------------------------------------------
 
@@ -210,9 +215,6 @@ class _Importer:
                                      "does not compute with")
         if t.Sparsity() is not None:
             raise UnsupportedOpError(f"{where} is sparse; aot reads dense tensors only")
-        if t.IsVariable():
-            raise UnsupportedOpError(f"{where} is a variable (state kept between runs); aot compiles models "
-                                     "whose only state is their inputs")
         if any(d < 0 for d in shape):
             raise UnsupportedOpError(f"{where} has an unknown dimension {list(shape)}")
         dtype = _DTYPES[t.Type()]
@@ -225,13 +227,14 @@ class _Importer:
             qdim = q.QuantizedDimension()
         else:
             qdim = 0
-        data = self._buffer(t.Buffer(), dtype, shape, where)
+        # a variable's buffer is its storage: LiteRT and TFLite Micro reset it to zeros, whatever it holds
+        data = None if t.IsVariable() else self._buffer(t.Buffer(), dtype, shape, where)
         # a dimension the file's signature leaves dynamic (-1) is the size it was converted with (its shape)
         # the converter names a tensor after every op fused into it, joined by ';': the first is enough
         short = file_name.split(";")[0]
         name = short if short and short not in self.taken else f"t{index}"
         self.taken.add(name)
-        return _Tensor(index, name, file_name, shape, dtype, scale, zero_point, qdim, data)
+        return _Tensor(index, name, file_name, shape, dtype, scale, zero_point, qdim, data, bool(t.IsVariable()))
 
     def _buffer(self, index: int, dtype: str, shape: tuple[int, ...], where: str) -> np.ndarray | None:
         if index <= 0 or index >= self.model.BuffersLength():
@@ -287,6 +290,12 @@ class _Importer:
         was made there)."""
         if t.index in self.layout:
             return self.layout[t.index]
+        if t.variable:      # its value from the previous run (graph.State)
+            if t.index in self.state_writes:
+                raise UnsupportedOpError(f"{self.label}: variable tensor '{t.file_name}' is read after an operator "
+                                         "wrote it; aot keeps state that operators read, then update")
+            self.layout[t.index] = self.state_reads[t.index] = self.declare(t.name, t.shape, t.dtype, self.quant(t))
+            return t.name
         if t.data is not None:
             self.constants[t.name] = t.data
             self.layout[t.index] = self.declare(t.name, t.shape, t.dtype, self.quant(t))
@@ -296,6 +305,13 @@ class _Importer:
         self.add("Transpose", f"{name}_to_nhwc", [self.nchw[t.index]], [name], perm=TO_NHWC)
         self.layout[t.index] = name
         return name
+
+    def write_state(self, t: _Tensor, value: str) -> None:
+        """An operator's update of variable tensor t: `value` is what the next run reads."""
+        if not t.variable or t.index not in self.state_reads or t.index in self.state_writes:
+            raise UnsupportedOpError(f"{self.label}: tensor '{t.file_name}' is updated as state but is not a "
+                                     "variable read once and written once")
+        self.state_writes[t.index] = value
 
     def as_nchw(self, t: _Tensor) -> str:
         """4-D tensor t transposed to NCHW, as an ONNX-semantic op reads it."""
@@ -339,9 +355,19 @@ class _Importer:
         if len(set(outputs)) != len(outputs) or set(outputs) & set(inputs):
             raise UnsupportedOpError(f"{self.label}: an output is also an input or another output; aot needs "
                                      "each output computed on its own")
+        state = []
+        for index, read in self.state_reads.items():
+            t = self.tensors[index]
+            if index not in self.state_writes:
+                raise UnsupportedOpError(f"{self.label}: variable tensor '{t.file_name}' is read but no operator "
+                                         "updates it")
+            fill = float(t.zero_point[0]) if self.quant(t) is not None else 0.0
+            state.append(State(read, self.state_writes[index], fill))
         name = os.path.splitext(self.label)[0]
         names = {t.name: t.file_name for t in self.tensors}
-        return Graph(name, tuple(self.nodes), self.values, self.constants, tuple(inputs), tuple(outputs)), names
+        return Graph(name, tuple(self.nodes), self.values, self.constants,
+                     tuple(inputs) + tuple(s.read for s in state), tuple(outputs) + tuple(s.written for s in state),
+                     state=tuple(state)), names
 
     def _operator(self, k: int, op) -> None:
         name = self._op_name(op)

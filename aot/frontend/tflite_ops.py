@@ -147,8 +147,7 @@ class Context:
         if source.shape == tuple(shape):
             return x
         out = imp.declare(imp.fresh(hint), shape, source.dtype, source.quant)
-        imp.add("Reshape", f"{self.name}_flatten", [x, imp.constant(f"{self.name}_flat", np.array(shape, np.int64))],
-                [out])
+        imp.add("Reshape", f"{out}_view", [x, imp.constant(f"{out}_shape", np.array(shape, np.int64))], [out])
         return out
 
 
@@ -640,6 +639,80 @@ def transpose_conv(ctx: Context, ins, outs, o) -> None:
     after()
 
 
+# UNIDIRECTIONAL_SEQUENCE_LSTM's operands: the input, then per gate (input, forget, cell, output) the input
+# weights, the recurrent weights, the peepholes (none for the cell gate) and the biases, the projection, the
+# two variable state tensors, the layer norm coefficients
+_LSTM_W, _LSTM_R, _LSTM_P, _LSTM_B = (1, 2, 3, 4), (5, 6, 7, 8), (9, 10, None, 11), (12, 13, 14, 15)
+_LSTM_PROJECTION, _LSTM_H, _LSTM_C, _LSTM_NORMS = (16, 17), 18, 19, (20, 21, 22, 23)
+
+
+def unidirectional_sequence_lstm(ctx: Context, ins, outs, o) -> None:
+    """float32, as an ONNX LSTM (gates reordered to i, o, f, c) whose initial states are the two variable
+    tensors and whose final states update them; without the projection, layer norm, clipping or coupled
+    input and forget gates (CIFG) that TFLite allows."""
+    ins = list(ins) + [None] * (24 - len(ins))
+    x, y = ins[0], outs[0]
+    if ctx.integer(x, y):
+        raise ctx.fail("on quantized tensors is not supported yet (float32 is)")
+    _float_only(ctx, ins, outs)
+    if ins[_LSTM_W[0]] is None:
+        raise ctx.fail("without an input gate (coupled input and forget gates, CIFG) is not supported")
+    for what, indices in (("a projection", _LSTM_PROJECTION), ("layer normalization", _LSTM_NORMS)):
+        if any(ins[i] is not None for i in indices):
+            raise ctx.fail(f"with {what} is not supported")
+    if o is not None and (o.CellClip() or o.ProjClip()):
+        raise ctx.fail(f"with clipping (cell_clip {o.CellClip():g}, proj_clip {o.ProjClip():g}) is not supported")
+    activation = o.FusedActivationFunction() if o is not None else 4
+    acts = {4: "Tanh", 1: "Relu"}.get(activation)
+    if acts is None:
+        raise ctx.fail(f"activation {_ACTIVATION_NAMES.get(activation, activation)} is not supported (TANH, RELU)")
+    h, c = ins[_LSTM_H], ins[_LSTM_C]
+    if h is None or c is None or not (h.variable and c.variable):
+        raise ctx.fail("its output and cell state must be variable tensors")
+    time_major = bool(o.TimeMajor()) if o is not None else False
+    if len(x.shape) != 3:
+        raise ctx.fail(f"input '{x.file_name}' is {list(x.shape)}; it takes (batch, time, input) or (time, "
+                       "batch, input)")
+    steps, batch = x.shape[:2] if time_major else x.shape[1::-1]
+    weights = [ctx.constant(ins[i], "input weights").astype(np.float32) for i in _LSTM_W]
+    hidden, width = weights[0].shape
+    recurrent = [ctx.constant(ins[i], "recurrent weights").astype(np.float32) for i in _LSTM_R]
+    if x.shape[2] != width or any(r.shape != (hidden, hidden) for r in recurrent) or h.shape != (batch, hidden) \
+            or c.shape != (batch, hidden):
+        raise ctx.fail(f"weights for {width} inputs and {hidden} cells do not fit input {list(x.shape)} and "
+                       f"states {list(h.shape)}, {list(c.shape)}")
+    _check_shape(ctx, y, (steps, batch, hidden) if time_major else (batch, steps, hidden))
+    order = (0, 3, 1, 2)        # TFLite's i, f, c, o as ONNX's i, o, f, c
+    imp = ctx.imp
+    zeros = np.zeros(hidden, np.float32)
+
+    def vectors(indices, what: str) -> list[np.ndarray]:     # per gate, zeros for an absent one
+        return [ctx.constant(ins[i], what).astype(np.float32) if i is not None and ins[i] is not None else zeros
+                for i in indices]
+
+    bias = vectors(_LSTM_B, "gate bias")
+    state_shape = (1, batch, hidden) if time_major else (batch, 1, hidden)
+    operands = [imp.value(x),
+                imp.constant(f"{ctx.name}_W", np.concatenate([weights[g] for g in order])[None]),
+                imp.constant(f"{ctx.name}_R", np.concatenate([recurrent[g] for g in order])[None]),
+                imp.constant(f"{ctx.name}_B", np.concatenate([bias[g] for g in order] + [zeros] * 4)[None]),
+                "",
+                ctx.view(imp.value(h), state_shape, f"{ctx.name}_h0"),
+                ctx.view(imp.value(c), state_shape, f"{ctx.name}_c0")]
+    if any(i is not None and ins[i] is not None for i in _LSTM_P):
+        peep = vectors(_LSTM_P, "peephole weights")
+        operands.append(imp.constant(f"{ctx.name}_P", np.concatenate([peep[0], peep[3], peep[1]])[None]))
+    ys = imp.declare(imp.fresh(f"{ctx.name}_y"), (steps, 1, batch, hidden) if time_major else (batch, steps, 1, hidden),
+                     "float32")
+    yh = imp.declare(imp.fresh(f"{ctx.name}_h"), state_shape, "float32")
+    yc = imp.declare(imp.fresh(f"{ctx.name}_c"), state_shape, "float32")
+    imp.add("LSTM", ctx.name, operands, [ys, yh, yc], hidden_size=hidden, layout=0 if time_major else 1,
+            activations=("Sigmoid", acts, acts))
+    ctx.reshape(ys, y)
+    imp.write_state(h, ctx.view(yh, (batch, hidden), f"{ctx.name}_h_next"))
+    imp.write_state(c, ctx.view(yc, (batch, hidden), f"{ctx.name}_c_next"))
+
+
 def quantize(ctx: Context, ins, outs, o) -> None:
     """float32 -> int8/int16 (QUANTIZE), or one encoding to another."""
     x, y = ins[0], outs[0]
@@ -702,6 +775,7 @@ MAPPINGS: dict[str, Mapping] = {
     "RESIZE_BILINEAR": Mapping(resize("linear"), "ResizeBilinearOptions"),
     "RESIZE_NEAREST_NEIGHBOR": Mapping(resize("nearest"), "ResizeNearestNeighborOptions"),
     "TRANSPOSE_CONV": Mapping(transpose_conv, "TransposeConvOptions"),
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": Mapping(unidirectional_sequence_lstm, "UnidirectionalSequenceLSTMOptions"),
     "QUANTIZE": Mapping(quantize, "QuantizeOptions"),
     "DEQUANTIZE": Mapping(dequantize, "DequantizeOptions"),
     "RELU": Mapping(_activation_op(lambda ctx, x, y: ctx.activate(x, y, (0.0, math.inf), 1), quantized=True)),

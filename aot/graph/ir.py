@@ -47,6 +47,18 @@ class Node:
 
 
 @dataclass(frozen=True)
+class State:
+    """A tensor the model keeps between runs (a TFLite variable: an LSTM's hidden and cell state). Until the
+    program is built, `read` is a graph input holding its value at the start of a run and `written` a graph
+    output holding the value the run leaves; both are the model's own, not the caller's. `fill` is its
+    value (the code, for an integer tensor) after a reset."""
+
+    read: str
+    written: str
+    fill: float = 0.0
+
+
+@dataclass(frozen=True)
 class Graph:
     name: str
     nodes: tuple[Node, ...]
@@ -55,6 +67,7 @@ class Graph:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     opset: int = 17
+    state: tuple[State, ...] = ()
 
     def is_constant(self, name: str) -> bool:
         return name in self.constants

@@ -13,7 +13,7 @@ the call sequence and checks every shared byte against the kernels' declarations
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -225,16 +225,18 @@ def merge_in_place(buffers: Sequence[Buffer], overlaps: Sequence[Overlap]) \
 
 
 def verify(steps: Sequence[tuple[Sequence[str], Sequence[str]]], offsets: dict[str, int], sizes: dict[str, int],
-           workspace: int, alignment: int, shared: Sequence[tuple[int, str, str, Reuse]] = ()) -> None:
+           workspace: int, alignment: int, shared: Sequence[tuple[int, str, str, Reuse]] = (),
+           kept: Iterable[str] = ()) -> None:
     """Check a placement against the call sequence (reads, writes per step) it is meant for.
 
     Independent of how the plan was made: liveness is recomputed from the steps, and two buffers live
     at the same step may share bytes only as a kernel declared it (`shared`: step, source, result and
     the kernel's Reuse), at the one step where the source is read last and the result first written,
-    the source read once there. Raises PlanError.
+    the source read once there. `kept` buffers hold the model's state: they live through every step (and
+    between runs). Raises PlanError.
     """
-    first: dict[str, int] = {}
-    last: dict[str, int] = {}
+    first: dict[str, int] = {name: 0 for name in kept if name in offsets}
+    last: dict[str, int] = {name: max(len(steps) - 1, 0) for name in first}
     for step, (reads, writes) in enumerate(steps):
         for name in writes:
             if name in offsets:

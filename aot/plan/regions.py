@@ -108,9 +108,11 @@ def _too_small(placements: Sequence[Placement], buffers: Sequence[memory.Buffer]
 
 
 def verify(steps: Sequence[tuple[Sequence[str], Sequence[str]]], placements: Sequence[Placement],
-           sizes: dict[str, int], alignment: int, shared: Sequence[tuple[int, str, str, Reuse]] = ()) -> None:
+           sizes: dict[str, int], alignment: int, shared: Sequence[tuple[int, str, str, Reuse]] = (),
+           kept: Sequence[str] = ()) -> None:
     """Every buffer in exactly one region, each region's plan checked by memory.verify against the call
-    sequence (sharing only as declared, and within the region), and within the region's size."""
+    sequence (sharing only as declared, and within the region; `kept`: the model's state, live throughout),
+    and within the region's size."""
     region_of: dict[str, str] = {}
     for p in placements:
         for name in p.plan.offsets:
@@ -121,7 +123,7 @@ def verify(steps: Sequence[tuple[Sequence[str], Sequence[str]]], placements: Seq
             raise PlanError(f"memory plan: region {p.region.name} holds {p.region.size:,} bytes, its plan needs "
                             f"{p.plan.size:,}" + (f" beside {p.weights:,} of weights" if p.weights else ""))
         inside = [s for s in shared if s[1] in p.plan.offsets and s[2] in p.plan.offsets]
-        memory.verify(steps, p.plan.offsets, sizes, p.plan.size, alignment, inside)
+        memory.verify(steps, p.plan.offsets, sizes, p.plan.size, alignment, inside, kept)
     missing = sorted(set(sizes) - set(region_of))
     if missing:
         raise PlanError(f"memory plan: '{missing[0]}' is in no region")
