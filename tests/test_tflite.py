@@ -673,8 +673,9 @@ int main(void)
 """
 
 
-@pytest.mark.parametrize("options", [{}, {"time_major": True}, {"peepholes": True}, {"stacked": True}],
-                         ids=["batch_major", "time_major", "peepholes", "stacked"])
+@pytest.mark.parametrize("options", [{}, {"time_major": True}, {"peepholes": True}, {"stacked": True},
+                                     {"cell_clip": 0.3}, {"cifg": True, "peepholes": True}],
+                         ids=["batch_major", "time_major", "peepholes", "stacked", "cell_clip", "cifg"])
 def test_float_lstm_matches_litert(options, tmp_path):
     assert check(tflite_models.lstm(**options), tmp_path) < 1e-5
 

@@ -168,9 +168,10 @@ def resnet_block(int8: bool, seed: int = 0) -> bytes:
 
 
 def lstm(batch: int = 2, steps: int = 5, width: int = 3, hidden: int = 4, time_major: bool = False,
-         peepholes: bool = False, stacked: bool = False, seed: int = 0) -> bytes:
+         peepholes: bool = False, stacked: bool = False, cell_clip: float = 0.0, cifg: bool = False,
+         seed: int = 0) -> bytes:
     """A float32 UNIDIRECTIONAL_SEQUENCE_LSTM (two in a row if `stacked`) over input x, its output and cell
-    state variable tensors, a FULLY_CONNECTED head on its outputs."""
+    state variable tensors, a FULLY_CONNECTED head on its outputs. With `cifg`, no input gate (i = 1 - f)."""
     rng = np.random.default_rng(seed)
     b = ModelBuilder()
     shape = (steps, batch, width) if time_major else (batch, steps, width)
@@ -184,10 +185,13 @@ def lstm(batch: int = 2, steps: int = 5, width: int = 3, hidden: int = 4, time_m
         operands = [x] + [array(hidden, width) for _ in range(4)] + [array(hidden, hidden) for _ in range(4)]
         operands += [array(hidden) for _ in range(3)] if peepholes else [None] * 3
         operands += [array(hidden) for _ in range(4)] + [None, None]
+        if cifg:        # the input gate's weights, peephole and bias absent
+            operands[1] = operands[5] = operands[9] = operands[12] = None
         operands += [b.tensor(f"l{k}_h", (batch, hidden), "float32", variable=True),
                      b.tensor(f"l{k}_c", (batch, hidden), "float32", variable=True)]
         y = b.tensor(f"l{k}_y", (*shape[:2], hidden), "float32")
-        b.op("UNIDIRECTIONAL_SEQUENCE_LSTM", operands, [y], fused_activation_function="TANH", time_major=time_major)
+        b.op("UNIDIRECTIONAL_SEQUENCE_LSTM", operands, [y], fused_activation_function="TANH", time_major=time_major,
+             cell_clip=cell_clip)
         return y
 
     y = layer(x, width, 0)

@@ -648,20 +648,19 @@ _LSTM_PROJECTION, _LSTM_H, _LSTM_C, _LSTM_NORMS = (16, 17), 18, 19, (20, 21, 22,
 
 def unidirectional_sequence_lstm(ctx: Context, ins, outs, o) -> None:
     """float32, as an ONNX LSTM (gates reordered to i, o, f, c) whose initial states are the two variable
-    tensors and whose final states update them; without the projection, layer norm, clipping or coupled
-    input and forget gates (CIFG) that TFLite allows."""
+    tensors and whose final states update them, with TFLite's cell clipping and coupled input and forget
+    gates (CIFG: no input gate weights, i = 1 - f); without the projection or layer normalization that
+    TFLite also allows."""
     ins = list(ins) + [None] * (24 - len(ins))
     x, y = ins[0], outs[0]
     if ctx.integer(x, y):
         raise ctx.fail("on quantized tensors is not supported yet (float32 is)")
     _float_only(ctx, ins, outs)
-    if ins[_LSTM_W[0]] is None:
-        raise ctx.fail("without an input gate (coupled input and forget gates, CIFG) is not supported")
+    cifg = ins[_LSTM_W[0]] is None
     for what, indices in (("a projection", _LSTM_PROJECTION), ("layer normalization", _LSTM_NORMS)):
         if any(ins[i] is not None for i in indices):
             raise ctx.fail(f"with {what} is not supported")
-    if o is not None and (o.CellClip() or o.ProjClip()):
-        raise ctx.fail(f"with clipping (cell_clip {o.CellClip():g}, proj_clip {o.ProjClip():g}) is not supported")
+    cell_clip = float(np.float32(o.CellClip())) if o is not None and o.CellClip() > 0 else None
     activation = o.FusedActivationFunction() if o is not None else 4
     acts = {4: "Tanh", 1: "Relu"}.get(activation)
     if acts is None:
@@ -674,9 +673,14 @@ def unidirectional_sequence_lstm(ctx: Context, ins, outs, o) -> None:
         raise ctx.fail(f"input '{x.file_name}' is {list(x.shape)}; it takes (batch, time, input) or (time, "
                        "batch, input)")
     steps, batch = x.shape[:2] if time_major else x.shape[1::-1]
-    weights = [ctx.constant(ins[i], "input weights").astype(np.float32) for i in _LSTM_W]
-    hidden, width = weights[0].shape
-    recurrent = [ctx.constant(ins[i], "recurrent weights").astype(np.float32) for i in _LSTM_R]
+    present = [ctx.constant(ins[i], "input weights").astype(np.float32) if ins[i] is not None else None
+               for i in _LSTM_W]
+    hidden, width = present[1].shape if present[1] is not None else (0, 0)
+    weights = [w if w is not None else np.zeros((hidden, width), np.float32) for w in present]
+    recurrent = [ctx.constant(ins[i], "recurrent weights").astype(np.float32) if ins[i] is not None else
+                 np.zeros((hidden, hidden), np.float32) for i in _LSTM_R]
+    if any(w is None for w in present[1:]) or (ins[_LSTM_R[0]] is None) != cifg:
+        raise ctx.fail("lacks gate weights: only the input gate's may be absent (CIFG), both of them")
     if x.shape[2] != width or any(r.shape != (hidden, hidden) for r in recurrent) or h.shape != (batch, hidden) \
             or c.shape != (batch, hidden):
         raise ctx.fail(f"weights for {width} inputs and {hidden} cells do not fit input {list(x.shape)} and "
@@ -707,7 +711,8 @@ def unidirectional_sequence_lstm(ctx: Context, ins, outs, o) -> None:
     yh = imp.declare(imp.fresh(f"{ctx.name}_h"), state_shape, "float32")
     yc = imp.declare(imp.fresh(f"{ctx.name}_c"), state_shape, "float32")
     imp.add("LSTM", ctx.name, operands, [ys, yh, yc], hidden_size=hidden, layout=0 if time_major else 1,
-            activations=("Sigmoid", acts, acts))
+            activations=("Sigmoid", acts, acts), **({"cell_clip": cell_clip} if cell_clip else {}),
+            **({"cifg": True} if cifg else {}))
     ctx.reshape(ys, y)
     imp.write_state(h, ctx.view(yh, (batch, hidden), f"{ctx.name}_h_next"))
     imp.write_state(c, ctx.view(yc, (batch, hidden), f"{ctx.name}_c_next"))

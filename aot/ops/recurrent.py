@@ -242,6 +242,8 @@ def canonical_recurrent(rw: Rewriter, node: Node) -> None:
     rw.add("Recurrent", node.name, inputs, outputs, cell=node.op, hidden=hidden, gates=cell.gates * hidden,
            direction=direction, layout=layout, activations=_activations(node, cell, directions),
            clip=float(clip) if clip is not None else None, input_forget=bool(node.attrs.get("input_forget", 0)),
+           # TFLite's LSTM (set by its frontend): the cell state clipped, the input gate 1 - the forget gate
+           cell_clip=node.attrs.get("cell_clip"), cifg=bool(node.attrs.get("cifg", False)),
            linear_before_reset=lbr, raw_bias=raw_bias, roles=tuple(roles))
 
 
@@ -375,10 +377,16 @@ def _lstm_step(s: Step) -> None:
                 value = fma(c, s.ld(s.peep, s.peep_off + peep_row * hn, m, width), value)
             return apply_act(f_act, s.pre(value))
 
-        i = b.let("i", gate(0, 0, c_prev))
-        f = b.let("f", 1.0 - i if s.attrs["input_forget"] else gate(2, 2, c_prev))
+        if s.attrs.get("cifg"):
+            f = b.let("f", gate(2, 2, c_prev))
+            i = b.let("i", 1.0 - f)
+        else:
+            i = b.let("i", gate(0, 0, c_prev))
+            f = b.let("f", 1.0 - i if s.attrs["input_forget"] else gate(2, 2, c_prev))
         cand = apply_act(g_act, s.pre(s.ld(s.g, 3 * hn, m, width)))
-        c_new = b.let("c", fma(f, c_prev, i * cand))
+        c_new = fma(f, c_prev, i * cand)
+        clip = s.attrs.get("cell_clip")
+        c_new = b.let("c", minimum(maximum(c_new, -clip), clip) if clip else c_new)
         b.store(s.c, s.state_off + m, c_new)
         s.store_h(m, gate(1, 1, c_new) * apply_act(h_act, c_new))
     b.chunks("m", hn, s.lanes, update)
