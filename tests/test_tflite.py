@@ -638,39 +638,88 @@ def test_transpose_conv_hard_swish_prelu_and_resize_are_bit_exact_on_other_targe
     assert check(_upsampling_head(), tmp_path, target, seeds=(0,)) == 0
 
 
-LSTM_PROGRAM = r"""
+SEQUENCE_PROGRAM = r"""
 #include <stdio.h>
-#include "lstm.h"
+#include "m.h"
 
-static float x[3][LSTM_INPUT_X_SIZE], y[3][LSTM_OUTPUT_OUT_SIZE];
-static unsigned char ws[LSTM_WORKSPACE_SIZE] __attribute__((aligned(64)));
+static {ctype_in} x[RUNS][M_INPUT_{IN}_SIZE];
+static {ctype_out} y[RUNS][M_OUTPUT_{OUT}_SIZE];
+static unsigned char ws[M_WORKSPACE_SIZE] __attribute__((aligned(64)));
 
-/* runs x[0] then x[1] from the reset state, then x[1] again after a reset */
+/* runs the inputs in turn from the reset state, then the last one again after a reset */
 int main(void)
-{
-    lstm_inputs in;
-    lstm_outputs out;
+{{
+    m_inputs in;
+    m_outputs out;
     int k;
     FILE *f = fopen("x.bin", "rb");
-    if (f == NULL || fread(x, sizeof x[0], 2, f) != 2 || LSTM_STATE_BYTES == 0)
+    if (f == NULL || fread(x, sizeof x[0], RUNS - 1, f) != RUNS - 1 || M_STATE_BYTES == 0)
         return 10;
     fclose(f);
-    if (lstm_reset(0) != LSTM_ERR_NULL || lstm_reset(ws) != LSTM_OK)
+    if (m_reset(0) != M_ERR_NULL || m_reset(ws) != M_OK)
         return 11;
-    for (k = 0; k < 3; k++) {
-        if (k == 2 && lstm_reset(ws) != LSTM_OK)
+    for (k = 0; k < RUNS; k++) {{
+        if (k == RUNS - 1 && m_reset(ws) != M_OK)
             return 12;
-        in.x = x[k < 2 ? k : 1];
-        out.out = y[k];
-        if (lstm_run(&in, &out, ws) != LSTM_OK)
+        in.{in_field} = x[k < RUNS - 1 ? k : RUNS - 2];
+        out.{out_field} = y[k];
+        if (m_run(&in, &out, ws) != M_OK)
             return 13;
-    }
+    }}
     f = fopen("y.bin", "wb");
     if (f == NULL || fwrite(y, sizeof y, 1, f) != 1)
         return 14;
     return fclose(f) != 0;
-}
+}}
 """
+
+
+def _runs_in_sequence_as_litert_does(data: bytes, xs: np.ndarray, tmp_path, target: str = "host") -> np.ndarray:
+    """The model's one input fed xs in turn, its state carried over, then xs[-1] again after a reset, through
+    the C API (m_reset, m_run) of a build for `target`; checked against LiteRT's invokes in the same
+    sequence (reset_all_variables for the reset). Returns the outputs, one row per run."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    from aot.codegen.library import compile_flags
+    from aot.target import get_target
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "m.tflite"
+    path.write_bytes(data)
+    artifact = aot.build(str(path), target=target, out_dir=tmp_path / "build", name="m")
+    (spec_in,), (spec_out,) = artifact.metadata["inputs"], artifact.metadata["outputs"]
+    ctypes = {"float32": "float", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t"}
+    program = SEQUENCE_PROGRAM.format(ctype_in=ctypes[spec_in["dtype"]], ctype_out=ctypes[spec_out["dtype"]],
+                                      IN=spec_in["c_name"].upper(), OUT=spec_out["c_name"].upper(),
+                                      in_field=spec_in["c_name"], out_field=spec_out["c_name"])
+    (tmp_path / "main.c").write_text(f"#define RUNS {len(xs) + 1}\n" + program)
+    (tmp_path / "x.bin").write_bytes(np.ascontiguousarray(xs).tobytes())
+    tgt = get_target(target)
+    assert tgt.os != "none", "a Linux target: the program reads and writes files"
+    build = subprocess.run([tgt.cc, "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", *compile_flags(tgt),
+                            f"-I{artifact.dir}", "main.c", str(artifact.source), str(artifact.object), "-lm",
+                            "-o", "prog"], cwd=tmp_path, capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    run = subprocess.run([*tgt.run_command, "./prog"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    got = np.fromfile(tmp_path / "y.bin", spec_out["dtype"]).reshape(len(xs) + 1, -1)
+
+    interpreter = Interpreter(model_content=data, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+    interpreter.allocate_tensors()
+    feed, fetch = interpreter.get_input_details()[0]["index"], interpreter.get_output_details()[0]["index"]
+    expected = []
+    for k, x in enumerate([*xs, xs[-1]]):
+        if k == len(xs):
+            interpreter.reset_all_variables()
+        interpreter.set_tensor(feed, x)
+        interpreter.invoke()
+        expected.append(interpreter.get_tensor(fetch).reshape(-1))
+    expected = np.stack(expected)
+    if got.dtype.kind == "f":
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(expected).max())))
+    else:
+        np.testing.assert_array_equal(got, expected)
+    return got
 
 
 @pytest.mark.parametrize("options", [{}, {"time_major": True}, {"peepholes": True}, {"stacked": True},
@@ -681,40 +730,37 @@ def test_float_lstm_matches_litert(options, tmp_path):
 
 
 def test_lstm_state_is_kept_between_runs_and_reset(tmp_path):
-    """The variable tensors live in the workspace: a second run continues from the first run's state, as
-    LiteRT's second invoke does, and after lstm_reset the model starts over."""
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    """The variable tensors live in the workspace: a run continues from the previous run's state, as LiteRT's
+    next invoke does, and after m_reset the model starts over."""
+    xs = np.random.default_rng(0).standard_normal((3, 2, 5, 3)).astype(np.float32)
+    got = _runs_in_sequence_as_litert_does(tflite_models.lstm(stacked=True), xs, tmp_path)
+    assert not np.allclose(got[2], got[3], atol=1e-3)       # the state did carry over
+    header = (tmp_path / "build" / "m.h").read_text()
+    assert "int32_t m_reset(void *workspace);" in header
+    assert "#define M_STATE_BYTES 128u" in header        # two layers' h and c, 2 x 4 floats each
 
-    data = tflite_models.lstm(stacked=True)
-    path = tmp_path / "lstm.tflite"
-    path.write_bytes(data)
-    artifact = aot.build(str(path), target="host", out_dir=tmp_path / "build")
-    header = artifact.header.read_text()
-    assert "int32_t lstm_reset(void *workspace);" in header
-    assert "#define LSTM_STATE_BYTES 128u" in header        # two layers' h and c, 2 x 4 floats each
-    xs = np.random.default_rng(0).standard_normal((2, 2, 5, 3)).astype(np.float32)
-    (tmp_path / "x.bin").write_bytes(xs.tobytes())
-    (tmp_path / "main.c").write_text(LSTM_PROGRAM)
-    build = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", f"-I{artifact.dir}", "main.c",
-                            str(artifact.source), str(artifact.object), "-lm", "-o", "prog"], cwd=tmp_path,
-                           capture_output=True, text=True)
-    assert build.returncode == 0, build.stderr
-    run = subprocess.run(["./prog"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    assert run.returncode == 0, run.stderr
-    got = np.frombuffer((tmp_path / "y.bin").read_bytes(), np.float32).reshape(3, 10, 2)
 
-    interpreter = Interpreter(model_content=data, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
-    interpreter.allocate_tensors()
-    feed, fetch = interpreter.get_input_details()[0]["index"], interpreter.get_output_details()[0]["index"]
-    expected = []
-    for k, x in enumerate((xs[0], xs[1], xs[1])):
-        if k == 2:
-            interpreter.reset_all_variables()
-        interpreter.set_tensor(feed, x)
-        interpreter.invoke()
-        expected.append(interpreter.get_tensor(fetch))
-    np.testing.assert_allclose(got, np.stack(expected), rtol=1e-5, atol=1e-5)
-    assert not np.allclose(got[1], got[2], atol=1e-3)       # the state did carry over
+@pytest.mark.parametrize("dtype", ["float32", "int16"])
+@pytest.mark.parametrize("options", [{}, {"rank": 1, "act": "NONE", "bias": False}], ids=["rank2", "rank1"])
+def test_svdf_matches_litert_over_a_sequence_of_runs(dtype, options, tmp_path):
+    """More runs than the memory is long: every filter's memory fills and shifts out, run after run."""
+    if dtype != "float32" and options.get("act") == "NONE":
+        options = {**options, "act": "RELU"}        # LiteRT's integer SVDF takes RELU only (and ignores it)
+    rng = np.random.default_rng(1)
+    xs = (rng.integers(-128, 128, (7, 2, 12)).astype(np.int8) if dtype != "float32"
+          else rng.standard_normal((7, 2, 12)).astype(np.float32))
+    got = _runs_in_sequence_as_litert_does(tflite_models.svdf(dtype, **options), xs, tmp_path)
+    assert not np.array_equal(got[-2], got[-1])
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("target", ["aarch64", "armv7-neon"])
+def test_state_is_kept_between_runs_on_other_targets(target, tmp_path):
+    rng = np.random.default_rng(2)
+    _runs_in_sequence_as_litert_does(tflite_models.svdf("int16"), rng.integers(-128, 128, (6, 2, 12)).astype(np.int8),
+                                     tmp_path / "svdf", target)
+    _runs_in_sequence_as_litert_does(tflite_models.lstm(), rng.standard_normal((3, 2, 5, 3)).astype(np.float32),
+                                     tmp_path / "lstm", target)
 
 
 # --- files aot refuses --------------------------------------------------------------------------------------
@@ -766,6 +812,11 @@ def test_an_unsupported_builtin_is_refused_with_its_index(tmp_path):
     b.op("EXP", [y], [z])
     b.output(z)
     _refused(b.build(), tmp_path, "operator 1 (EXP)", "not supported")
+
+
+def test_an_svdf_with_int8_state_is_refused(tmp_path):
+    """TFLite Micro's int8-state SVDF, which LiteRT cannot run to check it."""
+    _refused(tflite_models.svdf("int8"), tmp_path, "SVDF", "int8 state")
 
 
 def test_a_float16_tensor_is_refused(tmp_path):

@@ -204,3 +204,38 @@ def lstm(batch: int = 2, steps: int = 5, width: int = 3, hidden: int = 4, time_m
          [out])
     b.output(out)
     return b.build()
+
+
+def svdf(dtype: str = "float32", batch: int = 2, width: int = 12, filters: int = 8, memory: int = 5, rank: int = 2,
+         act: str = "RELU", bias: bool = True, layers: int = 2, seed: int = 0) -> bytes:
+    """SVDF layers in a row, float32 or integer: int8 input and output with `dtype` ("int16" or "int8") state
+    and time weights, encodings that keep the values within their ranges."""
+    rng = np.random.default_rng(seed)
+    b = ModelBuilder()
+    integer = dtype != "float32"
+    x = b.input("x", (batch, width), "int8" if integer else "float32", *((0.05, -3) if integer else ()))
+    x_scale = 0.05
+    for k in range(layers):
+        units = filters // rank
+        if integer:
+            state_scale = 0.004 if dtype == "int16" else 0.25
+            w = b.constant(f"w{k}", rng.integers(-127, 128, (filters, width)).astype(np.int8), scale=0.01, zero_point=0)
+            limit = 2**15 - 1 if dtype == "int16" else 127
+            t = b.constant(f"t{k}", rng.integers(-limit, limit + 1, (filters, memory)).astype(dtype),
+                           scale=0.5 / limit, zero_point=0)
+            bias_t = b.constant(f"b{k}", rng.integers(-2000, 2000, units).astype(np.int32)) if bias else None
+            state = b.tensor(f"s{k}", (batch, filters * memory), dtype, scale=state_scale,
+                             zero_point=0 if dtype == "int16" else 5, variable=True)
+            y = b.tensor(f"y{k}", (batch, units), "int8", scale=0.06, zero_point=-10)
+            x_scale = 0.06
+        else:
+            w = b.constant(f"w{k}", (rng.standard_normal((filters, width)) * 0.3).astype(np.float32))
+            t = b.constant(f"t{k}", (rng.standard_normal((filters, memory)) * 0.3).astype(np.float32))
+            bias_t = b.constant(f"b{k}", rng.standard_normal(units).astype(np.float32)) if bias else None
+            state = b.tensor(f"s{k}", (batch, filters * memory), "float32", variable=True)
+            y = b.tensor(f"y{k}", (batch, units), "float32")
+        b.op("SVDF", [x, w, t, bias_t, state], [y], rank=rank, fused_activation_function=act)
+        x, width = y, units
+    b.output(x)
+    del x_scale
+    return b.build()

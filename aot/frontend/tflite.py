@@ -265,8 +265,9 @@ class _Importer:
         return name
 
     def quant(self, t: _Tensor) -> QuantParams | None:
-        """A computed tensor's per-tensor encoding, or None for a float one."""
-        if t.dtype not in ("int8", "uint8", "int16") or t.scale is None:
+        """A computed tensor's per-tensor encoding, or None for a float one (or a plain integer one). An int32
+        one is a QUANTIZE's output."""
+        if t.dtype not in ("int8", "uint8", "int16", "int32") or t.scale is None:
             return None
         if t.scale.size != 1:
             raise UnsupportedOpError(f"{self.label}: tensor '{t.file_name}' has per-channel quantization; aot "

@@ -338,11 +338,13 @@ def softmax(ctx: Context, ins, outs, o) -> None:
     source = imp.value(x)
     axis = len(x.shape) - 1
     if integer:
-        if x.dtype != "int8" or y.dtype != "int8":
-            raise ctx.fail(f"quantized SOFTMAX from {x.dtype} to {y.dtype} is not supported yet (int8 to int8 is)")
-        if y.scale[0] != np.float32(1 / 256) or y.zero_point[0] != -128:
-            raise ctx.fail("a quantized SOFTMAX's output must have scale 1/256 and zero point -128, as TFLite "
-                           "requires")
+        if x.dtype != "int8" or y.dtype not in ("int8", "int16"):
+            raise ctx.fail(f"quantized SOFTMAX from {x.dtype} to {y.dtype} is not supported yet (int8 to int8 and "
+                           "int16 are)")
+        scale, zero = (1 / 256, -128) if y.dtype == "int8" else (1 / 65536, -32768)
+        if abs(float(y.scale[0]) - scale) > 0.001 * scale or y.zero_point[0] != zero:     # (LiteRT's tolerance)
+            raise ctx.fail(f"a quantized SOFTMAX's {y.dtype} output must have scale 1/{round(1 / scale)} and zero "
+                           f"point {zero}, as TFLite requires")
         imp.add("Softmax", ctx.name, [source], [imp.result(y)], axis=axis, beta=beta)
         return
     if beta != 1.0:
@@ -718,6 +720,52 @@ def unidirectional_sequence_lstm(ctx: Context, ins, outs, o) -> None:
     imp.write_state(c, ctx.view(yc, (batch, hidden), f"{ctx.name}_c_next"))
 
 
+def svdf(ctx: Context, ins, outs, o) -> None:
+    """float32, or TFLite's integer SVDF: int8 in and out, int16 state and time weights (ops/svdf.py)."""
+    x, features, times, state, y = ins[0], ins[1], ins[2], ins[4], outs[0]
+    bias = ins[3]
+    rank = o.Rank() if o is not None else 1
+    integer = ctx.integer(x, y)
+    if len(x.shape) != 2 or state is None or not state.variable:
+        raise ctx.fail("takes a (batch, input) tensor and a variable state")
+    feature_data, time_data = ctx.constant(features, "feature weights"), ctx.constant(times, "time weights")
+    filters, width = feature_data.shape
+    memory = time_data.shape[1]
+    batch = x.shape[0]
+    if rank < 1 or filters % rank or time_data.shape[0] != filters or x.shape[1] != width \
+            or tuple(state.shape) != (batch, filters * memory):
+        raise ctx.fail(f"shapes do not fit: input {list(x.shape)}, feature weights {list(feature_data.shape)}, "
+                       f"time weights {list(time_data.shape)}, state {list(state.shape)}, rank {rank}")
+    _check_shape(ctx, y, (batch, filters // rank))
+    activation = o.FusedActivationFunction() if o is not None else 0
+    imp = ctx.imp
+    if integer:
+        if x.dtype != "int8" or y.dtype != "int8" or features.dtype != "int8" or state.dtype != "int16" \
+                or times.dtype != "int16":
+            raise ctx.fail("quantized takes int8 input, output and feature weights, int16 state and time weights "
+                           f"(this one: {state.dtype} state, {times.dtype} time weights; TFLite Micro's int8 state "
+                           "is not supported yet)")
+        for t in (features, times):
+            if t.scale is None or t.scale.size != 1:
+                raise ctx.fail(f"weights '{t.file_name}' must have one scale")
+        operands = [imp.constant(features.name, feature_data, QuantParams(float(features.scale[0]), 0, rules="tflite")),
+                    imp.constant(times.name, time_data, QuantParams(float(times.scale[0]), 0, rules="tflite")),
+                    imp.constant(bias.name, ctx.constant(bias, "bias").astype(np.int32)) if bias is not None else ""]
+        acts = {}
+    else:
+        _float_only(ctx, [x, state], outs)
+        operands = [ctx.float_constant(features, "feature weights"), ctx.float_constant(times, "time weights"),
+                    ctx.float_constant(bias, "bias") if bias is not None else ""]
+        bounds = ctx.activation(activation, False)
+        if activation == 4:
+            raise ctx.fail("a fused TANH is not supported")
+        acts = {"acts": (("clip", bounds),)} if bounds is not None else {}
+    new_state = imp.declare(imp.fresh(f"{state.name}_next"), state.shape, state.dtype, imp.quant(state))
+    imp.add("TfliteSvdf", ctx.name, [imp.value(x), *operands, imp.value(state)], [imp.result(y), new_state],
+            rank=rank, **acts)
+    imp.write_state(state, new_state)
+
+
 def quantize(ctx: Context, ins, outs, o) -> None:
     """float32 -> int8/int16 (QUANTIZE), or one encoding to another."""
     x, y = ins[0], outs[0]
@@ -780,6 +828,7 @@ MAPPINGS: dict[str, Mapping] = {
     "RESIZE_BILINEAR": Mapping(resize("linear"), "ResizeBilinearOptions"),
     "RESIZE_NEAREST_NEIGHBOR": Mapping(resize("nearest"), "ResizeNearestNeighborOptions"),
     "TRANSPOSE_CONV": Mapping(transpose_conv, "TransposeConvOptions"),
+    "SVDF": Mapping(svdf, "SVDFOptions"),
     "UNIDIRECTIONAL_SEQUENCE_LSTM": Mapping(unidirectional_sequence_lstm, "UnidirectionalSequenceLSTMOptions"),
     "QUANTIZE": Mapping(quantize, "QuantizeOptions"),
     "DEQUANTIZE": Mapping(dequantize, "DequantizeOptions"),

@@ -103,9 +103,9 @@ def _saturating_shift_expr(x: Expr, exponent: int) -> Expr:
     return Cast(minimum(maximum(wide, const(-(2**31), "i64")), const(INT32_MAX, "i64")), "i32")
 
 
-def _reciprocal(b: Builder, total: Expr) -> tuple[Expr, Expr]:
+def _reciprocal(b: Builder, total: Expr, out_bits: int) -> tuple[Expr, Expr]:
     """GetReciprocal of a Q12.19 sum in [1, 512): (1/(1 + x) in Q0.31 of its normalized mantissa x, the
-    right shift that makes the outputs units of 1/256)."""
+    right shift that makes the outputs units of 2**-out_bits)."""
     # its leading zeros as a 32-bit word: 1 to 12 (it is at least 2**19: the row's maximum contributes 1.0)
     leading = const(1, "i32")
     for bit in range(20, 31):
@@ -120,11 +120,12 @@ def _reciprocal(b: Builder, total: Expr) -> tuple[Expr, Expr]:
         correction = rounding_doubling_high(estimate, const(1 << 29, "i32") - product)
         b.assign(estimate, estimate + _saturating_shift_expr(correction, 2))
     recip = b.let("recip", _saturating_shift_expr(estimate, 1))
-    return recip, b.let("shift", const(35, "i32") - zeros)    # (12 - zeros) + 31 - 8
+    return recip, b.let("shift", const(12 + 31 - out_bits, "i32") - zeros)
 
 
 def lower(ctx, node, name: str, quant, rows: int, n: int) -> Kernel:
-    """The Softmax of `rows` contiguous rows of n int8 values."""
+    """The Softmax of `rows` contiguous rows of n int8 values, into int8 (units of 1/256 from -128) or int16
+    (units of 1/65536 from -32768), TFLite's two output encodings."""
     if n > MAX_ROW:
         raise UnsupportedOpError(f"node '{node.name}': a quantized Softmax over {n} values: TFLite's kernel aborts "
                                  f"where a row's exponentials sum to 512, so aot takes rows of {MAX_ROW} at most")
@@ -142,9 +143,10 @@ def lower(ctx, node, name: str, quant, rows: int, n: int) -> Kernel:
         total = b.local("total", const(0, "i32"))
         with b.loop("k", 0, n) as k:
             b.assign(total, total + sum_table[Cast(top - widen(x[base + k]), "idx")])
-        recip, shift = _reciprocal(b, total)
+        bits = 16 if quant.y_dtype == "int16" else 8
+        recip, shift = _reciprocal(b, total, bits)
         with b.loop("k", 0, n) as k:
             e = exp_table[Cast(top - widen(x[base + k]), "idx")]
-            value = rounding_shift(rounding_doubling_high(recip, e), shift) - 128
-            b.store(y, base + k, saturate(value, -128, 127, "int8"))
+            value = rounding_shift(rounding_doubling_high(recip, e), shift) - (1 << (bits - 1))
+            b.store(y, base + k, saturate(value, -(1 << (bits - 1)), (1 << (bits - 1)) - 1, quant.y_dtype))
     return Kernel(name, params, b.block())
