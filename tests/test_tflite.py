@@ -461,6 +461,22 @@ def test_quantized_resize_matches_litert(op, options, shapes, dtype, tmp_path):
     assert check(b.build(), tmp_path, seeds=(0, 1, 2)) == 0
 
 
+@pytest.mark.parametrize("op, options", [("RELU", {}), ("RELU6", {}),
+                                         ("LEAKY_RELU", {"alpha": 0.2}), ("LEAKY_RELU", {"alpha": -0.3})])
+@pytest.mark.parametrize("y_scale", [0.001, 0.00037])
+def test_int16_relus_match_litert_for_every_code(op, options, y_scale, tmp_path):
+    """All 65,536 codes, one encoding in and out (a clamp of the codes) and two (rescaled)."""
+    b = ModelBuilder()
+    x = b.input("x", (1, 65536), "int16", scale=0.001, zero_point=0)
+    y = b.tensor("y", (1, 65536), "int16", scale=y_scale, zero_point=0)
+    b.op(op, [x], [y], **options)
+    b.output(y)
+    path = tmp_path / "relu16.tflite"
+    path.write_bytes(b.build())
+    result = aot.check(str(path), inputs={"x": np.arange(-32768, 32768).astype(np.int16).reshape(1, 65536)})
+    assert np.array_equal(result.outputs["y"], result.reference["y"])
+
+
 @pytest.mark.parametrize("op", ["MAXIMUM", "MINIMUM"])
 def test_int8_maximum_minimum_compare_the_codes(op, tmp_path):
     b = ModelBuilder()

@@ -253,7 +253,7 @@ def fully_connected(ctx: Context, ins, outs, o) -> None:
     if int(np.prod(y.shape, dtype=np.int64)) != rows * out_channels:
         raise ctx.fail(f"output '{y.file_name}' is {list(y.shape)}; the operator computes {rows} x {out_channels}")
     integer = ctx.integer(x, y)
-    if integer and x.dtype == "int16":
+    if integer and x.dtype == "int16":      # (LiteRT's rounds the int64 sum otherwise than the 16x8 convolutions)
         raise ctx.fail("FULLY_CONNECTED on int16 activations is not supported yet (int8 and float32 are)")
     flat = ctx.view(ctx.imp.value(x), (rows, depth), f"{x.name}_rows")
     activation = o.FusedActivationFunction() if o is not None else 0
@@ -369,12 +369,14 @@ def imp_quant(ctx: Context, t):
     return None if q is None else (q.scale, q.zero_point)
 
 
-def _activation_op(fn: Callable[[Context, str, str], None], quantized: bool = False) -> Callable:
-    """An activation operator; `quantized`: also on int8 (TFLite's table of it: ops/tflite_tables.py)."""
+def _activation_op(fn: Callable[[Context, str, str], None], quantized: tuple[str, ...] = ()) -> Callable:
+    """An activation operator, float32 or on the `quantized` integer types (for int8 LOGISTIC and TANH,
+    TFLite's table of it: ops/tflite_tables.py)."""
     def rule(ctx: Context, ins, outs, o) -> None:
         x, y = ins[0], outs[0]
-        if ctx.integer(x, y) and not (quantized and x.dtype == y.dtype == "int8"):
-            raise ctx.fail(f"on {x.dtype} tensors is not supported yet (float32{' and int8' if quantized else ''} is)")
+        if ctx.integer(x, y) and not (x.dtype == y.dtype and x.dtype in quantized):
+            raise ctx.fail(f"on {x.dtype} tensors is not supported yet (float32{''.join(f', {t}' for t in quantized)}"
+                           " are)")
         fn(ctx, ctx.imp.value(x), ctx.imp.result(y))
     return rule
 
@@ -544,7 +546,7 @@ def maximum_minimum(op: str) -> Callable:
 
 
 def leaky_relu(ctx: Context, ins, outs, o) -> None:
-    if not (ctx.integer(ins[0], outs[0]) and ins[0].dtype == outs[0].dtype == "int8"):
+    if not (ctx.integer(ins[0], outs[0]) and ins[0].dtype == outs[0].dtype and ins[0].dtype in ("int8", "int16")):
         _float_only(ctx, ins, outs)
     ctx.imp.add("LeakyRelu", ctx.name, [ctx.imp.value(ins[0])], [ctx.imp.result(outs[0])],
                 alpha=float(np.float32(o.Alpha())) if o is not None else 0.2)
@@ -832,9 +834,9 @@ MAPPINGS: dict[str, Mapping] = {
     "UNIDIRECTIONAL_SEQUENCE_LSTM": Mapping(unidirectional_sequence_lstm, "UnidirectionalSequenceLSTMOptions"),
     "QUANTIZE": Mapping(quantize, "QuantizeOptions"),
     "DEQUANTIZE": Mapping(dequantize, "DequantizeOptions"),
-    "RELU": Mapping(_activation_op(lambda ctx, x, y: ctx.activate(x, y, (0.0, math.inf), 1), quantized=True)),
-    "RELU6": Mapping(_activation_op(lambda ctx, x, y: ctx.activate(x, y, (0.0, 6.0), 3), quantized=True)),
-    "RELU_N1_TO_1": Mapping(_activation_op(lambda ctx, x, y: ctx.activate(x, y, (-1.0, 1.0), 2), quantized=True)),
-    "TANH": Mapping(_activation_op(lambda ctx, x, y: ctx.activate(x, y, None, 4), quantized=True)),
-    "LOGISTIC": Mapping(_activation_op(lambda ctx, x, y: ctx.imp.add("Sigmoid", ctx.name, [x], [y]), quantized=True)),
+    "RELU": Mapping(_activation_op(lambda ctx, x, y: ctx.activate(x, y, (0.0, math.inf), 1), ("int8", "int16"))),
+    "RELU6": Mapping(_activation_op(lambda ctx, x, y: ctx.activate(x, y, (0.0, 6.0), 3), ("int8", "int16"))),
+    "RELU_N1_TO_1": Mapping(_activation_op(lambda ctx, x, y: ctx.activate(x, y, (-1.0, 1.0), 2), ("int8",))),
+    "TANH": Mapping(_activation_op(lambda ctx, x, y: ctx.activate(x, y, None, 4), ("int8",))),
+    "LOGISTIC": Mapping(_activation_op(lambda ctx, x, y: ctx.imp.add("Sigmoid", ctx.name, [x], [y]), ("int8",))),
 }
