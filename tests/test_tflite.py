@@ -316,6 +316,21 @@ def test_int8_softmax_matches_litert_at_every_difference(scale, beta, tmp_path):
     assert np.array_equal(result.outputs["y"], result.reference["y"])
 
 
+@pytest.mark.parametrize("scale", [0.003, 0.05, 0.5])
+def test_int8_softmax_into_int16_matches_litert_at_every_difference(scale, tmp_path):
+    """TFLite's second output encoding, 1/65536 from -32768 (keyword spotting models end in it)."""
+    b = ModelBuilder()
+    x = b.input("x", (2, 256), "int8", scale=scale, zero_point=0)
+    y = b.tensor("y", (2, 256), "int16", scale=1 / 65536, zero_point=-32768)
+    b.op("SOFTMAX", [x], [y], beta=1.0)
+    b.output(y)
+    path = tmp_path / "softmax16.tflite"
+    path.write_bytes(b.build())
+    codes = np.stack([np.arange(-128, 128), np.where(np.arange(256) % 3 == 0, 127, -128)]).astype(np.int8)
+    result = aot.check(str(path), inputs={"x": codes})
+    assert np.array_equal(result.outputs["y"], result.reference["y"])
+
+
 def test_int8_softmax_over_more_values_than_tflite_can_sum_is_refused(tmp_path):
     b = ModelBuilder()
     x = b.input("x", (1, 512), "int8", scale=0.1, zero_point=0)
