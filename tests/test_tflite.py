@@ -492,6 +492,29 @@ def test_int16_relus_match_litert_for_every_code(op, options, y_scale, tmp_path)
     assert np.array_equal(result.outputs["y"], result.reference["y"])
 
 
+def _16x8_dense(per_channel: bool, act: str) -> bytes:
+    rng = np.random.default_rng(4)
+    b = ModelBuilder()
+    x = b.input("x", (400, 40), "int16", scale=0.0004, zero_point=0)
+    y = b.tensor("y", (400, 7), "int16", scale=0.0011, zero_point=0)
+    scales = rng.uniform(0.002, 0.02, 7 if per_channel else 1).astype(np.float32)
+    w = b.constant("w", rng.integers(-127, 128, (7, 40)).astype(np.int8), scale=scales,
+                   zero_point=np.zeros(scales.size, np.int64), quantized_dimension=0)
+    bias = b.constant("b", rng.integers(-40000, 40000, 7).astype(np.int64),
+                      scale=(np.float32(0.0004) * np.broadcast_to(scales, (7,))).astype(np.float32),
+                      zero_point=np.zeros(7, np.int64), quantized_dimension=0)
+    b.op("FULLY_CONNECTED", [x, w, bias], [y], fused_activation_function=act)
+    b.output(y)
+    return b.build()
+
+
+@pytest.mark.parametrize("per_channel, act", [(True, "NONE"), (False, "RELU")])
+def test_16x8_fully_connected_matches_litert(per_channel, act, tmp_path):
+    """int16 activations, int8 weights, an int64 bias: the int64 sum times the whole fixed-point multiplier,
+    rounded once (not the 15-bit multiplier of the 16x8 convolutions: hundreds of the 2,800 outputs differ)."""
+    assert check(_16x8_dense(per_channel, act), tmp_path, seeds=(0, 1)) == 0
+
+
 @pytest.mark.parametrize("op", ["MAXIMUM", "MINIMUM"])
 def test_int8_maximum_minimum_compare_the_codes(op, tmp_path):
     b = ModelBuilder()
@@ -639,6 +662,7 @@ def test_softmax_mean_and_16x8_are_bit_exact_on_other_targets(target, tmp_path):
     mean.output(y)
     assert check(mean.build(), tmp_path, target, seeds=(0,)) == 0
     assert check(_16x8_conv("DEPTHWISE_CONV_2D"), tmp_path, target, seeds=(0,)) == 0
+    assert check(_16x8_dense(True, "NONE"), tmp_path, target, seeds=(0,)) == 0
 
 
 def _upsampling_head() -> bytes:

@@ -253,14 +253,14 @@ def fully_connected(ctx: Context, ins, outs, o) -> None:
     if int(np.prod(y.shape, dtype=np.int64)) != rows * out_channels:
         raise ctx.fail(f"output '{y.file_name}' is {list(y.shape)}; the operator computes {rows} x {out_channels}")
     integer = ctx.integer(x, y)
-    if integer and x.dtype == "int16":      # (LiteRT's rounds the int64 sum otherwise than the 16x8 convolutions)
-        raise ctx.fail("FULLY_CONNECTED on int16 activations is not supported yet (int8 and float32 are)")
     flat = ctx.view(ctx.imp.value(x), (rows, depth), f"{x.name}_rows")
     activation = o.FusedActivationFunction() if o is not None else 0
     target, acts, after = ctx.output(y, False, activation, integer, shape=(rows, out_channels))
     if integer:
-        # LiteRT's reference FULLY_CONNECTED requantizes in double: round(acc * real multiplier)
-        weight_name = ctx.weights(w, np.ascontiguousarray(data.T), 0, 1, out_channels, "real")
+        # LiteRT's reference FULLY_CONNECTED requantizes in double: round(acc * real multiplier); its 16x8 one
+        # the int64 sum times the fixed-point multiplier, rounded once (ops/quantized.py multiply_wide)
+        weight_name = ctx.weights(w, np.ascontiguousarray(data.T), 0, 1, out_channels,
+                                  "single" if x.dtype == "int16" else "real")
         ctx.imp.add("Gemm", ctx.name, [flat, weight_name, ctx.bias(b, x, w, out_channels)], [target], **acts)
     else:
         bias_name = ctx.float_constant(b, "bias") if b is not None else ""

@@ -136,6 +136,21 @@ def multiply_real(x: Expr, high: Expr, low: Expr, shift: Expr) -> Expr:
     return select(binop("lt", x, const(0, "i32", lanes)), const(0, "i32", lanes) - rounded, rounded)
 
 
+def multiply_wide(x: Expr, m0: Expr, shift: Expr) -> Expr:
+    """int64 x (below 2**47 in magnitude) times m0 * 2**-shift (tflite_multiplier's form), rounded once, half
+    up, exactly: what LiteRT's 16x8 FULLY_CONNECTED computes. x * m0 may pass 64 bits, so m0 is split at bit
+    16: (x * m0 + half) >> shift is ((x * m0_high) + ((x * m0_low + half) >> 16)) >> (shift - 16), the low
+    bits dropped first changing no floor. shift is at least 16 (multipliers below 2**15). Per lane; int32."""
+    lanes = x.lanes
+    m = Cast(m0, "i64")
+    high = binop("shr", m, const(16, "i64", lanes))
+    low = binop("and", m, const(0xFFFF, "i64", lanes))
+    shift64 = Cast(shift, "i64")
+    half = binop("shl", const(1, "i64", lanes), shift64 - 1)
+    carried = binop("shr", x * low + half, const(16, "i64", lanes))
+    return Cast(binop("shr", x * high + carried, shift64 - 16), "i32")
+
+
 def multiply_reduced(x: Expr, m0: Expr, shift: Expr) -> Expr:
     """int64 x times m0 * 2**-shift (tflite_multiplier's form) as TFLite's int64 MultiplyByQuantizedMultiplier
     does (its 16x8 kernels): the multiplier rounded to 15 bits first (half up, 0x7FFF at most), then one

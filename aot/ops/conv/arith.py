@@ -39,6 +39,7 @@ from aot.ops.quantized import (
     multiply_real,
     multiply_reduced,
     multiply_twice_rounded,
+    multiply_wide,
     narrows_by_halves,
     quantize,
     quantized_function,
@@ -267,7 +268,9 @@ class LongArith(IntArith):
     def requantize(self, acc: Expr, ch: Expr, lanes: int) -> Expr:
         q = self.q
         if q.rules == "tflite":     # TFLite's 16x8 kernels requantize the int64 sum itself
-            y = multiply_reduced(acc, self.m0.vec(ch, lanes), self.shift.vec(ch, lanes))
+            # (FULLY_CONNECTED's by the whole multiplier, the convolutions' by it rounded to 15 bits)
+            multiply = multiply_wide if q.rounding == "single" else multiply_reduced
+            y = multiply(acc, self.m0.vec(ch, lanes), self.shift.vec(ch, lanes))
             return saturate(y + q.y_zp, q.qmin, q.qmax, q.y_dtype)
         half = const(1 << (self.narrowing - 1), "i64", lanes)
         narrowed = Cast(binop("shr", acc + half, const(self.narrowing, "i64", lanes)), "i32")
