@@ -105,9 +105,13 @@ def _sample(arrays: dict[str, np.ndarray], feeds: dict, where: Path, option: str
     for name, shape in feeds.items():
         a = np.asarray(arrays[name])
         if a.size != int(np.prod(shape)):
-            got = "x".join(map(str, a.shape[1:] if batched else a.shape))
-            raise OptionError(f"{option} {where}: input '{name}' is {'x'.join(map(str, shape))} per batch, "
-                              f"the data gives {got}{' per sample' if batched else ''}")
+            if batched:     # samples stacked on the first axis, batch-size of them to a run
+                per = "x".join(map(str, shape[1:])) or "a scalar"
+                raise OptionError(f"{option} {where}: input '{name}' takes {shape[0] if shape else 1} sample(s) of "
+                                  f"{per} a run; the data's samples (along its first axis) are "
+                                  f"{'x'.join(map(str, a.shape[1:])) or 'scalars'}")
+            raise OptionError(f"{option} {where}: input '{name}' is {'x'.join(map(str, shape))}, the data gives "
+                              f"{'x'.join(map(str, a.shape))}")
         sample[name] = a.reshape(shape)
     return sample
 

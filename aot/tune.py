@@ -81,7 +81,7 @@ def kernel_graph(graph: Graph, node: Node) -> Graph:
     """A graph of `node` alone: its computed inputs become graph inputs, its outputs graph outputs."""
     inputs = tuple(dict.fromkeys(v for v in node.inputs if v and v not in graph.constants))
     used = set(node.inputs) | set(node.outputs)
-    return graph.replace(name=f"{graph.name}_{node.name}", nodes=(node,), inputs=inputs, outputs=node.outputs,
+    return graph.replace(name=f"{graph.name}_{node.name}", nodes=(node,), inputs=inputs, outputs=node.outputs, state=(),
                          values={k: v for k, v in graph.values.items() if k in used},
                          constants={k: v for k, v in graph.constants.items() if k in used})
 

@@ -126,7 +126,7 @@ def test_random_calibration_only_when_asked_and_then_said(model_file, tmp_path):
 
 @pytest.mark.parametrize("make,message", [
     (lambda d: np.savez(d / "c.npz", image=np.zeros((2, 3, 8, 8), np.float32)), "no array for input\\(s\\) x"),
-    (lambda d: np.savez(d / "c.npz", x=np.zeros((2, 3, 4, 4), np.float32)), "input 'x' is 1x3x8x8 per batch"),
+    (lambda d: np.savez(d / "c.npz", x=np.zeros((2, 3, 4, 4), np.float32)), "input 'x' takes 1 sample\\(s\\) of 3x8x8"),
     (lambda d: (d / "c.npz").write_text("not numpy"), "cannot read it"),
 ])
 def test_bad_calibration_data_is_one_line_naming_it(model_file, tmp_path, make, message):
