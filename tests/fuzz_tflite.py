@@ -5,9 +5,10 @@
 and appends operators to tensors already in it: convolutions and depthwise convolutions of random geometry
 (strides, dilations, SAME or VALID padding, fused activations, per-channel or per-tensor weights), pools,
 residual ADDs, SUBs and MULs, LOGISTIC, TANH, HARD_SWISH, LEAKY_RELU and PRELU, TRANSPOSE_CONV,
-RESIZE_BILINEAR and RESIZE_NEAREST_NEIGHBOR, PAD, TRANSPOSE and CONCATENATION of tensors of one encoding,
-and it may end in a dense layer and a SOFTMAX. Two graphs in three are int8, compared bit for bit; the
-others float32, within the ONNX tolerance (1e-4 of the output's scale).
+RESIZE_BILINEAR and RESIZE_NEAREST_NEIGHBOR, SVDF and UNIDIRECTIONAL_SEQUENCE_LSTM over the image's rows,
+PAD, TRANSPOSE and CONCATENATION of tensors of one encoding, and it may end in a dense layer and a SOFTMAX.
+Two graphs in three are int8, compared bit for bit; the others float32, within the ONNX tolerance (1e-4 of
+the output's scale).
 """
 
 from __future__ import annotations
@@ -151,6 +152,62 @@ def _upsample(g: _Graph) -> None:
     g.tensors.append((y, out))
 
 
+def _sequence(g: _Graph) -> None:
+    """Rows of the image as a batch of sequences: an SVDF over each row's pixels (float32, or int8 with int16
+    state), or in float32 graphs as often a float UNIDIRECTIONAL_SEQUENCE_LSTM along the row; the result an
+    image again (its state from the reset, a single run's)."""
+    x, shape = g.pick()
+    rng, net, b = g.rng, g.net, g.net.b
+    _, h, w, c = shape
+    if not net.int8 and rng.random() < 0.5:
+        hidden = int(rng.integers(1, 6))
+        seq = net.tensor((h, w, c), x[1], x[2])
+        b.op("RESHAPE", [x[0], b.constant(net._name("shape"), np.array([h, w, c], np.int32))], [seq[0]])
+
+        def array(*dims):
+            return b.constant(net._name("lstm"), (rng.standard_normal(dims) * 0.5).astype(np.float32))
+        operands = [seq[0]] + [array(hidden, c) for _ in range(4)] + [array(hidden, hidden) for _ in range(4)]
+        operands += [array(hidden) for _ in range(3)] if rng.random() < 0.5 else [None] * 3
+        operands += [array(hidden) for _ in range(4)] + [None, None]
+        operands += [b.tensor(net._name("h"), (h, hidden), "float32", variable=True),
+                     b.tensor(net._name("c"), (h, hidden), "float32", variable=True)]
+        y = net.tensor((h, w, hidden), 1.0)
+        b.op("UNIDIRECTIONAL_SEQUENCE_LSTM", operands, [y[0]], fused_activation_function="TANH",
+             cell_clip=float(rng.choice([0.0, 0.0, 0.5])))
+        out = (1, h, w, hidden)
+        g.ops["UNIDIRECTIONAL_SEQUENCE_LSTM"] += 1
+    else:
+        width, filters, memory, rank = w * c, int(rng.integers(1, 5)) * 2, int(rng.integers(1, 6)), 2
+        units = filters // rank
+        flat = net.tensor((h, width), x[1], x[2])
+        b.op("RESHAPE", [x[0], b.constant(net._name("shape"), np.array([h, width], np.int32))], [flat[0]])
+        if net.int8:
+            features = b.constant(net._name("wf"), rng.integers(-127, 128, (filters, width)).astype(np.int8),
+                                  scale=0.01, zero_point=0)
+            times = b.constant(net._name("wt"), rng.integers(-32767, 32768, (filters, memory)).astype(np.int16),
+                               scale=1 / 65536, zero_point=0)
+            # typical magnitudes: a feature ~ sqrt(width) |w| |x|, a unit's sum ~ sqrt(memory rank) |t| |feature|;
+            # the state holds 4 typical features, the output 4 typical sums
+            feature = float(np.sqrt(width) * 0.01 * 73 * 64 * x[1])
+            state = b.tensor(net._name("s"), (h, filters * memory), "int16", scale=4 * feature / 32767, zero_point=0,
+                             variable=True)
+            y = net.tensor((h, units), 4 * float(np.sqrt(memory * rank)) * 0.29 * feature / 128,
+                           int(rng.integers(-20, 20)))
+        else:
+            features = b.constant(net._name("wf"), (rng.standard_normal((filters, width)) * 0.3).astype(np.float32))
+            times = b.constant(net._name("wt"), (rng.standard_normal((filters, memory)) * 0.3).astype(np.float32))
+            state = b.tensor(net._name("s"), (h, filters * memory), "float32", variable=True)
+            y = net.tensor((h, units), 1.0)
+        b.op("SVDF", [flat[0], features, times, None, state], [y[0]], rank=rank,
+             fused_activation_function="RELU" if net.int8 else str(rng.choice(["NONE", "RELU"])))
+        out = (1, h, units, 1)
+        g.ops["SVDF"] += 1
+    image = net.tensor(out, y[1], y[2])
+    b.op("RESHAPE", [y[0], b.constant(net._name("shape"), np.array(out, np.int32))], [image[0]])
+    g.ops["RESHAPE"] += 1
+    g.tensors.append((image, out))
+
+
 def _pad(g: _Graph) -> None:
     x, shape = g.pick()
     pads = g.rng.integers(0, 3, (4, 2))
@@ -184,7 +241,7 @@ def _concat(g: _Graph) -> None:
     g.tensors.append((y, out))
 
 
-MAKERS = (_conv, _conv, _conv, _pool, _add, _add, _activation, _upsample, _pad, _transpose, _concat)
+MAKERS = (_conv, _conv, _conv, _pool, _add, _add, _activation, _upsample, _sequence, _pad, _transpose, _concat)
 
 
 def generate(seed: int, index: int, max_nodes: int | None = None) -> Case:
