@@ -331,6 +331,25 @@ def test_int8_softmax_into_int16_matches_litert_at_every_difference(scale, tmp_p
     assert np.array_equal(result.outputs["y"], result.reference["y"])
 
 
+@pytest.mark.parametrize("scale, beta, depth", [(0.0001, 1.0, 40), (0.001, 1.0, 300), (0.01, 0.5, 7), (0.1, 1.0, 2)])
+def test_int16_softmax_matches_litert(scale, beta, depth, tmp_path):
+    """TFLite's two interpolated tables (exp, 1 / (1 + x)) and their float32 construction: rows of random codes,
+    of a few distinct values, and of one value repeated."""
+    b = ModelBuilder()
+    x = b.input("x", (6, depth), "int16", scale=scale, zero_point=0)
+    y = b.tensor("y", (6, depth), "int16", scale=1 / 32768, zero_point=0)
+    b.op("SOFTMAX", [x], [y], beta=beta)
+    b.output(y)
+    path = tmp_path / "softmax16.tflite"
+    path.write_bytes(b.build())
+    rng = np.random.default_rng(3)
+    rows = [rng.integers(-32768, 32768, depth), rng.integers(-300, 300, depth), rng.choice([-32768, 0, 32767], depth),
+            np.full(depth, 123), rng.integers(-30, 30, depth) * 1000, np.arange(depth) * 50 - 4000]
+    codes = np.stack(rows).astype(np.int16)
+    result = aot.check(str(path), inputs={"x": codes})
+    assert np.array_equal(result.outputs["y"], result.reference["y"])
+
+
 def test_int8_softmax_over_more_values_than_tflite_can_sum_is_refused(tmp_path):
     b = ModelBuilder()
     x = b.input("x", (1, 512), "int8", scale=0.1, zero_point=0)
@@ -663,6 +682,12 @@ def test_softmax_mean_and_16x8_are_bit_exact_on_other_targets(target, tmp_path):
     assert check(mean.build(), tmp_path, target, seeds=(0,)) == 0
     assert check(_16x8_conv("DEPTHWISE_CONV_2D"), tmp_path, target, seeds=(0,)) == 0
     assert check(_16x8_dense(True, "NONE"), tmp_path, target, seeds=(0,)) == 0
+    softmax16 = ModelBuilder()
+    x = softmax16.input("x", (4, 30), "int16", scale=0.0007, zero_point=0)
+    y = softmax16.tensor("y", (4, 30), "int16", scale=1 / 32768, zero_point=0)
+    softmax16.op("SOFTMAX", [x], [y], beta=1.0)
+    softmax16.output(y)
+    assert check(softmax16.build(), tmp_path, target, seeds=(0,)) == 0
 
 
 def _upsampling_head() -> bytes:

@@ -338,10 +338,12 @@ def softmax(ctx: Context, ins, outs, o) -> None:
     source = imp.value(x)
     axis = len(x.shape) - 1
     if integer:
-        if x.dtype != "int8" or y.dtype not in ("int8", "int16"):
-            raise ctx.fail(f"quantized SOFTMAX from {x.dtype} to {y.dtype} is not supported yet (int8 to int8 and "
-                           "int16 are)")
-        scale, zero = (1 / 256, -128) if y.dtype == "int8" else (1 / 65536, -32768)
+        if (x.dtype, y.dtype) not in (("int8", "int8"), ("int8", "int16"), ("int16", "int16")):
+            raise ctx.fail(f"quantized SOFTMAX from {x.dtype} to {y.dtype} is not supported (int8 to int8 or "
+                           "int16, int16 to int16 are)")
+        scale, zero = {"int8": (1 / 256, -128), "int16": (1 / 65536, -32768)}[y.dtype]
+        if x.dtype == "int16":
+            scale, zero = 1 / 32768, 0
         if abs(float(y.scale[0]) - scale) > 0.001 * scale or y.zero_point[0] != zero:     # (LiteRT's tolerance)
             raise ctx.fail(f"a quantized SOFTMAX's {y.dtype} output must have scale 1/{round(1 / scale)} and zero "
                            f"point {zero}, as TFLite requires")

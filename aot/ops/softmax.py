@@ -2,7 +2,8 @@
 it is innermost, otherwise along the contiguous axes after it. Between integer tensors (the Softmax a
 quantizer leaves between Dequantize and Quantize) the same in float32 from the dequantized input, each
 result quantized as it is stored: the exponentials are computed again for the last pass rather than kept
-in the integer output. A TFLite model's int8 Softmax is TFLite's fixed-point one (softmax_tflite.py)."""
+in the integer output. A TFLite model's int8 Softmax is TFLite's fixed-point one (softmax_tflite.py), its
+int16 one TFLite's tables (softmax_int16.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from aot.graph.ir import Node, Rewriter
 from aot.graph.node_quant import node_quant
 from aot.kernel import math as kmath
 from aot.kernel.ir import Builder, Expr, Kernel, Reduce, const, maximum
-from aot.ops import LowerContext, softmax_tflite
+from aot.ops import LowerContext, softmax_int16, softmax_tflite
 from aot.ops.quantized import dequantize, quantize
 from aot.ops.rewrite import axis_attr, view
 from aot.registry import AxisAttr, Layout, QuantForm, define, same_shape
@@ -35,7 +36,8 @@ def softmax(ctx: LowerContext, node: Node, name: str) -> Kernel:
     log = node.op == "LogSoftmax"
     quant = node_quant(ctx.graph.values, node)
     if quant is not None and quant.rules == "tflite" and not log and inner == 1:
-        return softmax_tflite.lower(ctx, node, name, quant, outer, n)
+        lowering = softmax_int16.lower if quant.x_dtype == "int16" else softmax_tflite.lower
+        return lowering(ctx, node, name, quant, outer, n)
     io = _Io(quant)
     b = Builder()
     with b.loop("o", 0, outer) as o:
