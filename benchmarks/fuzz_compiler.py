@@ -90,20 +90,32 @@ def main(argv: list[str] | None = None) -> int:
     ops: Counter = Counter()
     seconds = 0.0
     indices = range(args.start, args.start + args.graphs)
+    def record(i: int, outcome: Outcome, used: Counter, secs: float) -> None:
+        nonlocal seconds
+        outcomes[i], seconds = outcome, seconds + secs
+        ops.update({op: 1 for op in used})
+        if outcome.kind in ("wrong", "crash"):
+            print(f"graph {i}: {outcome.kind}: {outcome.detail}", flush=True)
+        if len(outcomes) % 500 == 0:
+            print(f"... {len(outcomes)} graphs, {time.perf_counter() - start:.0f} s", flush=True)
+
+    orphans = []        # graphs whose worker died, maybe because another graph killed it
     with cf.ProcessPoolExecutor(args.jobs) as pool:
         futures = {pool.submit(run_one, args.seed, i, args.target, args.max_nodes, args.format): i for i in indices}
-        for n, fut in enumerate(cf.as_completed(futures), 1):
-            i = futures[fut]
+        for fut in cf.as_completed(futures):
             try:
-                _, outcome, used, secs = fut.result()
-            except Exception as err:      # noqa: BLE001 - a worker that died (a crash inside LLVM, say)
-                outcome, used, secs = Outcome("crash", f"worker: {type(err).__name__}: {err}"), Counter(), 0.0
-            outcomes[i], seconds = outcome, seconds + secs
-            ops.update({op: 1 for op in used})
-            if outcome.kind in ("wrong", "crash"):
-                print(f"graph {i}: {outcome.kind}: {outcome.detail}", flush=True)
-            if n % 500 == 0:
-                print(f"... {n} graphs, {time.perf_counter() - start:.0f} s", flush=True)
+                record(*fut.result())
+            except cf.process.BrokenProcessPool:
+                orphans.append(futures[fut])
+            except Exception as err:      # noqa: BLE001 - a worker's exception
+                record(futures[fut], Outcome("crash", f"worker: {type(err).__name__}: {err}"), Counter(), 0.0)
+    for i in sorted(orphans):       # each alone: the one whose process dies again is the one that killed it
+        with cf.ProcessPoolExecutor(1) as pool:
+            try:
+                record(*pool.submit(run_one, args.seed, i, args.target, args.max_nodes, args.format).result())
+            except cf.process.BrokenProcessPool:
+                record(i, Outcome("crash", "the process died (a crash in aot, LLVM or the reference's native "
+                                           "code)"), Counter(), 0.0)
     report(args, outcomes, ops, time.perf_counter() - start, seconds)
     if args.reduce_dir and args.format == "tflite":
         print("--reduce-dir reduces ONNX graphs only", file=sys.stderr)
