@@ -20,6 +20,7 @@ from aot.errors import UnsupportedOpError
 from aot.graph.quant import tflite_multiplier
 from aot.kernel.ir import Builder, Cast, Expr, Kernel, binop, const, maximum, minimum, select
 from aot.ops.quantized import multiply_twice_rounded, widen
+from aot.ops.softmax_tflite import row_max_and_sum
 
 F32 = np.float32
 
@@ -103,12 +104,7 @@ def lower(ctx, node, name: str, quant, rows: int, n: int) -> Kernel:
 
     with b.loop("r", 0, rows) as r:
         base = r * n
-        top = b.local("top", const(-32768, "i32"))
-        with b.loop("k", 0, n) as k:
-            b.assign(top, maximum(top, widen(x[base + k])))
-        total = b.local("total", const(0, "i32"))
-        with b.loop("k", 0, n) as k:
-            b.assign(total, total + exp_of(base, k, top))
+        top, total = row_max_and_sum(b, x, base, n, -32768, lambda k, top: exp_of(base, k, top))
         # the sum's leading zeros as a 32-bit word (it is at least 1: the maximum's exponential)
         leading = const(0, "i32")
         for bit in range(0, 31):

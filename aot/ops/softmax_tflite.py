@@ -123,6 +123,17 @@ def _reciprocal(b: Builder, total: Expr, out_bits: int) -> tuple[Expr, Expr]:
     return recip, b.let("shift", const(12 + 31 - out_bits, "i32") - zeros)
 
 
+def row_max_and_sum(b: Builder, x, base: Expr, n: int, lowest: int, summand) -> tuple[Expr, Expr]:
+    """A row's largest code (int32) and the int32 sum of summand(k, largest) over it."""
+    top = b.local("top", const(lowest, "i32"))
+    with b.loop("k", 0, n) as k:
+        b.assign(top, maximum(top, widen(x[base + k])))
+    total = b.local("total", const(0, "i32"))
+    with b.loop("k", 0, n) as k:
+        b.assign(total, total + summand(k, top))
+    return top, total
+
+
 def lower(ctx, node, name: str, quant, rows: int, n: int) -> Kernel:
     """The Softmax of `rows` contiguous rows of n int8 values, into int8 (units of 1/256 from -128) or int16
     (units of 1/65536 from -32768), TFLite's two output encodings."""
@@ -137,12 +148,8 @@ def lower(ctx, node, name: str, quant, rows: int, n: int) -> Kernel:
     b = Builder()
     with b.loop("r", 0, rows) as r:
         base = r * n
-        top = b.local("top", const(-128, "i32"))
-        with b.loop("k", 0, n) as k:
-            b.assign(top, maximum(top, widen(x[base + k])))
-        total = b.local("total", const(0, "i32"))
-        with b.loop("k", 0, n) as k:
-            b.assign(total, total + sum_table[Cast(top - widen(x[base + k]), "idx")])
+        top, total = row_max_and_sum(b, x, base, n, -128, lambda k, top: sum_table[Cast(top - widen(x[base + k]),
+                                                                                          "idx")])
         bits = 16 if quant.y_dtype == "int16" else 8
         recip, shift = _reciprocal(b, total, bits)
         with b.loop("k", 0, n) as k:
