@@ -102,7 +102,7 @@ def main() -> int:
     parser.add_argument("--target", action="append", help="default cortex-m4 and cortex-m55")
     parser.add_argument("--inputs", type=int, default=3, help="random inputs checked per model (default 3)")
     parser.add_argument("--float", action="store_true", help="also the float32 files (KWS's is hybrid: int8 "
-                        "weights, float activations, which aot refuses)")
+                        "weights, float activations quantized at run time)")
     args = parser.parse_args()
     if args.fetch:
         fetch(args.directory, args.checkout)

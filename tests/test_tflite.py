@@ -201,6 +201,36 @@ def test_quantized_transpose_conv_matches_litert(padding, stride, out, kernel, a
     assert check(b.build(), tmp_path) == 0
 
 
+def _hybrid_conv(scales: np.ndarray, batch: int = 2) -> bytes:
+    rng = np.random.default_rng(5)
+    b = ModelBuilder()
+    x = b.input("x", (batch, 9, 7, 5), "float32")
+    y = b.tensor("y", (batch, 5, 4, 8), "float32")
+    w = b.constant("w", rng.integers(-127, 128, (8, 3, 3, 5)).astype(np.int8), scale=scales,
+                   zero_point=np.zeros(scales.size, np.int64), quantized_dimension=0)
+    bias = b.constant("b", rng.standard_normal(8).astype(np.float32))
+    b.op("CONV_2D", [x, w, bias], [y], padding="SAME", stride_w=2, stride_h=2, fused_activation_function="RELU")
+    b.output(y)
+    return b.build()
+
+
+def test_a_hybrid_convolution_quantizes_its_input_as_litert_does(tmp_path):
+    """Float activations, int8 weights (dynamic-range quantization): the input quantized per batch at run
+    time. Within the float tolerance of LiteRT only because the quantization is TFLite's: the same layer in
+    float with the weights dequantized is about 1e-2 off. One batch all zeros (its factor is the weights')."""
+    path = tmp_path / "hybrid.tflite"
+    path.write_bytes(_hybrid_conv(np.array([0.013], np.float32)))
+    x = np.random.default_rng(6).standard_normal((2, 9, 7, 5)).astype(np.float32)
+    x[1] = 0.0
+    result = aot.check(str(path), inputs={"x": x})
+    assert result.ok, result.comparisons
+    assert np.allclose(result.outputs["y"], result.reference["y"], rtol=1e-5, atol=1e-5)
+
+
+def test_a_hybrid_convolution_with_per_channel_weights_is_refused(tmp_path):
+    _refused(_hybrid_conv(np.linspace(0.01, 0.02, 8).astype(np.float32)), tmp_path, "CONV_2D", "hybrid")
+
+
 def test_quantize_rounds_ties_away_from_zero_as_tflite_does(tmp_path):
     """Inputs on the half steps of the output scale: TFLite rounds them away from zero (ONNX to even)."""
     data = one_op("QUANTIZE", (1, 64), (1, 64), "float32", out=("int8", dict(scale=0.5, zero_point=0)))

@@ -217,6 +217,9 @@ def conv_2d(ctx: Context, ins, outs, o, depthwise: bool = False) -> None:
     pads, (oh, ow) = _window(ctx, o.Padding(), (h, width), (kh, kw), strides, dilations)
     _check_shape(ctx, y, (n, oh, ow, out_channels))
     integer = ctx.integer(x, y)
+    if not integer and w.dtype == "int8" and w.scale is not None:
+        _hybrid_conv(ctx, x, w, b, y, o, weight, group, pads, strides, dilations, depthwise)
+        return
     if integer:
         # LiteRT's reference convolutions round their requantization twice (gemmlowp's way, as TFLite
         # Micro's default build does everywhere)
@@ -229,6 +232,40 @@ def conv_2d(ctx: Context, ins, outs, o, depthwise: bool = False) -> None:
     target, acts, after = ctx.output(y, True, o.FusedActivationFunction(), integer)
     ctx.imp.add("Conv", ctx.name, [xn, weight_name, bias_name], [target], kernel_shape=(kh, kw), strides=strides,
                 pads=pads, dilations=dilations, group=group, **acts)
+    after()
+
+
+def _hybrid_conv(ctx: Context, x, w, b, y, o, weight: np.ndarray, group: int, pads, strides, dilations,
+                 depthwise: bool) -> None:
+    """A hybrid CONV_2D (float32 activations, int8 weights of one scale): TFLite's run-time quantization of
+    the input (ops/hybrid.py), a convolution of its codes with the weights' codes, exact in float32, times
+    the factor, plus the bias."""
+    if depthwise or w.scale.size != 1:
+        raise ctx.fail("a hybrid layer (float32 activations, int8 weights) is supported as a CONV_2D with weights "
+                       "of one scale only")
+    taps = int(np.prod(weight.shape[1:]))
+    if taps * 127 * 127 >= 1 << 24:
+        raise ctx.fail(f"a hybrid convolution over {taps} taps: its integer sums could pass float32's exact range")
+    imp = ctx.imp
+    n = x.shape[0]
+    codes = imp.declare(imp.fresh(f"{x.name}_codes"), x.shape, "float32")
+    factor = imp.declare(imp.fresh(f"{x.name}_factor"), (n, 1, 1, 1), "float32")
+    imp.add("TfliteHybridQuantize", f"{ctx.name}_quantize", [imp.value(x)], [codes, factor],
+            weight_scale=float(w.scale[0]))
+    codes_nchw = imp.declare(imp.fresh(f"{x.name}_codes_nchw"), (n, x.shape[3], *x.shape[1:3]), "float32")
+    imp.add("Transpose", f"{ctx.name}_codes_to_nchw", [codes], [codes_nchw], perm=(0, 3, 1, 2))
+    out_channels, kh, kw = weight.shape[0], weight.shape[2], weight.shape[3]
+    sums = imp.declare(imp.fresh(f"{y.name}_sums"), (n, out_channels, y.shape[1], y.shape[2]), "float32")
+    imp.add("Conv", ctx.name, [codes_nchw, imp.constant(w.name, weight.astype(np.float32)), ""], [sums],
+            kernel_shape=(kh, kw), strides=strides, pads=pads, dilations=dilations, group=group)
+    target, _, after = ctx.output(y, True, o.FusedActivationFunction(), False)
+    if b is None:
+        imp.add("Mul", f"{ctx.name}_rescale", [sums, factor], [target])
+    else:
+        scaled = imp.declare(imp.fresh(f"{y.name}_scaled"), imp.values[sums].shape, "float32")
+        imp.add("Mul", f"{ctx.name}_rescale", [sums, factor], [scaled])
+        bias = imp.constant(f"{b.name}_c11", ctx.constant(b, "bias").astype(np.float32).reshape(-1, 1, 1))
+        imp.add("Add", f"{ctx.name}_bias", [scaled, bias], [target])
     after()
 
 
