@@ -227,6 +227,24 @@ def test_a_hybrid_convolution_quantizes_its_input_as_litert_does(tmp_path):
     assert np.allclose(result.outputs["y"], result.reference["y"], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_hybrid_fully_connected_quantizes_each_row_as_litert_does(bias, tmp_path):
+    rng = np.random.default_rng(7)
+    b = ModelBuilder()
+    x = b.input("x", (4, 2, 30), "float32")
+    y = b.tensor("y", (8, 9), "float32")
+    w = b.constant("w", rng.integers(-127, 128, (9, 30)).astype(np.int8), scale=0.02, zero_point=0)
+    operands = [x, w, b.constant("b", rng.standard_normal(9).astype(np.float32)) if bias else None]
+    b.op("FULLY_CONNECTED", operands, [y], fused_activation_function="RELU6")
+    b.output(y)
+    path = tmp_path / "hybrid_fc.tflite"
+    path.write_bytes(b.build())
+    xs = (rng.standard_normal((4, 2, 30)) * np.array([1, 0, 30, 0.01]).reshape(4, 1, 1)).astype(np.float32)
+    result = aot.check(str(path), inputs={"x": xs})
+    assert result.ok, result.comparisons
+    assert np.allclose(result.outputs["y"], result.reference["y"], rtol=1e-5, atol=1e-6)
+
+
 def test_a_hybrid_convolution_with_per_channel_weights_is_refused(tmp_path):
     _refused(_hybrid_conv(np.linspace(0.01, 0.02, 8).astype(np.float32)), tmp_path, "CONV_2D", "hybrid")
 

@@ -235,23 +235,45 @@ def conv_2d(ctx: Context, ins, outs, o, depthwise: bool = False) -> None:
     after()
 
 
+def _run_time_codes(ctx: Context, source: str, w, taps: int) -> tuple[str, str]:
+    """A hybrid layer's input quantized at run time, per batch row (ops/hybrid.py): (its codes as float32,
+    the rows' factors, shaped to broadcast over the layer's output). The layer's sums of `taps` products
+    of codes must stay exact in float32."""
+    if w.scale.size != 1:
+        raise ctx.fail("a hybrid layer (float32 activations, int8 weights) is supported with weights of one "
+                       "scale only")
+    if taps * 127 * 127 >= 1 << 24:
+        raise ctx.fail(f"a hybrid layer summing {taps} products: its integer sums could pass float32's exact range")
+    imp = ctx.imp
+    shape = imp.values[source].shape
+    codes = imp.declare(imp.fresh(f"{source}_codes"), shape, "float32")
+    factor = imp.declare(imp.fresh(f"{source}_factor"), (shape[0],) + (1,) * (len(shape) - 1), "float32")
+    imp.add("TfliteHybridQuantize", f"{ctx.name}_quantize", [source], [codes, factor],
+            weight_scale=float(w.scale[0]))
+    return codes, factor
+
+
+def _rescaled(ctx: Context, sums: str, factor: str, b, target: str, bias_shape: tuple[int, ...]) -> None:
+    """A hybrid layer's integer sums times the row's factor, plus the bias, into target."""
+    imp = ctx.imp
+    if b is None:
+        imp.add("Mul", f"{ctx.name}_rescale", [sums, factor], [target])
+        return
+    scaled = imp.declare(imp.fresh(f"{sums}_scaled"), imp.values[sums].shape, "float32")
+    imp.add("Mul", f"{ctx.name}_rescale", [sums, factor], [scaled])
+    bias = imp.constant(f"{b.name}_shaped", ctx.constant(b, "bias").astype(np.float32).reshape(bias_shape))
+    imp.add("Add", f"{ctx.name}_bias", [scaled, bias], [target])
+
+
 def _hybrid_conv(ctx: Context, x, w, b, y, o, weight: np.ndarray, group: int, pads, strides, dilations,
                  depthwise: bool) -> None:
-    """A hybrid CONV_2D (float32 activations, int8 weights of one scale): TFLite's run-time quantization of
-    the input (ops/hybrid.py), a convolution of its codes with the weights' codes, exact in float32, times
-    the factor, plus the bias."""
-    if depthwise or w.scale.size != 1:
-        raise ctx.fail("a hybrid layer (float32 activations, int8 weights) is supported as a CONV_2D with weights "
-                       "of one scale only")
-    taps = int(np.prod(weight.shape[1:]))
-    if taps * 127 * 127 >= 1 << 24:
-        raise ctx.fail(f"a hybrid convolution over {taps} taps: its integer sums could pass float32's exact range")
+    """A hybrid CONV_2D (float32 activations, int8 weights): TFLite's run-time quantization of the input, a
+    convolution of its codes with the weights' codes, exact in float32, times the factor, plus the bias."""
+    if depthwise:
+        raise ctx.fail("a hybrid DEPTHWISE_CONV_2D (float32 activations, int8 weights) is not supported")
+    codes, factor = _run_time_codes(ctx, ctx.imp.value(x), w, int(np.prod(weight.shape[1:])))
     imp = ctx.imp
     n = x.shape[0]
-    codes = imp.declare(imp.fresh(f"{x.name}_codes"), x.shape, "float32")
-    factor = imp.declare(imp.fresh(f"{x.name}_factor"), (n, 1, 1, 1), "float32")
-    imp.add("TfliteHybridQuantize", f"{ctx.name}_quantize", [imp.value(x)], [codes, factor],
-            weight_scale=float(w.scale[0]))
     codes_nchw = imp.declare(imp.fresh(f"{x.name}_codes_nchw"), (n, x.shape[3], *x.shape[1:3]), "float32")
     imp.add("Transpose", f"{ctx.name}_codes_to_nchw", [codes], [codes_nchw], perm=(0, 3, 1, 2))
     out_channels, kh, kw = weight.shape[0], weight.shape[2], weight.shape[3]
@@ -259,13 +281,7 @@ def _hybrid_conv(ctx: Context, x, w, b, y, o, weight: np.ndarray, group: int, pa
     imp.add("Conv", ctx.name, [codes_nchw, imp.constant(w.name, weight.astype(np.float32)), ""], [sums],
             kernel_shape=(kh, kw), strides=strides, pads=pads, dilations=dilations, group=group)
     target, _, after = ctx.output(y, True, o.FusedActivationFunction(), False)
-    if b is None:
-        imp.add("Mul", f"{ctx.name}_rescale", [sums, factor], [target])
-    else:
-        scaled = imp.declare(imp.fresh(f"{y.name}_scaled"), imp.values[sums].shape, "float32")
-        imp.add("Mul", f"{ctx.name}_rescale", [sums, factor], [scaled])
-        bias = imp.constant(f"{b.name}_c11", ctx.constant(b, "bias").astype(np.float32).reshape(-1, 1, 1))
-        imp.add("Add", f"{ctx.name}_bias", [scaled, bias], [target])
+    _rescaled(ctx, sums, factor, b, target, (out_channels, 1, 1))
     after()
 
 
@@ -292,6 +308,17 @@ def fully_connected(ctx: Context, ins, outs, o) -> None:
     integer = ctx.integer(x, y)
     flat = ctx.view(ctx.imp.value(x), (rows, depth), f"{x.name}_rows")
     activation = o.FusedActivationFunction() if o is not None else 0
+    if not integer and w.dtype == "int8" and w.scale is not None:    # hybrid: each row quantized at run time
+        if o is not None and o.AsymmetricQuantizeInputs():
+            raise ctx.fail("a hybrid FULLY_CONNECTED with asymmetric_quantize_inputs is not supported")
+        codes, factor = _run_time_codes(ctx, flat, w, depth)
+        target, _, after = ctx.output(y, False, activation, False, shape=(rows, out_channels))
+        sums = ctx.imp.declare(ctx.imp.fresh(f"{y.name}_sums"), (rows, out_channels), "float32")
+        ctx.imp.add("Gemm", ctx.name, [codes, ctx.imp.constant(w.name, data.astype(np.float32)), ""], [sums],
+                    transB=1)
+        _rescaled(ctx, sums, factor, b, target, (out_channels,))
+        after()
+        return
     target, acts, after = ctx.output(y, False, activation, integer, shape=(rows, out_channels))
     if integer:
         # LiteRT's reference FULLY_CONNECTED requantizes in double: round(acc * real multiplier); its 16x8 one
