@@ -30,8 +30,10 @@ def total_macs(graph: Graph) -> int:
 
 
 def io_bytes(graph: Graph) -> int:
-    """The caller's input and output buffers, which the RAM budget includes."""
-    return sum(graph.values[v].nbytes for v in (*graph.inputs, *graph.outputs))
+    """The caller's input and output buffers, which the RAM budget includes (not the model's state, which
+    the workspace holds: graph.State)."""
+    state = {name for s in graph.state for name in (s.read, s.written)}
+    return sum(graph.values[v].nbytes for v in (*graph.inputs, *graph.outputs) if v not in state)
 
 
 def band_stages(graph: Graph) -> Iterator[Stage]:
