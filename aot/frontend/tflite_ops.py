@@ -137,7 +137,7 @@ class Context:
         """Value x viewed with tensor y's shape, written as y (in TFLite's layout)."""
         shape = self.imp.constant(f"{self.name}_shape", np.array(y.shape, np.int64))
         out = self.imp.result(y)
-        self.imp.add("Reshape", f"{self.name}_reshape", [x, shape], [out])
+        self.imp.add("Reshape", f"{self.name}_{out}_reshape", [x, shape], [out])
         return out
 
     def view(self, x: str, shape: tuple[int, ...], hint: str) -> str:
@@ -596,6 +596,170 @@ def gather(ctx: Context, ins, outs, o) -> None:
     imp.add("Gather", ctx.name, [imp.value(x), imp.value(indices)], [imp.result(y)], axis=axis)
 
 
+def unary(op: str, **attrs) -> Callable:
+    """A float32 elementwise function as the ONNX op of the same meaning."""
+    def rule(ctx: Context, ins, outs, o) -> None:
+        _float_only(ctx, ins, outs)
+        ctx.imp.add(op, ctx.name, [ctx.imp.value(ins[0])], [ctx.imp.result(outs[0])], **attrs)
+    return rule
+
+
+def rsqrt(ctx: Context, ins, outs, o) -> None:
+    _float_only(ctx, ins, outs)
+    imp = ctx.imp
+    root = imp.declare(imp.fresh(f"{outs[0].name}_sqrt"), outs[0].shape, "float32")
+    imp.add("Sqrt", f"{ctx.name}_sqrt", [imp.value(ins[0])], [root])
+    imp.add("Reciprocal", ctx.name, [root], [imp.result(outs[0])])
+
+
+def square(ctx: Context, ins, outs, o) -> None:
+    _float_only(ctx, ins, outs)
+    x = ctx.imp.value(ins[0])
+    ctx.imp.add("Mul", ctx.name, [x, x], [ctx.imp.result(outs[0])])
+
+
+def float_binary(op: str) -> Callable:
+    """A float32 operator of two broadcast operands as the ONNX op (DIV, POW); FLOOR_DIV and
+    SQUARED_DIFFERENCE as two."""
+    def rule(ctx: Context, ins, outs, o) -> None:
+        _float_only(ctx, ins[:1], outs)
+        if ins[1].dtype != "float32":
+            raise ctx.fail(f"on {ins[1].dtype} tensors is not supported yet (float32 is)")
+        imp, y = ctx.imp, outs[0]
+        if o is not None and hasattr(o, "FusedActivationFunction") and o.FusedActivationFunction():
+            raise ctx.fail("a fused activation here is not supported")
+        operands = [imp.value(t) for t in ins[:2]]
+        then = {"FloorDiv": "Floor", "SquaredDifference": "Square"}.get(op)
+        if then is None:
+            imp.add(op, ctx.name, operands, [imp.result(y)])
+            return
+        first = imp.declare(imp.fresh(f"{y.name}_raw"), y.shape, "float32")
+        imp.add("Div" if op == "FloorDiv" else "Sub", f"{ctx.name}_first", operands, [first])
+        if then == "Floor":
+            imp.add("Floor", ctx.name, [first], [imp.result(y)])
+        else:
+            imp.add("Mul", ctx.name, [first, first], [imp.result(y)])
+    return rule
+
+
+def reduce(op: str) -> Callable:
+    """SUM, REDUCE_PROD, REDUCE_MAX and REDUCE_MIN of float32 over constant axes."""
+    def rule(ctx: Context, ins, outs, o) -> None:
+        x, y = ins[0], outs[0]
+        _float_only(ctx, ins[:1], outs)
+        axes = sorted({_axis(ctx, a, len(x.shape)) for a in _ints_of(ctx, ins[1], "axes")})
+        kept = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+        if int(np.prod(kept)) != int(np.prod(y.shape)):
+            raise ctx.fail(f"output '{y.file_name}' is {list(y.shape)}; the reduction over axes {axes} has "
+                           f"{list(kept)}")
+        imp = ctx.imp
+        out = imp.result(y) if kept == tuple(y.shape) else imp.declare(imp.fresh(f"{y.name}_kept"), kept, y.dtype,
+                                                                       imp.quant(y))
+        if op == "ReduceSum":       # (an input at opset 13 and later; an attribute of the others until 18)
+            imp.add(op, ctx.name, [imp.value(x), imp.constant(f"{ctx.name}_axes", np.array(axes, np.int64))],
+                    [out], keepdims=1)
+        else:
+            imp.add(op, ctx.name, [imp.value(x)], [out], axes=tuple(axes), keepdims=1)
+        if out != y.name:
+            ctx.reshape(out, y)
+    return rule
+
+
+def log_softmax(ctx: Context, ins, outs, o) -> None:
+    _float_only(ctx, ins, outs)
+    ctx.imp.add("LogSoftmax", ctx.name, [ctx.imp.value(ins[0])], [ctx.imp.result(outs[0])], axis=len(ins[0].shape) - 1)
+
+
+def arg_max_min(op: str) -> Callable:
+    """ARG_MAX / ARG_MIN over a constant axis, float32 or integer codes (compared as they are), into int32
+    or int64 as the options say (ties: the first index, as TFLite's)."""
+    def rule(ctx: Context, ins, outs, o) -> None:
+        x, y = ins[0], outs[0]
+        if y.dtype not in ("int32", "int64"):
+            raise ctx.fail(f"an index output of {y.dtype} is not supported (int32 or int64)")
+        axis = _axis(ctx, _ints_of(ctx, ins[1], "axis")[0], len(x.shape))
+        _check_shape(ctx, y, tuple(d for i, d in enumerate(x.shape) if i != axis))
+        imp = ctx.imp
+        index = imp.declare(imp.fresh(f"{y.name}_int64"), y.shape, "int64")
+        imp.add(op, ctx.name, [imp.value(x)], [index if y.dtype == "int32" else imp.result(y)], axis=axis,
+                keepdims=0)
+        if y.dtype == "int32":
+            imp.add("Cast", f"{ctx.name}_cast", [index], [imp.result(y)], to=6)     # onnx INT32
+    return rule
+
+
+def pack(ctx: Context, ins, outs, o) -> None:
+    """PACK: the inputs stacked along a new axis (a Concat of their views with that axis of 1)."""
+    y = outs[0]
+    for t in ins:
+        _same_encoding(ctx, [t], outs)
+    axis = _axis(ctx, o.Axis() if o is not None else 0, len(y.shape))
+    _check_shape(ctx, y, tuple(ins[0].shape[:axis]) + (len(ins),) + tuple(ins[0].shape[axis:]))
+    shape = tuple(ins[0].shape[:axis]) + (1,) + tuple(ins[0].shape[axis:])
+    parts = [ctx.view(ctx.imp.value(t), shape, f"{t.name}_packed") for t in ins]
+    ctx.imp.add("Concat", ctx.name, parts, [ctx.imp.result(y)], axis=axis)
+
+
+def unpack(ctx: Context, ins, outs, o) -> None:
+    """UNPACK: the input split along an axis into views without it."""
+    x = ins[0]
+    _same_encoding(ctx, [x], outs)
+    axis = _axis(ctx, o.Axis() if o is not None else 0, len(x.shape))
+    if x.shape[axis] != len(outs):
+        raise ctx.fail(f"{len(outs)} outputs from an axis of {x.shape[axis]}")
+    imp = ctx.imp
+    pieces = [imp.declare(imp.fresh(f"{t.name}_slab"), tuple(1 if i == axis else d for i, d in enumerate(x.shape)),
+                          t.dtype, imp.quant(t)) for t in outs]
+    imp.add("Split", ctx.name, [imp.value(x), imp.constant(f"{ctx.name}_sizes", np.ones(len(outs), np.int64))],
+            pieces, axis=axis)
+    for piece, t in zip(pieces, outs):
+        ctx.reshape(piece, t)
+
+
+def split_v(ctx: Context, ins, outs, o) -> None:
+    """SPLIT_V: SPLIT with the sizes given (one of them -1: the rest), which the outputs' shapes must have."""
+    x = ins[0]
+    sizes = _ints_of(ctx, ins[1], "sizes")
+    axis = _axis(ctx, _ints_of(ctx, ins[2], "axis")[0], len(x.shape))
+    if -1 in sizes:
+        sizes[sizes.index(-1)] = x.shape[axis] - (sum(sizes) + 1)
+    if sizes != [t.shape[axis] for t in outs]:
+        raise ctx.fail(f"sizes {sizes} along axis {axis} do not match the outputs")
+    split(ctx, [ins[2], x], outs, o)
+
+
+def tile(ctx: Context, ins, outs, o) -> None:
+    _same_encoding(ctx, ins[:1], outs)
+    repeats = _ints_of(ctx, ins[1], "multiples")
+    imp = ctx.imp
+    imp.add("Tile", ctx.name, [imp.value(ins[0]), imp.constant(f"{ctx.name}_repeats", np.array(repeats, np.int64))],
+            [imp.result(outs[0])])
+
+
+def depth_space(op: str) -> Callable:
+    """DEPTH_TO_SPACE / SPACE_TO_DEPTH on NHWC: ONNX's (DCR order) on the tensor transposed to NCHW."""
+    def rule(ctx: Context, ins, outs, o) -> None:
+        x, y = ins[0], outs[0]
+        _same_encoding(ctx, ins, outs)
+        _four_d(ctx, x, "input")
+        block = o.BlockSize() if o is not None else 0
+        if block < 1:
+            raise ctx.fail(f"block size {block} is not positive")
+        attrs = {"blocksize": block, **({"mode": "DCR"} if op == "DepthToSpace" else {})}
+        ctx.imp.add(op, ctx.name, [ctx.imp.as_nchw(x)], [ctx.imp.result(y, nchw=True)], **attrs)
+    return rule
+
+
+def cast(ctx: Context, ins, outs, o) -> None:
+    x, y = ins[0], outs[0]
+    if x.scale is not None or y.scale is not None:
+        raise ctx.fail("a CAST of quantized tensors is not supported (QUANTIZE and DEQUANTIZE convert encodings)")
+    to = {"float32": 1, "int8": 3, "uint8": 2, "int16": 5, "int32": 6, "int64": 7, "bool": 9}
+    if y.dtype not in to:
+        raise ctx.fail(f"a CAST to {y.dtype} is not supported")
+    ctx.imp.add("Cast", ctx.name, [ctx.imp.value(x)], [ctx.imp.result(y)], to=to[y.dtype])
+
+
 def _float_only(ctx: Context, ins, outs) -> None:
     for t in list(ins[:1]) + list(outs):
         if t.dtype != "float32":
@@ -898,6 +1062,34 @@ MAPPINGS: dict[str, Mapping] = {
     "TRANSPOSE_CONV": Mapping(transpose_conv, "TransposeConvOptions"),
     "SVDF": Mapping(svdf, "SVDFOptions"),
     "UNIDIRECTIONAL_SEQUENCE_LSTM": Mapping(unidirectional_sequence_lstm, "UnidirectionalSequenceLSTMOptions"),
+    "ABS": Mapping(unary("Abs")),
+    "EXP": Mapping(unary("Exp")),
+    "LOG": Mapping(unary("Log")),
+    "SQRT": Mapping(unary("Sqrt")),
+    "RSQRT": Mapping(rsqrt),
+    "NEG": Mapping(unary("Neg")),
+    "FLOOR": Mapping(unary("Floor")),
+    "SIN": Mapping(unary("Sin")),
+    "COS": Mapping(unary("Cos")),
+    "SQUARE": Mapping(square),
+    "LOG_SOFTMAX": Mapping(log_softmax),
+    "DIV": Mapping(float_binary("Div"), "DivOptions"),
+    "POW": Mapping(float_binary("Pow")),
+    "FLOOR_DIV": Mapping(float_binary("FloorDiv")),
+    "SQUARED_DIFFERENCE": Mapping(float_binary("SquaredDifference")),
+    "SUM": Mapping(reduce("ReduceSum"), "ReducerOptions"),
+    "REDUCE_PROD": Mapping(reduce("ReduceProd"), "ReducerOptions"),
+    "REDUCE_MAX": Mapping(reduce("ReduceMax"), "ReducerOptions"),
+    "REDUCE_MIN": Mapping(reduce("ReduceMin"), "ReducerOptions"),
+    "ARG_MAX": Mapping(arg_max_min("ArgMax"), "ArgMaxOptions"),
+    "ARG_MIN": Mapping(arg_max_min("ArgMin"), "ArgMinOptions"),
+    "PACK": Mapping(pack, "PackOptions"),
+    "UNPACK": Mapping(unpack, "UnpackOptions"),
+    "SPLIT_V": Mapping(split_v, "SplitVOptions"),
+    "TILE": Mapping(tile),
+    "DEPTH_TO_SPACE": Mapping(depth_space("DepthToSpace"), "DepthToSpaceOptions"),
+    "SPACE_TO_DEPTH": Mapping(depth_space("SpaceToDepth"), "SpaceToDepthOptions"),
+    "CAST": Mapping(cast),
     "QUANTIZE": Mapping(quantize, "QuantizeOptions"),
     "DEQUANTIZE": Mapping(dequantize, "DequantizeOptions"),
     "RELU": Mapping(_activation_op(lambda ctx, x, y: ctx.activate(x, y, (0.0, math.inf), 1), ("int8", "int16"))),
