@@ -32,7 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import instruction_counts  # noqa: E402
 
 import aot  # noqa: E402
-from aot import reference  # noqa: E402
+from aot import (
+    reference,  # noqa: E402
+    text_table,  # noqa: E402
+)
 from aot.frontend.model import load  # noqa: E402
 from aot.run import cycles  # noqa: E402
 
@@ -133,11 +136,9 @@ def main() -> int:
                                  f"{peer / 1e6:.2f}" if peer and name == int8_file else "-",
                                  f"{mcycles * 1e6 / peer:.3f}" if peer and est and name == int8_file else "-",
                                  *published, f"{run['flash']:,}", f"{run['ram']:,}"))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     print(f"MLPerf Tiny reference models vs LiteRT's reference kernels, under qemu; est. cycles: {cycles.ESTIMATE}; "
           "published: millions of cycles on a NUCLEO-L4R5ZI (Cortex-M4, measured on the board)")
-    for r in rows:
-        print("  ".join(c.ljust(w) if i < 4 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip())
+    text_table.show(rows, right=range(4, len(rows[0])))
     return 0 if ok else 1
 
 

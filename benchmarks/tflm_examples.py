@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 import aot
+from aot import text_table
 from aot.frontend.model import load
 
 # TFLite Micro's models: its examples, its tests' models, the Xtensa examples, and one TFLM integration test
@@ -106,11 +107,9 @@ def main() -> int:
                 status, kinds, worst, memory = measure(path, target, args.inputs, Path(tmp))
                 ok &= status != "MISMATCH"
                 rows.append((target, path.name, status, kinds, worst, memory))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     print("TFLite Micro's models vs LiteRT's reference kernels (Cortex-M under qemu); max diff in codes for "
           "integer outputs, in values for float ones")
-    for r in rows:
-        print("  ".join(c.ljust(w) if i < 4 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip())
+    text_table.show(rows, right=range(4, len(rows[0])))
     return 0 if ok else 1
 
 
