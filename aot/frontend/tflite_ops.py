@@ -476,22 +476,29 @@ def squeeze(ctx: Context, ins, outs, o) -> None:
     ctx.reshape(ctx.imp.value(ins[0]), outs[0])
 
 
-def mean(ctx: Context, ins, outs, o) -> None:
+def _reduced(ctx: Context, ins, outs, add: Callable[[str, list[int], str], None]) -> None:
+    """A reduction over the constant axes ins[1]: add(input, axes, result) adds the node that keeps the reduced
+    axes as 1, reshaped into the output if the operator drops them (keep_dims false)."""
     x, y = ins[0], outs[0]
-    integer = ctx.integer(x, y)
     axes = sorted({_axis(ctx, a, len(x.shape)) for a in _ints_of(ctx, ins[1], "axes")})
     kept = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
     if int(np.prod(kept)) != int(np.prod(y.shape)):
-        raise ctx.fail(f"output '{y.file_name}' is {list(y.shape)}; the mean over axes {axes} has {list(kept)}")
+        raise ctx.fail(f"output '{y.file_name}' is {list(y.shape)}; the reduction over axes {axes} has {list(kept)}")
     imp = ctx.imp
     out = imp.result(y) if kept == tuple(y.shape) else imp.declare(imp.fresh(f"{y.name}_kept"), kept, y.dtype,
                                                                    imp.quant(y))
-    if integer:     # TFLite's integer mean (ops/mean_tflite.py)
-        imp.add("TfliteMean", ctx.name, [imp.value(x)], [out], axes=tuple(axes))
-    else:
-        imp.add("ReduceMean", ctx.name, [imp.value(x)], [out], axes=tuple(axes), keepdims=1)
+    add(imp.value(x), axes, out)
     if out != y.name:
         ctx.reshape(out, y)
+
+
+def mean(ctx: Context, ins, outs, o) -> None:
+    if ctx.integer(ins[0], outs[0]):     # TFLite's integer mean (ops/mean_tflite.py)
+        _reduced(ctx, ins, outs, lambda x, axes, out: ctx.imp.add("TfliteMean", ctx.name, [x], [out],
+                                                                  axes=tuple(axes)))
+    else:
+        _reduced(ctx, ins, outs, lambda x, axes, out: ctx.imp.add("ReduceMean", ctx.name, [x], [out],
+                                                                  axes=tuple(axes), keepdims=1))
 
 
 def pad(ctx: Context, ins, outs, o) -> None:
@@ -618,50 +625,38 @@ def square(ctx: Context, ins, outs, o) -> None:
     ctx.imp.add("Mul", ctx.name, [x, x], [ctx.imp.result(outs[0])])
 
 
-def float_binary(op: str) -> Callable:
-    """A float32 operator of two broadcast operands as the ONNX op (DIV, POW); FLOOR_DIV and
-    SQUARED_DIFFERENCE as two."""
+def float_binary(op: str, then: str | None = None) -> Callable:
+    """A float32 operator of two broadcast operands as the ONNX op, `then` applied to its result (Floor, or
+    Square as a product with itself): DIV, POW, FLOOR_DIV (Div, Floor), SQUARED_DIFFERENCE (Sub, Square)."""
     def rule(ctx: Context, ins, outs, o) -> None:
         _float_only(ctx, ins[:1], outs)
         if ins[1].dtype != "float32":
             raise ctx.fail(f"on {ins[1].dtype} tensors is not supported yet (float32 is)")
-        imp, y = ctx.imp, outs[0]
         if o is not None and hasattr(o, "FusedActivationFunction") and o.FusedActivationFunction():
             raise ctx.fail("a fused activation here is not supported")
-        operands = [imp.value(t) for t in ins[:2]]
-        then = {"FloorDiv": "Floor", "SquaredDifference": "Square"}.get(op)
-        if then is None:
-            imp.add(op, ctx.name, operands, [imp.result(y)])
-            return
-        first = imp.declare(imp.fresh(f"{y.name}_raw"), y.shape, "float32")
-        imp.add("Div" if op == "FloorDiv" else "Sub", f"{ctx.name}_first", operands, [first])
-        if then == "Floor":
-            imp.add("Floor", ctx.name, [first], [imp.result(y)])
-        else:
+        imp, y = ctx.imp, outs[0]
+        first = imp.result(y) if then is None else imp.declare(imp.fresh(f"{y.name}_raw"), y.shape, "float32")
+        imp.add(op, ctx.name if then is None else f"{ctx.name}_first", [imp.value(t) for t in ins[:2]], [first])
+        if then == "Square":
             imp.add("Mul", ctx.name, [first, first], [imp.result(y)])
+        elif then is not None:
+            imp.add(then, ctx.name, [first], [imp.result(y)])
     return rule
 
 
 def reduce(op: str) -> Callable:
     """SUM, REDUCE_PROD, REDUCE_MAX and REDUCE_MIN of float32 over constant axes."""
     def rule(ctx: Context, ins, outs, o) -> None:
-        x, y = ins[0], outs[0]
         _float_only(ctx, ins[:1], outs)
-        axes = sorted({_axis(ctx, a, len(x.shape)) for a in _ints_of(ctx, ins[1], "axes")})
-        kept = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
-        if int(np.prod(kept)) != int(np.prod(y.shape)):
-            raise ctx.fail(f"output '{y.file_name}' is {list(y.shape)}; the reduction over axes {axes} has "
-                           f"{list(kept)}")
         imp = ctx.imp
-        out = imp.result(y) if kept == tuple(y.shape) else imp.declare(imp.fresh(f"{y.name}_kept"), kept, y.dtype,
-                                                                       imp.quant(y))
-        if op == "ReduceSum":       # (an input at opset 13 and later; an attribute of the others until 18)
-            imp.add(op, ctx.name, [imp.value(x), imp.constant(f"{ctx.name}_axes", np.array(axes, np.int64))],
-                    [out], keepdims=1)
-        else:
-            imp.add(op, ctx.name, [imp.value(x)], [out], axes=tuple(axes), keepdims=1)
-        if out != y.name:
-            ctx.reshape(out, y)
+
+        def add(x: str, axes: list[int], out: str) -> None:
+            if op == "ReduceSum":       # (an input at opset 13 and later; an attribute of the others until 18)
+                imp.add(op, ctx.name, [x, imp.constant(f"{ctx.name}_axes", np.array(axes, np.int64))], [out],
+                        keepdims=1)
+            else:
+                imp.add(op, ctx.name, [x], [out], axes=tuple(axes), keepdims=1)
+        _reduced(ctx, ins, outs, add)
     return rule
 
 
@@ -907,14 +902,16 @@ def unidirectional_sequence_lstm(ctx: Context, ins, outs, o) -> None:
         raise ctx.fail(f"input '{x.file_name}' is {list(x.shape)}; it takes (batch, time, input) or (time, "
                        "batch, input)")
     steps, batch = x.shape[:2] if time_major else x.shape[1::-1]
-    present = [ctx.constant(ins[i], "input weights").astype(np.float32) if ins[i] is not None else None
-               for i in _LSTM_W]
-    hidden, width = present[1].shape if present[1] is not None else (0, 0)
-    weights = [w if w is not None else np.zeros((hidden, width), np.float32) for w in present]
+    if any(ins[i] is None for i in _LSTM_W[1:] + _LSTM_R[1:]) or (ins[_LSTM_R[0]] is None) != cifg:
+        raise ctx.fail("lacks gate weights: only the input gate's may be absent (CIFG), both of them")
+    forget = ctx.constant(ins[_LSTM_W[1]], "input weights")
+    if forget.ndim != 2:
+        raise ctx.fail(f"input weights '{ins[_LSTM_W[1]].file_name}' are {list(forget.shape)}, not (cells, inputs)")
+    hidden, width = forget.shape
+    weights = [ctx.constant(ins[i], "input weights").astype(np.float32) if ins[i] is not None else
+               np.zeros((hidden, width), np.float32) for i in _LSTM_W]
     recurrent = [ctx.constant(ins[i], "recurrent weights").astype(np.float32) if ins[i] is not None else
                  np.zeros((hidden, hidden), np.float32) for i in _LSTM_R]
-    if any(w is None for w in present[1:]) or (ins[_LSTM_R[0]] is None) != cifg:
-        raise ctx.fail("lacks gate weights: only the input gate's may be absent (CIFG), both of them")
     if x.shape[2] != width or any(r.shape != (hidden, hidden) for r in recurrent) or h.shape != (batch, hidden) \
             or c.shape != (batch, hidden):
         raise ctx.fail(f"weights for {width} inputs and {hidden} cells do not fit input {list(x.shape)} and "
@@ -1075,8 +1072,8 @@ MAPPINGS: dict[str, Mapping] = {
     "LOG_SOFTMAX": Mapping(log_softmax),
     "DIV": Mapping(float_binary("Div"), "DivOptions"),
     "POW": Mapping(float_binary("Pow")),
-    "FLOOR_DIV": Mapping(float_binary("FloorDiv")),
-    "SQUARED_DIFFERENCE": Mapping(float_binary("SquaredDifference")),
+    "FLOOR_DIV": Mapping(float_binary("Div", "Floor")),
+    "SQUARED_DIFFERENCE": Mapping(float_binary("Sub", "Square")),
     "SUM": Mapping(reduce("ReduceSum"), "ReducerOptions"),
     "REDUCE_PROD": Mapping(reduce("ReduceProd"), "ReducerOptions"),
     "REDUCE_MAX": Mapping(reduce("ReduceMax"), "ReducerOptions"),

@@ -222,38 +222,37 @@ def unary(ctx: LowerContext, node: Node, name: str) -> Kernel:
     return Kernel(name, params, b.block())
 
 
-def _leaky_relu_tflite(quant, alpha: float, v: list[Expr]) -> Expr:
-    """TFLite's int8 LeakyRelu: q - z_in times the multiplier of s_in / s_out where it is not negative, of
-    s_in * alpha / s_out where it is (both formed in float32; a negative alpha's by its magnitude, the
-    result negated), each rounded twice."""
-    f32 = np.float32
-    scaled = float(f32(f32(quant.x_scale) * f32(alpha)) / f32(quant.y_scale))
-    (m_id, s_id), (m_neg, s_neg) = ((int(a[0]) for a in tflite_multiplier(real))
-                                    for real in (float(f32(quant.x_scale) / f32(quant.y_scale)), abs(scaled)))
-    x = widen(v[0]) - quant.x_zp
-    positive = multiply_twice_rounded(x, const(m_id, "i32", x.lanes), const(s_id, "i32", x.lanes))
-    negative = multiply_twice_rounded(x, const(m_neg, "i32", x.lanes), const(s_neg, "i32", x.lanes))
-    if scaled < 0:
-        negative = const(0, "i32", x.lanes) - negative
+def _rescaled(x: Expr, real: float) -> Expr:
+    """int32 x times a real multiplier as TFLite's fixed-point one, rounded twice."""
+    (m0,), (shift,) = tflite_multiplier(real)
+    return multiply_twice_rounded(x, const(int(m0), "i32", x.lanes), const(int(shift), "i32", x.lanes))
+
+
+def _by_sign(quant, x: Expr, negative: Expr) -> Expr:
+    """TFLite's LeakyRelu and PRELU: x = q - z_in times the multiplier of s_in / s_out (formed in float32)
+    where it is not negative, `negative` where it is; then the output's zero point, saturated."""
+    positive = _rescaled(x, float(np.float32(quant.x_scale) / np.float32(quant.y_scale)))
     y = select(binop("ge", x, const(0, "i32", x.lanes)), positive, negative) + quant.y_zp
     return saturate(y, quant.qmin, quant.qmax, quant.y_dtype)
 
 
+def _leaky_relu_tflite(quant, alpha: float, v: list[Expr]) -> Expr:
+    """TFLite's int8/int16 LeakyRelu: negative values times the multiplier of s_in * alpha / s_out (formed in
+    float32; a negative alpha's by its magnitude, the result negated)."""
+    f32 = np.float32
+    scaled = float(f32(f32(quant.x_scale) * f32(alpha)) / f32(quant.y_scale))
+    x = widen(v[0]) - quant.x_zp
+    negative = _rescaled(x, abs(scaled))
+    return _by_sign(quant, x, const(0, "i32", x.lanes) - negative if scaled < 0 else negative)
+
+
 def _prelu_tflite(quant, v: list[Expr]) -> Expr:
-    """TFLite's int8 PRELU: q - z_in times the multiplier of s_in / s_out where it is not negative; where it
-    is, times the slope's q - z_alpha and the multiplier of s_in * s_alpha / s_out (both formed in float32);
-    each rounded twice."""
+    """TFLite's int8 PRELU: negative values times the slope's q - z_alpha and the multiplier of
+    s_in * s_alpha / s_out (formed in float32)."""
     f32 = np.float32
     x = widen(v[0]) - quant.x_zp
     slope = widen(v[1]) - quant.b_zp
-    lanes = x.lanes
-    (m_id, s_id), (m_neg, s_neg) = ((const(int(a[0]), "i32", lanes) for a in tflite_multiplier(real))
-                                    for real in (float(f32(quant.x_scale) / f32(quant.y_scale)),
-                                                 float(f32(quant.x_scale) * f32(quant.b_scale) / f32(quant.y_scale))))
-    positive = multiply_twice_rounded(x, m_id, s_id)
-    negative = multiply_twice_rounded(x * slope, m_neg, s_neg)
-    y = select(binop("ge", x, const(0, "i32", lanes)), positive, negative) + quant.y_zp
-    return saturate(y, quant.qmin, quant.qmax, quant.y_dtype)
+    return _by_sign(quant, x, _rescaled(x * slope, float(f32(quant.x_scale) * f32(quant.b_scale) / f32(quant.y_scale))))
 
 
 def _unary_value(acts, quant, clamp, fn, fn_params, v: list[Expr]) -> Expr:
