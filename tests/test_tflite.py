@@ -4,6 +4,7 @@ refuse, with one line naming what is wrong."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -634,6 +635,38 @@ def test_int16_relus_match_litert_for_every_code(op, options, y_scale, tmp_path)
     path.write_bytes(b.build())
     result = aot.check(str(path), inputs={"x": np.arange(-32768, 32768).astype(np.int16).reshape(1, 65536)})
     assert np.array_equal(result.outputs["y"], result.reference["y"])
+
+
+@pytest.mark.parametrize("op", ["LOGISTIC", "TANH"])
+@pytest.mark.parametrize("x_scale", [2**-12, 2**-11, 2**-10, 0.0003, 0.0011, 1e-6])
+def test_int16_sigmoid_and_tanh_match_litert_for_every_code(op, x_scale, tmp_path):
+    """All 65,536 codes through TFLite's sigmoid table: the scales it rescales by 3 << k (2**-12, tanh's
+    2**-11) and by a 15-bit multiplier and shift (the rest, a power of two among them)."""
+    b = ModelBuilder()
+    x = b.input("x", (1, 65536), "int16", scale=x_scale, zero_point=0)
+    y = b.tensor("y", (1, 65536), "int16", scale=2**-15, zero_point=0)
+    b.op(op, [x], [y])
+    b.output(y)
+    path = tmp_path / "curve16.tflite"
+    path.write_bytes(b.build())
+    result = aot.check(str(path), inputs={"x": np.arange(-32768, 32768).astype(np.int16).reshape(1, 65536)})
+    assert np.array_equal(result.outputs["y"], result.reference["y"])
+
+
+@pytest.mark.parametrize("op", ["LOGISTIC", "TANH"])
+@pytest.mark.parametrize("encoding, message", [((2**-12, 3, 2**-15, 0), "zero points 0 only"),
+                                               ((2**-12, 0, 2**-14, 0), "output scale of 2**-15 only")])
+def test_int16_sigmoid_and_tanh_outside_tflites_rule_are_refused(op, encoding, message, tmp_path):
+    x_scale, x_zp, y_scale, y_zp = encoding
+    b = ModelBuilder()
+    x = b.input("x", (1, 8), "int16", scale=x_scale, zero_point=x_zp)
+    y = b.tensor("y", (1, 8), "int16", scale=y_scale, zero_point=y_zp)
+    b.op(op, [x], [y])
+    b.output(y)
+    path = tmp_path / "curve16.tflite"
+    path.write_bytes(b.build())
+    with pytest.raises(aot.UnsupportedOpError, match=re.escape(message)):
+        aot.compile(str(path))
 
 
 def _16x8_dense(per_channel: bool, act: str) -> bytes:

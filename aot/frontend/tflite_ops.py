@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from aot.errors import UnsupportedOpError
-from aot.graph.quant import QuantParams, tflite_multiplier
+from aot.graph.quant import QuantParams, checked_log2, tflite_multiplier
 
 _INTEGER = ("int8", "uint8", "int16")
 _ACTIVATIONS = {0: None, 1: (0.0, math.inf), 2: (-1.0, 1.0), 3: (0.0, 6.0)}      # fused activation -> clip
@@ -444,6 +444,24 @@ def _activation_op(fn: Callable[[Context, str, str], None], quantized: tuple[str
             raise ctx.fail(f"on {x.dtype} tensors is not supported yet (float32{''.join(f', {t}' for t in quantized)}"
                            " are)")
         fn(ctx, ctx.imp.value(x), ctx.imp.result(y))
+    return rule
+
+
+def _curve(fn: Callable[[Context, str, str], None]) -> Callable:
+    """LOGISTIC or TANH: float32, int8 (TFLite's table of it: ops/tflite_tables.py) or int16, which TFLite
+    computes from its sigmoid table (ops/tflite_sigmoid16.py), only for zero points 0 and an output scale of
+    2**-15."""
+    activation = _activation_op(fn, ("int8", "int16"))
+
+    def rule(ctx: Context, ins, outs, o) -> None:
+        x, y = ins[0], outs[0]
+        if x.dtype == "int16" and y.dtype == "int16":
+            if int(np.asarray(x.zero_point).reshape(-1)[0]) or int(np.asarray(y.zero_point).reshape(-1)[0]):
+                raise ctx.fail("on int16 tensors takes zero points 0 only (TFLite's rule)")
+            if checked_log2(float(np.asarray(y.scale).reshape(-1)[0])) != (-15, True):
+                raise ctx.fail(f"on int16 tensors takes an output scale of 2**-15 only (TFLite's rule), not "
+                               f"{float(np.asarray(y.scale).reshape(-1)[0])!r}")
+        activation(ctx, ins, outs, o)
     return rule
 
 
@@ -1092,6 +1110,6 @@ MAPPINGS: dict[str, Mapping] = {
     "RELU": Mapping(_activation_op(lambda ctx, x, y: ctx.activate(x, y, (0.0, math.inf), 1), ("int8", "int16"))),
     "RELU6": Mapping(_activation_op(lambda ctx, x, y: ctx.activate(x, y, (0.0, 6.0), 3), ("int8", "int16"))),
     "RELU_N1_TO_1": Mapping(_activation_op(lambda ctx, x, y: ctx.activate(x, y, (-1.0, 1.0), 2), ("int8",))),
-    "TANH": Mapping(_activation_op(lambda ctx, x, y: ctx.activate(x, y, None, 4), ("int8",))),
-    "LOGISTIC": Mapping(_activation_op(lambda ctx, x, y: ctx.imp.add("Sigmoid", ctx.name, [x], [y]), ("int8",))),
+    "TANH": Mapping(_curve(lambda ctx, x, y: ctx.activate(x, y, None, 4))),
+    "LOGISTIC": Mapping(_curve(lambda ctx, x, y: ctx.imp.add("Sigmoid", ctx.name, [x], [y]))),
 }

@@ -95,6 +95,15 @@ def tflite_multiplier(real: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.array(m0s, np.int64), np.array(shifts, np.int64)
 
 
+def checked_log2(x: float) -> tuple[int, bool]:
+    """TFLite's CheckedLog2 in float32: log2(x) rounded (half away from zero), and whether x is a power of
+    two to within 1e-3 of a step of the exponent."""
+    f32 = np.float32
+    log2 = f32(f32(math.log(float(f32(x)))) * (f32(1.0) / f32(math.log(2.0))))
+    rounded = f32(math.copysign(math.floor(abs(float(log2)) + 0.5), float(log2)))
+    return int(rounded), abs(float(f32(log2 - rounded))) < 1e-3
+
+
 def real_multiplier(real: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Real multipliers in (0, 2**19) exactly, for multiply_real: (high, low, shift) with real = (high * 2**32
     + low) * 2**-shift, high * 2**32 + low the 53-bit mantissa; 0 as (0, 0, 33)."""

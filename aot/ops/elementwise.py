@@ -20,7 +20,7 @@ from aot.graph.node_quant import node_quant
 from aot.graph.quant import RANGES, as_clamp, clamp_for, tflite_multiplier
 from aot.kernel import math as kmath
 from aot.kernel.ir import Broadcast, Buffer, Builder, Cast, Expr, Kernel, binop, const, maximum, minimum, select
-from aot.ops import LowerContext, tflite_tables
+from aot.ops import LowerContext, tflite_sigmoid16, tflite_tables
 from aot.ops.epilogue import apply
 from aot.ops.quantized import (
     add_quantized,
@@ -177,7 +177,7 @@ def quantize_linear(ctx: LowerContext, node: Node, name: str) -> Kernel:
 def unary(ctx: LowerContext, node: Node, name: str) -> Kernel:
     """fn(x) and the fused activations; on integer tensors (an activation a quantizer kept between Dequantize
     and Quantize) the same in float32 between the two, as onnxruntime runs the three nodes; in a TFLite
-    model, TFLite's table of the function (tflite_tables.py)."""
+    model, TFLite's table of the function (tflite_tables.py; int16 sigmoid and tanh: tflite_sigmoid16.py)."""
     ins, outs, params = ctx.io(node)
     acts = ((node.attrs["fn"], tuple(node.attrs["params"])),) + tuple(node.attrs.get("acts", ()))
     quant = node_quant(ctx.graph.values, node)
@@ -205,6 +205,13 @@ def unary(ctx: LowerContext, node: Node, name: str) -> Kernel:
             return saturate(y, lo, hi, quant.y_dtype)
     elif quant is not None and quant.rules == "tflite" and fn == "leaky_relu":
         compute = partial(_leaky_relu_tflite, quant, float(fn_params[0]))
+    elif quant is not None and quant.rules == "tflite" and quant.x_dtype == "int16" and fn in ("sigmoid", "tanh"):
+        table, lanes = ctx.const(tflite_sigmoid16.table_codes(), "sigmoid"), 1
+        multiplier, shift = tflite_sigmoid16.input_rescale(quant.x_scale, fn)
+        curve = tflite_sigmoid16.sigmoid if fn == "sigmoid" else tflite_sigmoid16.tanh
+
+        def compute(v: list[Expr]) -> Expr:
+            return Cast(curve(table, widen(v[0]), multiplier, shift), "i16")
     elif quant is not None and quant.rules == "tflite" and clamp is None:
         codes = tflite_tables.table(fn, quant)
         if codes is None:
