@@ -154,10 +154,11 @@ def _parser() -> argparse.ArgumentParser:
                    "masks here)")
     p.add_argument("--outputs", help="write the compiled model's outputs to this .npz file (with --reference "
                    "none, by default MODEL.outputs.npz in the current directory)")
-    p.add_argument("--reference", default="onnxruntime", metavar="onnxruntime|onnx|litert|none",
+    p.add_argument("--reference", default="onnxruntime", metavar="onnxruntime|onnx|litert|tflite-micro|none",
                    help="what to compare with: onnxruntime (default; a model it cannot load or run goes to "
-                   "onnx.reference, and the output says so; for a TFLite model: litert), onnx (onnx.reference), "
-                   "litert (LiteRT's reference kernels, a TFLite model's reference), or none (run and write the "
+                   "onnx.reference, and the output says so; for a TFLite model: litert, or tflite-micro for one "
+                   "with an integer LSTM), onnx (onnx.reference), litert (LiteRT's reference kernels, a TFLite model's "
+                   "reference), tflite-micro (TFLite Micro's, the tflite-micro package), or none (run and write the "
                    "outputs only). Outputs past the tolerance are arbitrated in float64 at the first diverging "
                    "node: where aot is the closer side, the run passes")
     p.add_argument("-o", "--output", help="keep the build in this directory")
@@ -189,7 +190,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--min-repeat-ms", type=float, default=0.0)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--json", help="write every measurement and the check to this file")
-    p.add_argument("--reference", default="onnxruntime", metavar="onnxruntime|onnx|litert|none",
+    p.add_argument("--reference", default="onnxruntime", metavar="onnxruntime|onnx|litert|tflite-micro|none",
                    help="what the outputs are compared with, as for `aot run` (a mismatch is not arbitrated "
                    "here: `aot run` does that)")
     _memory_arg(p)

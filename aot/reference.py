@@ -3,6 +3,7 @@ evaluator when onnxruntime cannot), and the comparison with aot's outputs."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,8 +70,9 @@ def validate_inputs(proto, inputs: dict[str, np.ndarray], label: str) -> dict[st
 # What `aot run --reference` and `reference=` accept: onnxruntime (falling back to the onnx package's
 # reference evaluator for a model onnxruntime cannot load or run), the onnx package's evaluator alone,
 # or none (run aot and compare nothing). A TFLite model's reference is LiteRT's reference kernels
-# ("litert"), which the default, onnxruntime, stands for there.
-REFERENCES = ("onnxruntime", "onnx", "litert", "none")
+# ("litert"), or TFLite Micro's ("tflite-micro", its Python interpreter) for a model whose kernels the two
+# compute differently (the integer LSTM); the default, onnxruntime, stands for that choice there.
+REFERENCES = ("onnxruntime", "onnx", "litert", "tflite-micro", "none")
 
 
 def check_reference(choice: str) -> str:
@@ -85,7 +87,7 @@ class ReferenceRun:
     asked for but could not run the model: its error, one line)."""
 
     outputs: dict[str, np.ndarray]
-    used: str                   # "onnxruntime", "onnx" or "litert"
+    used: str                   # "onnxruntime", "onnx", "litert" or "tflite-micro"
     fallback_reason: str = ""
 
 
@@ -95,11 +97,14 @@ def run_reference(proto: onnx.ModelProto, inputs: dict[str, np.ndarray], label: 
     hands it to onnx.reference, and the result says so; a model neither can run is a RunError."""
     if check_reference(choice) == "none":
         raise OptionError("reference 'none' computes no outputs to compare with")
-    if isinstance(proto, TfliteFile) or choice == "litert":
+    if isinstance(proto, TfliteFile) or choice in ("litert", "tflite-micro"):
         if not isinstance(proto, TfliteFile) or choice == "onnx":
             kind = "an ONNX" if not isinstance(proto, TfliteFile) else "a TFLite"
             raise OptionError(f"{label}: reference '{choice}' does not run {kind} model (onnxruntime and onnx run "
-                              "ONNX models, litert TFLite ones)")
+                              "ONNX models, litert and tflite-micro TFLite ones)")
+        runtime = choice if choice in ("litert", "tflite-micro") else proto.runtime
+        if runtime == "tflite-micro":
+            return ReferenceRun(tflite_micro_outputs(proto, inputs, label), "tflite-micro")
         return ReferenceRun(litert_outputs(proto, inputs, label), "litert")
     if choice == "onnx":
         return ReferenceRun(onnx_reference_outputs(proto, inputs, label), "onnx")
@@ -136,6 +141,53 @@ def litert_outputs(file: TfliteFile, inputs: dict[str, np.ndarray], label: str =
                 for name in file.outputs}
     except Exception as err:      # noqa: BLE001 - LiteRT's own failures, reported as one line
         raise RunError(f"{label}: the reference, LiteRT, cannot run it: {first_line(err)}") from None
+
+
+# TFLite Micro's interpreter runs in a child process: it prints its own errors and may crash on a graph it
+# cannot prepare (seen: an SVDF and an integer LSTM in one graph), which must not take aot down with it
+_TFLITE_MICRO_RUN = """
+import sys
+import numpy as np
+from tflite_micro.python.tflite_micro import runtime
+model, feeds, results, count = sys.argv[1:5]
+interpreter = runtime.Interpreter.from_bytes(open(model, "rb").read(), arena_size=64 << 20)
+with np.load(feeds) as given:
+    for index in range(len(given.files)):
+        interpreter.set_input(given[f"x{index}"], index)
+interpreter.invoke()
+np.savez(results, **{f"y{index}": np.array(interpreter.get_output(index)) for index in range(int(count))})
+"""
+
+
+def tflite_micro_outputs(file: TfliteFile, inputs: dict[str, np.ndarray], label: str = "the model"
+                         ) -> dict[str, np.ndarray]:
+    """TFLite Micro's outputs for `inputs`, from its reference kernels run by its Python interpreter (the
+    `tflite-micro` package, in a child process), from the reset state; the file's inputs and outputs in its
+    order. The arena holds every tensor that is not a constant: room for any model aot compiles for a board."""
+    import importlib.util
+    import subprocess
+    import sys
+    import tempfile
+
+    if importlib.util.find_spec("tflite_micro") is None:
+        raise RunError("TFLite Micro's interpreter is needed for the reference check of this TFLite model (its "
+                       "integer LSTM is TFLite Micro's arithmetic, not LiteRT's): pip install tflite-micro (or "
+                       "give --reference none)")
+    with tempfile.TemporaryDirectory(prefix="aot-tflm-") as tmp:
+        model, feeds, results = (os.path.join(tmp, n) for n in ("model.tflite", "x.npz", "y.npz"))
+        with open(model, "wb") as f:
+            f.write(file.data)
+        np.savez(feeds, **{f"x{index}": np.ascontiguousarray(inputs[name])
+                           for index, (name, _, _) in enumerate(file.inputs)})
+        run = subprocess.run([sys.executable, "-c", _TFLITE_MICRO_RUN, model, feeds, results,
+                              str(len(file.outputs))], capture_output=True, text=True)
+        if run.returncode != 0:
+            lines = [line for line in run.stderr.splitlines() + run.stdout.splitlines() if line.strip()]
+            why = f"it crashed (signal {-run.returncode})" if run.returncode < 0 else (lines[-1] if lines else
+                                                                                      f"exit {run.returncode}")
+            raise RunError(f"{label}: the reference, TFLite Micro, cannot run it: {why}")
+        with np.load(results) as got:
+            return {name: got[f"y{index}"] for index, name in enumerate(file.outputs)}
 
 
 class _ReferenceFailed(RunError):

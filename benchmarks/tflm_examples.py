@@ -1,13 +1,15 @@
 """TFLite Micro's own example and test models, the .tflite files of its repository, compiled for each target
-and checked against LiteRT's reference kernels: which compile, how far from the reference, or why refused.
+and checked against the reference, LiteRT's reference kernels (TFLite Micro's own, from the `tflite-micro`
+package, for models with an integer LSTM, which LiteRT computes otherwise): which compile, how far from the
+reference, or why refused.
 
     python benchmarks/tflm_examples.py DIR --fetch --checkout PATH    # once: the files from a tflite-micro checkout
     python benchmarks/tflm_examples.py DIR [--target host --target cortex-m4 ...] [--inputs 3]
 
 Inputs are random over the whole integer range (int8, int16) or standard normal (float32); "max diff" is the
-largest difference from LiteRT over them, in codes for integer outputs (0 is bit-exact), in values for
+largest difference from the reference over them, in codes for integer outputs (0 is bit-exact), in values for
 float ones (checked against the float tolerance, 1e-4 of the output's scale, by aot.check). A model with
-state (LSTM, SVDF) runs from its reset state, as LiteRT's first invoke does. Cortex-M targets run under qemu.
+state (LSTM, SVDF) runs from its reset state, as the reference's first invoke does. Cortex-M targets run under qemu.
 """
 
 from __future__ import annotations
@@ -67,22 +69,24 @@ def _inputs(path: Path, seed: int) -> dict[str, np.ndarray]:
             for name, shape, dtype in load(path).file.inputs}
 
 
-def measure(path: Path, target: str, inputs: int, tmp: Path) -> tuple[str, str, str, str]:
-    """(status, types, max diff, flash/RAM) of one file on one target."""
+def measure(path: Path, target: str, inputs: int, tmp: Path) -> tuple[str, str, str, str, str]:
+    """(status, types, reference, max diff, flash/RAM) of one file on one target."""
     try:
         artifact = aot.build(str(path), target=target, out_dir=tmp / f"{path.stem}-{target}")
     except aot.AotError as err:
-        return f"refused: {str(err).split(': ', 1)[-1][:90]}", "-", "-", "-"
-    worst, ok = 0.0, True
+        return f"refused: {str(err).split(': ', 1)[-1][:90]}", "-", "-", "-", "-"
+    worst, ok, used = 0.0, True, "-"
     for seed in range(inputs):
         result = aot.check(artifact, inputs=_inputs(path, seed))
         ok &= result.ok
+        used = result.reference_used
         for name, expected in result.reference.items():
             got = result.outputs[name].astype(np.float64)
             worst = max(worst, float(np.abs(got - expected.astype(np.float64)).max()))
     kinds = sorted({t.dtype for t in artifact.program.graph.values.values() if t.dtype != "int32"})
     memory = artifact.metadata["memory"]
-    return "ok" if ok else "MISMATCH", "/".join(kinds), f"{worst:g}", f"{memory['flash']:,} / {memory['ram']:,}"
+    return ("ok" if ok else "MISMATCH", "/".join(kinds), used, f"{worst:g}",
+            f"{memory['flash']:,} / {memory['ram']:,}")
 
 
 def main() -> int:
@@ -100,16 +104,16 @@ def main() -> int:
     files = sorted(args.directory.glob("*.tflite"))
     if not files:
         parser.error(f"{args.directory}: no .tflite files (fetch them with --fetch --checkout PATH)")
-    rows, ok = [("target", "file", "status", "types", "max diff", "flash / RAM B")], True
+    rows, ok = [("target", "file", "status", "types", "reference", "max diff", "flash / RAM B")], True
     with tempfile.TemporaryDirectory() as tmp:
         for target in args.target or ["host", "cortex-m4", "cortex-m55"]:
             for path in files:
-                status, kinds, worst, memory = measure(path, target, args.inputs, Path(tmp))
+                status, kinds, used, worst, memory = measure(path, target, args.inputs, Path(tmp))
                 ok &= status != "MISMATCH"
-                rows.append((target, path.name, status, kinds, worst, memory))
-    print("TFLite Micro's models vs LiteRT's reference kernels (Cortex-M under qemu); max diff in codes for "
-          "integer outputs, in values for float ones")
-    text_table.show(rows, right=range(4, len(rows[0])))
+                rows.append((target, path.name, status, kinds, used, worst, memory))
+    print("TFLite Micro's models vs the reference kernels (Cortex-M under qemu); max diff in codes for integer "
+          "outputs, in values for float ones")
+    text_table.show(rows, right=range(5, len(rows[0])))
     return 0 if ok else 1
 
 

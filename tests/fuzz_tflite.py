@@ -5,7 +5,8 @@
 and appends operators to tensors already in it: convolutions and depthwise convolutions of random geometry
 (strides, dilations, SAME or VALID padding, fused activations, per-channel or per-tensor weights), pools,
 residual ADDs, SUBs and MULs, LOGISTIC, TANH, HARD_SWISH, LEAKY_RELU and PRELU, TRANSPOSE_CONV,
-RESIZE_BILINEAR and RESIZE_NEAREST_NEIGHBOR, SVDF and UNIDIRECTIONAL_SEQUENCE_LSTM over the image's rows,
+RESIZE_BILINEAR and RESIZE_NEAREST_NEIGHBOR, SVDF and UNIDIRECTIONAL_SEQUENCE_LSTM (float32, or int8 as
+TFLite Micro computes it, the graph's reference then TFLite Micro's interpreter) over the image's rows,
 PAD, TRANSPOSE and CONCATENATION of tensors of one encoding, and it may end in a dense layer and a SOFTMAX.
 Two graphs in three are int8, compared bit for bit; the others float32, within the ONNX tolerance (1e-4 of
 the output's scale).
@@ -154,8 +155,8 @@ def _upsample(g: _Graph) -> None:
 
 def _sequence(g: _Graph) -> None:
     """Rows of the image as a batch of sequences: an SVDF over each row's pixels (float32, or int8 with int16
-    state), or in float32 graphs as often a float UNIDIRECTIONAL_SEQUENCE_LSTM along the row; the result an
-    image again (its state from the reset, a single run's)."""
+    state), or a UNIDIRECTIONAL_SEQUENCE_LSTM along the row (float32, or int8 with an int16 cell); the result
+    an image again (its state from the reset, a single run's)."""
     x, shape = g.pick()
     rng, net, b = g.rng, g.net, g.net.b
     _, h, w, c = shape
@@ -176,7 +177,33 @@ def _sequence(g: _Graph) -> None:
              cell_clip=float(rng.choice([0.0, 0.0, 0.5])))
         out = (1, h, w, hidden)
         g.ops["UNIDIRECTIONAL_SEQUENCE_LSTM"] += 1
-    else:
+    elif net.int8 and rng.random() < 0.4 and not g.ops["SVDF"]:
+        # TFLite Micro's integer LSTM: int8 weights, an int16 cell (TFLite Micro's interpreter, the reference
+        # of such a graph, crashes preparing a graph that also has an SVDF)
+        hidden = int(rng.integers(1, 9))
+        seq = net.tensor((h, w, c), x[1], x[2])
+        b.op("RESHAPE", [x[0], b.constant(net._name("shape"), np.array([h, w, c], np.int32))], [seq[0]])
+        operands, scales = [seq[0]], []
+        for n in [c] * 4 + [hidden] * 4:
+            scales.append(float(rng.uniform(0.3, 3.0)) / (127 * np.sqrt(n)))
+            operands.append(b.constant(net._name("lstm"), rng.integers(-127, 128, (hidden, n)).astype(np.int8),
+                                       scale=scales[-1], zero_point=0))
+        operands += [None] * 3
+        h_scale, h_zp = float(rng.uniform(0.004, 0.012)), int(rng.integers(-8, 8))
+        for gate in range(4):
+            bias = rng.normal(1.0 if gate == 1 else 0.0, 1.0, hidden) / (x[1] * scales[gate])
+            operands.append(b.constant(net._name("bias"), np.round(bias).astype(np.int32), scale=x[1] * scales[gate],
+                                       zero_point=0))
+        operands += [None, None]
+        operands += [b.tensor(net._name("h"), (h, hidden), "int8", scale=h_scale, zero_point=h_zp, variable=True),
+                     b.tensor(net._name("c"), (h, hidden), "int16", scale=2.0 ** int(rng.integers(-15, -8)),
+                              zero_point=0, variable=True)]
+        y = net.tensor((h, w, hidden), h_scale, h_zp)
+        b.op("UNIDIRECTIONAL_SEQUENCE_LSTM", operands + [None] * 4, [y[0]], fused_activation_function="TANH",
+             cell_clip=float(rng.choice([0.0, 0.0, 3.0])))
+        out = (1, h, w, hidden)
+        g.ops["UNIDIRECTIONAL_SEQUENCE_LSTM"] += 1
+    elif not (net.int8 and g.ops["UNIDIRECTIONAL_SEQUENCE_LSTM"]):
         width, filters, memory, rank = w * c, int(rng.integers(1, 5)) * 2, int(rng.integers(1, 6)), 2
         units = filters // rank
         flat = net.tensor((h, width), x[1], x[2])
@@ -202,6 +229,8 @@ def _sequence(g: _Graph) -> None:
              fused_activation_function="RELU" if net.int8 else str(rng.choice(["NONE", "RELU"])))
         out = (1, h, units, 1)
         g.ops["SVDF"] += 1
+    else:       # an int8 graph with an integer LSTM takes no SVDF (above)
+        return
     image = net.tensor(out, y[1], y[2])
     b.op("RESHAPE", [y[0], b.constant(net._name("shape"), np.array(out, np.int32))], [image[0]])
     g.ops["RESHAPE"] += 1
@@ -273,7 +302,7 @@ def check(case: Case, target: str = "host", timeout: float = 120.0, work: str | 
     import os
     import tempfile
 
-    from aot.reference import litert_outputs
+    from aot.reference import litert_outputs, tflite_micro_outputs
 
     with tempfile.TemporaryDirectory(dir=work) as tmp:
         path = os.path.join(tmp, "graph.tflite")
@@ -282,8 +311,9 @@ def check(case: Case, target: str = "host", timeout: float = 120.0, work: str | 
         try:
             from aot.frontend.model import load
 
-            expected = litert_outputs(load(path).file, case.inputs)
-        except Exception as err:   # noqa: BLE001 - LiteRT refuses the graph: it is not valid
+            file = load(path).file       # a graph with an integer LSTM follows TFLite Micro's kernels
+            expected = (tflite_micro_outputs if file.runtime == "tflite-micro" else litert_outputs)(file, case.inputs)
+        except Exception as err:   # noqa: BLE001 - the reference refuses the graph: it is not valid
             return Outcome("invalid", first_line(err))
         got = run_aot(path, case.inputs, target, timeout)
         if isinstance(got, Outcome):

@@ -283,11 +283,12 @@ def test_bad_reference_is_one_line(files, command):
     proc = cli(command, files["dilated"], "--reference", "tvm")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        "aot: error: reference 'tvm' is not one of onnxruntime, onnx, litert, none"]
+        "aot: error: reference 'tvm' is not one of onnxruntime, onnx, litert, tflite-micro, none"]
 
 
 def test_bad_reference_in_the_api_before_building(tmp_path):
-    with pytest.raises(OptionError, match="reference 'ORT' is not one of onnxruntime, onnx, litert, none"):
+    with pytest.raises(OptionError,
+                       match="reference 'ORT' is not one of onnxruntime, onnx, litert, tflite-micro, none"):
         aot.check(tmp_path / "no-such-model.onnx", reference="ORT")
 
 

@@ -29,15 +29,16 @@ def feeds_for(path, seed: int = 0) -> dict[str, np.ndarray]:
             for name, shape, dtype in load(path).file.inputs}
 
 
-def check(data: bytes, tmp_path, target: str = "host", seeds=(0, 1)) -> float:
-    """The largest difference from LiteRT over a few inputs: 0 for int8 models, within the float tolerance
-    for float32 ones (aot.check fails otherwise)."""
+def check(data: bytes, tmp_path, target: str = "host", seeds=(0, 1), reference: str = "litert") -> float:
+    """The largest difference from the reference (LiteRT, or TFLite Micro for a model that follows it) over a
+    few inputs: 0 for int8 models, within the float tolerance for float32 ones (aot.check fails otherwise)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "model.tflite"
     path.write_bytes(data)
     worst = 0.0
     for seed in seeds:
         result = aot.check(str(path), inputs=feeds_for(path, seed), target=target)
-        assert result.reference_used == "litert"
+        assert result.reference_used == reference
         assert result.ok, result.comparisons
         for name, ref in result.reference.items():
             got = result.outputs[name]
@@ -912,12 +913,12 @@ int main(void)
 """
 
 
-def _runs_in_sequence_as_litert_does(data: bytes, xs: np.ndarray, tmp_path, target: str = "host") -> np.ndarray:
+def _runs_in_sequence_as_the_reference_does(data: bytes, xs: np.ndarray, tmp_path, target: str = "host",
+                                            reference: str = "litert") -> np.ndarray:
     """The model's one input fed xs in turn, its state carried over, then xs[-1] again after a reset, through
-    the C API (m_reset, m_run) of a build for `target`; checked against LiteRT's invokes in the same
-    sequence (reset_all_variables for the reset). Returns the outputs, one row per run."""
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
+    the C API (m_reset, m_run) of a build for `target`; checked against the reference's invokes in the same
+    sequence (LiteRT's reset_all_variables, or TFLite Micro's reset, for the reset). Returns the outputs, one
+    row per run."""
     from aot.codegen.library import compile_flags
     from aot.target import get_target
 
@@ -942,22 +943,40 @@ def _runs_in_sequence_as_litert_does(data: bytes, xs: np.ndarray, tmp_path, targ
     assert run.returncode == 0, run.stderr
     got = np.fromfile(tmp_path / "y.bin", spec_out["dtype"]).reshape(len(xs) + 1, -1)
 
-    interpreter = Interpreter(model_content=data, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
-    interpreter.allocate_tensors()
-    feed, fetch = interpreter.get_input_details()[0]["index"], interpreter.get_output_details()[0]["index"]
-    expected = []
-    for k, x in enumerate([*xs, xs[-1]]):
-        if k == len(xs):
-            interpreter.reset_all_variables()
-        interpreter.set_tensor(feed, x)
-        interpreter.invoke()
-        expected.append(interpreter.get_tensor(fetch).reshape(-1))
-    expected = np.stack(expected)
+    expected = np.stack(_reference_sequence(data, [*xs, xs[-1]], reset_before=len(xs), reference=reference))
     if got.dtype.kind == "f":
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(expected).max())))
     else:
         np.testing.assert_array_equal(got, expected)
     return got
+
+
+def _reference_sequence(data: bytes, xs, reset_before: int, reference: str) -> list[np.ndarray]:
+    """The reference's outputs for the inputs xs fed in turn, its variables reset before run `reset_before`."""
+    outputs = []
+    if reference == "tflite-micro":
+        from tflite_micro.python.tflite_micro import runtime
+
+        interpreter = runtime.Interpreter.from_bytes(data, arena_size=1 << 22)
+        for k, x in enumerate(xs):
+            if k == reset_before:
+                interpreter.reset()
+            interpreter.set_input(x, 0)
+            interpreter.invoke()
+            outputs.append(np.array(interpreter.get_output(0)).reshape(-1))
+        return outputs
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    interpreter = Interpreter(model_content=data, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+    interpreter.allocate_tensors()
+    feed, fetch = interpreter.get_input_details()[0]["index"], interpreter.get_output_details()[0]["index"]
+    for k, x in enumerate(xs):
+        if k == reset_before:
+            interpreter.reset_all_variables()
+        interpreter.set_tensor(feed, x)
+        interpreter.invoke()
+        outputs.append(interpreter.get_tensor(fetch).reshape(-1))
+    return outputs
 
 
 @pytest.mark.parametrize("options", [{}, {"time_major": True}, {"peepholes": True}, {"stacked": True},
@@ -971,11 +990,58 @@ def test_lstm_state_is_kept_between_runs_and_reset(tmp_path):
     """The variable tensors live in the workspace: a run continues from the previous run's state, as LiteRT's
     next invoke does, and after m_reset the model starts over."""
     xs = np.random.default_rng(0).standard_normal((3, 2, 5, 3)).astype(np.float32)
-    got = _runs_in_sequence_as_litert_does(tflite_models.lstm(stacked=True), xs, tmp_path)
+    got = _runs_in_sequence_as_the_reference_does(tflite_models.lstm(stacked=True), xs, tmp_path)
     assert not np.allclose(got[2], got[3], atol=1e-3)       # the state did carry over
     header = (tmp_path / "build" / "m.h").read_text()
     assert "int32_t m_reset(void *workspace);" in header
     assert "#define M_STATE_BYTES 128u" in header        # two layers' h and c, 2 x 4 floats each
+
+
+INTEGER_LSTMS = [{}, {"time_major": True}, {"stacked": True, "head": 48}, {"cell_clip": 0.7}, {"cell_power": -15},
+                 {"cell_power": -9, "x_zp": 0, "h_zp": 0}, {"batch": 1, "steps": 1, "width": 257, "hidden": 40},
+                 {"act": "int16"}, {"act": "int16", "time_major": True, "stacked": True, "head": 48}]
+
+
+@pytest.mark.parametrize("options", INTEGER_LSTMS, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()) or "int8")
+def test_integer_lstm_matches_tflite_micro(options, tmp_path):
+    """int8 (and 16x8) LSTMs as TFLite Micro's reference kernel computes them, bit for bit: both layouts,
+    stacked with a dense head (which then follows TFLite Micro's requantization too), cell clipping, cell
+    scales from 2**-15 to 2**-9, zero points folded or not."""
+    pytest.importorskip("tflite_micro")
+    data = tflite_models.integer_lstm(**options)
+    path = tmp_path / "model.tflite"
+    path.write_bytes(data)
+    for seed in (0, 1, 2):
+        result = aot.check(str(path), inputs=feeds_for(path, seed))
+        assert result.reference_used == "tflite-micro"
+        for name, ref in result.reference.items():
+            assert np.array_equal(result.outputs[name], ref), name
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("target", ["cortex-m4", "cortex-m55", "cortex-m0plus"])
+def test_integer_lstm_matches_tflite_micro_on_cortex_m(target, tmp_path):
+    pytest.importorskip("tflite_micro")
+    for options in ({"stacked": True, "head": 48}, {"act": "int16", "time_major": True}):
+        assert check(tflite_models.integer_lstm(**options), tmp_path / str(len(options)), target, seeds=(0,),
+                     reference="tflite-micro") == 0
+
+
+def test_integer_lstm_state_is_kept_between_runs_and_reset(tmp_path):
+    pytest.importorskip("tflite_micro")
+    rng = np.random.default_rng(5)
+    xs = rng.integers(-128, 128, (4, 2, 6, 9)).astype(np.int8)
+    got = _runs_in_sequence_as_the_reference_does(tflite_models.integer_lstm(stacked=True), xs, tmp_path,
+                                                  reference="tflite-micro")
+    assert not np.array_equal(got[-2], got[-1])       # the state made the difference
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"peepholes": True}, ("peepholes",)), ({"per_channel": True}, ("one scale",)),
+    ({"cell_power": None}, ("power-of-two scale",)), ({"cell_act": "RELU"}, ("activation RELU", "TANH only")),
+    ({"cifg": True}, ("all four gates",))])
+def test_integer_lstm_beyond_tflite_micro_is_refused(change, words, tmp_path):
+    _refused(tflite_models.integer_lstm(**change), tmp_path, "UNIDIRECTIONAL_SEQUENCE_LSTM", *words)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "int16"])
@@ -987,7 +1053,7 @@ def test_svdf_matches_litert_over_a_sequence_of_runs(dtype, options, tmp_path):
     rng = np.random.default_rng(1)
     xs = (rng.integers(-128, 128, (7, 2, 12)).astype(np.int8) if dtype != "float32"
           else rng.standard_normal((7, 2, 12)).astype(np.float32))
-    got = _runs_in_sequence_as_litert_does(tflite_models.svdf(dtype, **options), xs, tmp_path)
+    got = _runs_in_sequence_as_the_reference_does(tflite_models.svdf(dtype, **options), xs, tmp_path)
     assert not np.array_equal(got[-2], got[-1])
 
 
@@ -995,10 +1061,13 @@ def test_svdf_matches_litert_over_a_sequence_of_runs(dtype, options, tmp_path):
 @pytest.mark.parametrize("target", ["aarch64", "armv7-neon"])
 def test_state_is_kept_between_runs_on_other_targets(target, tmp_path):
     rng = np.random.default_rng(2)
-    _runs_in_sequence_as_litert_does(tflite_models.svdf("int16"), rng.integers(-128, 128, (6, 2, 12)).astype(np.int8),
-                                     tmp_path / "svdf", target)
-    _runs_in_sequence_as_litert_does(tflite_models.lstm(), rng.standard_normal((3, 2, 5, 3)).astype(np.float32),
-                                     tmp_path / "lstm", target)
+    codes = rng.integers(-128, 128, (6, 2, 12)).astype(np.int8)
+    _runs_in_sequence_as_the_reference_does(tflite_models.svdf("int16"), codes, tmp_path / "svdf", target)
+    values = rng.standard_normal((3, 2, 5, 3)).astype(np.float32)
+    _runs_in_sequence_as_the_reference_does(tflite_models.lstm(), values, tmp_path / "lstm", target)
+    lstm_codes = rng.integers(-128, 128, (3, 2, 6, 9)).astype(np.int8)
+    _runs_in_sequence_as_the_reference_does(tflite_models.integer_lstm(), lstm_codes, tmp_path / "lstm8", target,
+                                            "tflite-micro")
 
 
 # --- files aot refuses --------------------------------------------------------------------------------------

@@ -206,6 +206,68 @@ def lstm(batch: int = 2, steps: int = 5, width: int = 3, hidden: int = 4, time_m
     return b.build()
 
 
+def integer_lstm(batch: int = 2, steps: int = 6, width: int = 9, hidden: int = 7, time_major: bool = False,
+                 act: str = "int8", x_zp: int = -128, h_zp: int = -1, cell_power: int | None = -11,
+                 cell_clip: float = 0.0, cell_act: str = "TANH", stacked: bool = False, head: int = 0,
+                 peepholes: bool = False, per_channel: bool = False, cifg: bool = False, seed: int = 0) -> bytes:
+    """UNIDIRECTIONAL_SEQUENCE_LSTM as TFLite's converter quantizes it (int8 activations, or int16 ones: 16x8),
+    the LSTM's output the model's (two LSTMs in a row if `stacked`; a FULLY_CONNECTED of `head` units after
+    it): int8 weights of one scale per matrix, int32 (int64) biases of s_x * s_w, an int16 cell state of
+    scale 2**cell_power. What TFLite Micro does not take, for the refusals: `peepholes`, weights `per_channel`,
+    a cell scale that is no power of two (cell_power None), no input gate (`cifg`)."""
+    rng = np.random.default_rng(seed)
+    b = ModelBuilder()
+    wide = act == "int16"
+    if wide:
+        x_zp = h_zp = 0
+    shape = (steps, batch, width) if time_major else (batch, steps, width)
+    x_scale, h_scale = (1 / 4096, 1 / 32768) if wide else (0.05, 2 / 255)
+    x = b.input("x", shape, act, scale=x_scale, zero_point=x_zp)
+    bias_type = np.int64 if wide else np.int32
+    names = iter(range(10**6))
+
+    def layer(x: int, width: int, x_scale: float, k: int) -> int:
+        scales = []
+
+        def matrix(n: int) -> int:
+            scales.append(float(rng.uniform(0.5, 2.0)) / (127 * np.sqrt(n)))
+            scale = [scales[-1] * (1 + 0.01 * c) for c in range(hidden)] if per_channel else scales[-1]
+            return b.constant(f"l{k}_w{next(names)}", rng.integers(-127, 128, (hidden, n)).astype(np.int8),
+                              scale=scale, zero_point=[0] * hidden if per_channel else 0)
+        operands = [x] + [matrix(width) for _ in range(4)] + [matrix(hidden) for _ in range(4)]
+        operands += [b.constant(f"l{k}_p{g}", rng.integers(-100, 100, hidden).astype(np.int16), scale=1e-3,
+                                zero_point=0) if peepholes else None for g in range(3)]
+        for g in range(4):
+            w_scale = scales[g]
+            bias = rng.normal(1.0 if g == 1 else 0.0, 0.5, hidden) / (x_scale * w_scale)
+            operands.append(b.constant(f"l{k}_b{g}", np.round(bias).astype(bias_type), scale=x_scale * w_scale,
+                                       zero_point=0))
+        if cifg:        # the input gate's weights and bias absent
+            operands[1] = operands[5] = operands[12] = None
+        operands += [None, None]
+        operands += [b.tensor(f"l{k}_h", (batch, hidden), act, scale=h_scale, zero_point=h_zp, variable=True),
+                     b.tensor(f"l{k}_c", (batch, hidden), "int16",
+                              scale=2.0**cell_power if cell_power is not None else 0.0003, zero_point=0,
+                              variable=True)]
+        y = b.tensor(f"l{k}_y", (*shape[:2], hidden), act, scale=h_scale, zero_point=h_zp)
+        b.op("UNIDIRECTIONAL_SEQUENCE_LSTM", operands + [None] * 4, [y], fused_activation_function=cell_act,
+             time_major=time_major, cell_clip=cell_clip)
+        return y
+
+    y = layer(x, width, x_scale, 0)
+    if stacked:
+        y = layer(y, hidden, h_scale, 1)
+    if head:
+        flat = b.tensor("flat", (batch * steps, hidden), act, scale=h_scale, zero_point=h_zp)
+        b.op("RESHAPE", [y, b.constant("flat_shape", np.array([batch * steps, hidden], np.int32))], [flat])
+        out = b.tensor("out", (batch * steps, head), act, scale=0.1 if not wide else 1 / 2048, zero_point=0)
+        w = b.constant("fc_w", rng.integers(-127, 128, (head, hidden)).astype(np.int8), scale=0.01, zero_point=0)
+        b.op("FULLY_CONNECTED", [flat, w, None], [out])
+        y = out
+    b.output(y)
+    return b.build()
+
+
 def svdf(dtype: str = "float32", batch: int = 2, width: int = 12, filters: int = 8, memory: int = 5, rank: int = 2,
          act: str = "RELU", bias: bool = True, layers: int = 2, seed: int = 0) -> bytes:
     """SVDF layers in a row, float32 or integer: int8 input and output with `dtype` ("int16" or "int8") state

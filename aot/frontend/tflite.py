@@ -44,12 +44,16 @@ def is_tflite(data: bytes) -> bool:
 
 @dataclass(frozen=True)
 class TfliteFile:
-    """What the reference (LiteRT) runs: the file's bytes, and its interface as the graph names it."""
+    """What the reference (LiteRT or TFLite Micro) runs: the file's bytes, and its interface as the graph
+    names it."""
 
     data: bytes
     inputs: tuple[tuple[str, tuple[int, ...], str], ...]   # (graph name, shape, dtype) in the file's order
     outputs: tuple[str, ...]
     tensor_names: dict[str, str] = field(default_factory=dict)     # graph name -> the file's tensor name
+    # the reference whose arithmetic aot's kernels follow: LiteRT's, or TFLite Micro's for a model with an
+    # integer LSTM (which LiteRT computes with other sigmoid and tanh functions)
+    runtime: str = "litert"
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,8 @@ def load(path: str | os.PathLike, data: bytes, input_shapes: dict[str, tuple[int
     if freeze:
         raise OptionError(f"{label}: --freeze binds inputs of ONNX models; a TFLite model's inputs are all fed")
     model = _parse(data, label)
-    graph, tensor_names = _Importer(model, data, label).graph()
+    importer = _Importer(model, data, label)
+    graph, tensor_names = importer.graph()
     fed = [n for n in graph.inputs if n not in {s.read for s in graph.state}]     # (the rest is state)
     for name, shape in (input_shapes or {}).items():
         if name not in fed:
@@ -89,7 +94,8 @@ def load(path: str | os.PathLike, data: bytes, input_shapes: dict[str, tuple[int
                               f"model compiles with the shapes it was converted with (given {list(shape)})")
     inputs = tuple((n, graph.shape(n), graph.values[n].dtype) for n in fed)
     outputs = tuple(n for n in graph.outputs if n not in {s.written for s in graph.state})
-    file = TfliteFile(_as_litert_reads(model, data), inputs, outputs, tensor_names)
+    file = TfliteFile(_as_litert_reads(model, data), inputs, outputs, tensor_names,
+                      "tflite-micro" if importer.micro else "litert")
     return TfliteModel(file, graph, label, hashlib.sha256(data).hexdigest())
 
 
@@ -197,6 +203,12 @@ class _Importer:
         self.nchw: dict[int, str] = {}          # 4-D tensor -> graph value holding it transposed to NCHW
         self.state_reads: dict[int, str] = {}   # variable tensor -> the graph input of its value before the run
         self.state_writes: dict[int, str] = {}  # variable tensor -> the graph value of its value after
+        # TFLite Micro's arithmetic rather than LiteRT's (they differ in FULLY_CONNECTED's requantization) for a
+        # model with an integer LSTM, which aot computes as TFLite Micro does (LiteRT's differs more)
+        self.micro = any(self._op_name(op) == "UNIDIRECTIONAL_SEQUENCE_LSTM" and op.InputsLength()
+                         and self.tensors[op.Inputs(0)].dtype in ("int8", "int16")
+                         and self.tensors[op.Inputs(0)].scale is not None
+                         for op in (self.sg.Operators(k) for k in range(self.sg.OperatorsLength())))
 
     # --- reading --------------------------------------------------------------------------------------
 

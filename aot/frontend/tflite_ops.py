@@ -19,7 +19,7 @@ from aot.graph.quant import QuantParams, checked_log2, tflite_multiplier
 
 _INTEGER = ("int8", "uint8", "int16")
 _ACTIVATIONS = {0: None, 1: (0.0, math.inf), 2: (-1.0, 1.0), 3: (0.0, 6.0)}      # fused activation -> clip
-_ACTIVATION_NAMES = {4: "TANH", 5: "SIGN_BIT"}
+_ACTIVATION_NAMES = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH", 5: "SIGN_BIT"}
 
 
 class Context:
@@ -322,9 +322,10 @@ def fully_connected(ctx: Context, ins, outs, o) -> None:
     target, acts, after = ctx.output(y, False, activation, integer, shape=(rows, out_channels))
     if integer:
         # LiteRT's reference FULLY_CONNECTED requantizes in double: round(acc * real multiplier); its 16x8 one
-        # the int64 sum times the fixed-point multiplier, rounded once (ops/quantized.py multiply_wide)
-        weight_name = ctx.weights(w, np.ascontiguousarray(data.T), 0, 1, out_channels,
-                                  "single" if x.dtype == "int16" else "real")
+        # the int64 sum times the fixed-point multiplier, rounded once (ops/quantized.py multiply_wide).
+        # TFLite Micro's (a model with an integer LSTM follows it) rounds twice, as CONV_2D does
+        rounding = "double" if ctx.imp.micro else "single" if x.dtype == "int16" else "real"
+        weight_name = ctx.weights(w, np.ascontiguousarray(data.T), 0, 1, out_channels, rounding)
         ctx.imp.add("Gemm", ctx.name, [flat, weight_name, ctx.bias(b, x, w, out_channels)], [target], **acts)
     else:
         bias_name = ctx.float_constant(b, "bias") if b is not None else ""
@@ -901,7 +902,7 @@ def unidirectional_sequence_lstm(ctx: Context, ins, outs, o) -> None:
     ins = list(ins) + [None] * (24 - len(ins))
     x, y = ins[0], outs[0]
     if ctx.integer(x, y):
-        raise ctx.fail("on quantized tensors is not supported yet (float32 is)")
+        return _integer_lstm(ctx, ins, outs, o)
     _float_only(ctx, ins, outs)
     cifg = ins[_LSTM_W[0]] is None
     for what, indices in (("a projection", _LSTM_PROJECTION), ("layer normalization", _LSTM_NORMS)):
@@ -965,6 +966,92 @@ def unidirectional_sequence_lstm(ctx: Context, ins, outs, o) -> None:
     ctx.reshape(ys, y)
     imp.write_state(h, ctx.view(yh, (batch, hidden), f"{ctx.name}_h_next"))
     imp.write_state(c, ctx.view(yc, (batch, hidden), f"{ctx.name}_c_next"))
+
+
+def _integer_lstm(ctx: Context, ins, outs, o) -> None:
+    """TFLite Micro's integer LSTM (ops/lstm_tflite.py): int8 input, output and hidden state (or int16 ones,
+    16x8), int8 weights of one scale per matrix, int32 (int64) biases, an int16 cell state of a power-of-two
+    scale; all four gates, no peepholes, projection or layer normalization, as TFLite Micro requires."""
+    x, y = ins[0], outs[0]
+    h, c = ins[_LSTM_H], ins[_LSTM_C]
+    if h is None or c is None or not (h.variable and c.variable):
+        raise ctx.fail("its output and cell state must be variable tensors")
+    wide = x.dtype == "int16"
+    bias_type = "int64" if wide else "int32"
+    if x.dtype not in ("int8", "int16") or y.dtype != x.dtype or h.dtype != x.dtype or c.dtype != "int16":
+        raise ctx.fail(f"quantized takes int8 (or int16) input, output and hidden state and an int16 cell state, "
+                       f"not {x.dtype} input, {y.dtype} output, {h.dtype} hidden and {c.dtype} cell state")
+    absent = [i for i in _LSTM_W + _LSTM_R + _LSTM_B if ins[i] is None]
+    if absent:
+        raise ctx.fail("quantized needs all four gates' weights and biases (TFLite Micro takes no coupled input "
+                       "and forget gates)")
+    for what, indices in (("peepholes", (9, 10, 11)), ("a projection", _LSTM_PROJECTION),
+                          ("layer normalization", _LSTM_NORMS)):
+        if any(ins[i] is not None for i in indices):
+            raise ctx.fail(f"quantized with {what} is not supported (nor by TFLite Micro)")
+    activation = o.FusedActivationFunction() if o is not None else 4
+    if activation != 4:
+        raise ctx.fail(f"quantized with activation {_ACTIVATION_NAMES.get(activation, activation)} is not "
+                       "supported (TFLite Micro's integer LSTM takes TANH only)")
+    if len(x.shape) != 3:
+        raise ctx.fail(f"input '{x.file_name}' is {list(x.shape)}; it takes (batch, time, input) or (time, "
+                       "batch, input)")
+    time_major = bool(o.TimeMajor()) if o is not None else False
+    steps, batch = x.shape[:2] if time_major else x.shape[1::-1]
+    width = x.shape[2]
+    cells = ctx.constant(ins[_LSTM_W[0]], "input weights").shape[0]
+
+    def scale(t) -> float:
+        if t.scale is None or t.scale.size != 1:
+            raise ctx.fail(f"tensor '{t.file_name}' must have one scale (TFLite Micro's integer LSTM takes no "
+                           "scales per channel)")
+        return float(t.scale[0])
+
+    def zero(t) -> int:
+        return int(np.asarray(t.zero_point).reshape(-1)[0])
+
+    matrices = []
+    for indices, n, what in ((_LSTM_W, width, "input weights"), (_LSTM_R, cells, "recurrent weights")):
+        for i in indices:
+            w = ins[i]
+            data = ctx.constant(w, what)
+            if w.dtype != "int8" or data.shape != (cells, n) or zero(w):
+                raise ctx.fail(f"{what} '{w.file_name}' are {w.dtype} {list(data.shape)}; the layer takes int8 "
+                               f"({cells}, {n}) weights of zero point 0")
+            matrices.append(data)
+    biases = []
+    for i in _LSTM_B:
+        data = ctx.constant(ins[i], "gate bias")
+        if ins[i].dtype != bias_type or data.shape != (cells,):
+            raise ctx.fail(f"gate bias '{ins[i].file_name}' is {ins[i].dtype} {list(data.shape)}, not {bias_type} "
+                           f"({cells},)")
+        biases.append(data)
+    if h.shape != (batch, cells) or c.shape != (batch, cells):
+        raise ctx.fail(f"states {list(h.shape)}, {list(c.shape)} do not fit {batch} rows of {cells} cells")
+    _check_shape(ctx, y, (steps, batch, cells) if time_major else (batch, steps, cells))
+    cell_scale = scale(c)
+    if zero(c) or not checked_log2(cell_scale)[1]:
+        raise ctx.fail(f"cell state '{c.file_name}' must have zero point 0 and a power-of-two scale (TFLite "
+                       "Micro's rule)")
+    if wide and (zero(x) or zero(h)):
+        raise ctx.fail("int16 input and hidden state must have zero point 0 (16x8)")
+    clip = o.CellClip() if o is not None else 0.0
+    quantized_clip = int(min(max(float(clip) / float(np.float32(cell_scale)), -32768.0), 32767.0)) if clip > 0 else 0
+    imp = ctx.imp
+    operands = [imp.value(x),
+                imp.constant(f"{ctx.name}_W", np.concatenate(matrices[:4])),
+                imp.constant(f"{ctx.name}_R", np.concatenate(matrices[4:])),
+                imp.constant(f"{ctx.name}_B", np.concatenate(biases)),
+                imp.value(h), imp.value(c)]
+    new_h = imp.declare(imp.fresh(f"{h.name}_next"), h.shape, h.dtype, imp.quant(h))
+    new_c = imp.declare(imp.fresh(f"{c.name}_next"), c.shape, c.dtype, imp.quant(c))
+    gates = imp.declare(imp.fresh(f"{ctx.name}_gates"), (4 * cells,), "int16")
+    imp.add("TfliteLstm", ctx.name, operands, [imp.result(y), new_h, new_c, gates], steps=steps, batch=batch,
+            width=width, cells=cells, time_major=time_major, wide=wide, x_scale=scale(x),
+            h_scale=scale(h), cell_scale=cell_scale, x_zp=zero(x), h_zp=zero(h), clip=quantized_clip,
+            w_scales=tuple(scale(ins[i]) for i in _LSTM_W), r_scales=tuple(scale(ins[i]) for i in _LSTM_R))
+    imp.write_state(h, new_h)
+    imp.write_state(c, new_c)
 
 
 def svdf(ctx: Context, ins, outs, o) -> None:
