@@ -177,9 +177,7 @@ def _sequence(g: _Graph) -> None:
              cell_clip=float(rng.choice([0.0, 0.0, 0.5])))
         out = (1, h, w, hidden)
         g.ops["UNIDIRECTIONAL_SEQUENCE_LSTM"] += 1
-    elif net.int8 and rng.random() < 0.4 and not g.ops["SVDF"]:
-        # TFLite Micro's integer LSTM: int8 weights, an int16 cell (TFLite Micro's interpreter, the reference
-        # of such a graph, crashes preparing a graph that also has an SVDF)
+    elif net.int8 and rng.random() < 0.4:     # TFLite Micro's integer LSTM: int8 weights, an int16 cell
         hidden = int(rng.integers(1, 9))
         seq = net.tensor((h, w, c), x[1], x[2])
         b.op("RESHAPE", [x[0], b.constant(net._name("shape"), np.array([h, w, c], np.int32))], [seq[0]])
@@ -203,34 +201,41 @@ def _sequence(g: _Graph) -> None:
              cell_clip=float(rng.choice([0.0, 0.0, 3.0])))
         out = (1, h, w, hidden)
         g.ops["UNIDIRECTIONAL_SEQUENCE_LSTM"] += 1
-    elif not (net.int8 and g.ops["UNIDIRECTIONAL_SEQUENCE_LSTM"]):
+    else:
         width, filters, memory, rank = w * c, int(rng.integers(1, 5)) * 2, int(rng.integers(1, 6)), 2
         units = filters // rank
         flat = net.tensor((h, width), x[1], x[2])
         b.op("RESHAPE", [x[0], b.constant(net._name("shape"), np.array([h, width], np.int32))], [flat[0]])
+        bias = None
         if net.int8:
+            # int16 state and time weights, or TFLite Micro's int8 ones (a state zero point too; the graph's
+            # reference is then TFLite Micro's interpreter, which LiteRT cannot stand in for)
+            kind = "int8" if rng.random() < 0.3 else "int16"
+            limit = 127 if kind == "int8" else 32767
             features = b.constant(net._name("wf"), rng.integers(-127, 128, (filters, width)).astype(np.int8),
                                   scale=0.01, zero_point=0)
-            times = b.constant(net._name("wt"), rng.integers(-32767, 32768, (filters, memory)).astype(np.int16),
-                               scale=1 / 65536, zero_point=0)
+            times = b.constant(net._name("wt"), rng.integers(-limit, limit + 1, (filters, memory)).astype(kind),
+                               scale=0.5 / limit, zero_point=0)
             # typical magnitudes: a feature ~ sqrt(width) |w| |x|, a unit's sum ~ sqrt(memory rank) |t| |feature|;
             # the state holds 4 typical features, the output 4 typical sums
             feature = float(np.sqrt(width) * 0.01 * 73 * 64 * x[1])
-            state = b.tensor(net._name("s"), (h, filters * memory), "int16", scale=4 * feature / 32767, zero_point=0,
-                             variable=True)
+            state_scale = 4 * feature / limit
+            state = b.tensor(net._name("s"), (h, filters * memory), kind, scale=state_scale,
+                             zero_point=int(rng.integers(-10, 10)) if kind == "int8" else 0, variable=True)
             y = net.tensor((h, units), 4 * float(np.sqrt(memory * rank)) * 0.29 * feature / 128,
                            int(rng.integers(-20, 20)))
+            # a bias of scale s_state * s_time: TFLite Micro reads its scale, and crashes without one
+            bias = b.constant(net._name("bias"), rng.integers(-500, 500, units).astype(np.int32),
+                              scale=state_scale * 0.5 / limit, zero_point=0)
         else:
             features = b.constant(net._name("wf"), (rng.standard_normal((filters, width)) * 0.3).astype(np.float32))
             times = b.constant(net._name("wt"), (rng.standard_normal((filters, memory)) * 0.3).astype(np.float32))
             state = b.tensor(net._name("s"), (h, filters * memory), "float32", variable=True)
             y = net.tensor((h, units), 1.0)
-        b.op("SVDF", [flat[0], features, times, None, state], [y[0]], rank=rank,
+        b.op("SVDF", [flat[0], features, times, bias, state], [y[0]], rank=rank,
              fused_activation_function="RELU" if net.int8 else str(rng.choice(["NONE", "RELU"])))
         out = (1, h, units, 1)
         g.ops["SVDF"] += 1
-    else:       # an int8 graph with an integer LSTM takes no SVDF (above)
-        return
     image = net.tensor(out, y[1], y[2])
     b.op("RESHAPE", [y[0], b.constant(net._name("shape"), np.array(out, np.int32))], [image[0]])
     g.ops["RESHAPE"] += 1

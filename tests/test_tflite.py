@@ -1121,9 +1121,16 @@ def test_an_unsupported_builtin_is_refused_with_its_index(tmp_path):
     _refused(b.build(), tmp_path, "operator 1 (HASHTABLE_LOOKUP)", "not supported")
 
 
-def test_an_svdf_with_int8_state_is_refused(tmp_path):
-    """TFLite Micro's int8-state SVDF, which LiteRT cannot run to check it."""
-    _refused(tflite_models.svdf("int8"), tmp_path, "SVDF", "int8 state")
+@pytest.mark.parametrize("options", [{}, {"rank": 1, "layers": 1, "memory": 9}])
+def test_an_svdf_with_int8_state_matches_tflite_micro_over_a_sequence_of_runs(options, tmp_path):
+    """TFLite Micro's int8-state SVDF (a state zero point of 5), which LiteRT cannot run: the model follows
+    TFLite Micro, and is checked against its interpreter."""
+    pytest.importorskip("tflite_micro")
+    rng = np.random.default_rng(3)
+    xs = rng.integers(-128, 128, (8, 2, 12)).astype(np.int8)
+    got = _runs_in_sequence_as_the_reference_does(tflite_models.svdf("int8", **options), xs, tmp_path,
+                                                  reference="tflite-micro")
+    assert not np.array_equal(got[-2], got[-1])
 
 
 def test_a_float16_tensor_is_refused(tmp_path):

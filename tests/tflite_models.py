@@ -285,7 +285,8 @@ def svdf(dtype: str = "float32", batch: int = 2, width: int = 12, filters: int =
             limit = 2**15 - 1 if dtype == "int16" else 127
             t = b.constant(f"t{k}", rng.integers(-limit, limit + 1, (filters, memory)).astype(dtype),
                            scale=0.5 / limit, zero_point=0)
-            bias_t = b.constant(f"b{k}", rng.integers(-2000, 2000, units).astype(np.int32)) if bias else None
+            bias_t = b.constant(f"b{k}", rng.integers(-2000, 2000, units).astype(np.int32),
+                                scale=state_scale * 0.5 / limit, zero_point=0) if bias else None   # s_state s_time
             state = b.tensor(f"s{k}", (batch, filters * memory), dtype, scale=state_scale,
                              zero_point=0 if dtype == "int16" else 5, variable=True)
             y = b.tensor(f"y{k}", (batch, units), "int8", scale=0.06, zero_point=-10)

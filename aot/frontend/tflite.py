@@ -52,7 +52,7 @@ class TfliteFile:
     outputs: tuple[str, ...]
     tensor_names: dict[str, str] = field(default_factory=dict)     # graph name -> the file's tensor name
     # the reference whose arithmetic aot's kernels follow: LiteRT's, or TFLite Micro's for a model with an
-    # integer LSTM (which LiteRT computes with other sigmoid and tanh functions)
+    # integer LSTM (which LiteRT computes with other sigmoid and tanh functions) or an int8-state SVDF
     runtime: str = "litert"
 
 
@@ -204,11 +204,9 @@ class _Importer:
         self.state_reads: dict[int, str] = {}   # variable tensor -> the graph input of its value before the run
         self.state_writes: dict[int, str] = {}  # variable tensor -> the graph value of its value after
         # TFLite Micro's arithmetic rather than LiteRT's (they differ in FULLY_CONNECTED's requantization) for a
-        # model with an integer LSTM, which aot computes as TFLite Micro does (LiteRT's differs more)
-        self.micro = any(self._op_name(op) == "UNIDIRECTIONAL_SEQUENCE_LSTM" and op.InputsLength()
-                         and self.tensors[op.Inputs(0)].dtype in ("int8", "int16")
-                         and self.tensors[op.Inputs(0)].scale is not None
-                         for op in (self.sg.Operators(k) for k in range(self.sg.OperatorsLength())))
+        # model with an integer LSTM, which aot computes as TFLite Micro does (LiteRT's differs more), or an
+        # SVDF of int8 state, which LiteRT does not run
+        self.micro = any(self._follows_micro(self.sg.Operators(k)) for k in range(self.sg.OperatorsLength()))
 
     # --- reading --------------------------------------------------------------------------------------
 
@@ -216,6 +214,15 @@ class _Importer:
         code = self.model.OperatorCodes(op.OpcodeIndex())
         builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
         return self.names.get(builtin, f"builtin {builtin}")
+
+    def _follows_micro(self, op) -> bool:
+        def tensor(i: int) -> _Tensor | None:
+            return self.tensors[op.Inputs(i)] if i < op.InputsLength() and op.Inputs(i) >= 0 else None
+        name, x = self._op_name(op), tensor(0)
+        if name == "UNIDIRECTIONAL_SEQUENCE_LSTM":
+            return x is not None and x.dtype in ("int8", "int16") and x.scale is not None
+        state = tensor(4)
+        return name == "SVDF" and x is not None and x.dtype == "int8" and state is not None and state.dtype == "int8"
 
     def _tensor(self, index: int) -> _Tensor:
         t = self.sg.Tensors(index)

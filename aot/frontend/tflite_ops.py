@@ -805,8 +805,8 @@ def hard_swish(ctx: Context, ins, outs, o) -> None:
         if shift < 31:      # TFLite's HardSwishPrepare: the output multiplier may not shift left
             raise ctx.fail(f"output scale {py.scale:g} is at most input scale / 128 ({px.scale / 128:g}), "
                            "which TFLite does not allow")
-    else:
-        _float_only(ctx, ins, outs)
+    elif x.dtype != "float32" or y.dtype != "float32":
+        raise ctx.fail(f"on {x.dtype} tensors is not supported (float32 and int8 are; TFLite has no other)")
     ctx.imp.add("HardSwish", ctx.name, [ctx.imp.value(ins[0])], [ctx.imp.result(outs[0])])
 
 
@@ -1055,7 +1055,8 @@ def _integer_lstm(ctx: Context, ins, outs, o) -> None:
 
 
 def svdf(ctx: Context, ins, outs, o) -> None:
-    """float32, or TFLite's integer SVDF: int8 in and out, int16 state and time weights (ops/svdf.py)."""
+    """float32, or TFLite's integer SVDF: int8 in and out, int16 state and time weights, or int8 ones as TFLite
+    Micro takes them (LiteRT does not: a model with one follows TFLite Micro) (ops/svdf.py)."""
     x, features, times, state, y = ins[0], ins[1], ins[2], ins[4], outs[0]
     bias = ins[3]
     rank = o.Rank() if o is not None else 1
@@ -1074,11 +1075,11 @@ def svdf(ctx: Context, ins, outs, o) -> None:
     activation = o.FusedActivationFunction() if o is not None else 0
     imp = ctx.imp
     if integer:
-        if x.dtype != "int8" or y.dtype != "int8" or features.dtype != "int8" or state.dtype != "int16" \
-                or times.dtype != "int16":
-            raise ctx.fail("quantized takes int8 input, output and feature weights, int16 state and time weights "
-                           f"(this one: {state.dtype} state, {times.dtype} time weights; TFLite Micro's int8 state "
-                           "is not supported yet)")
+        if x.dtype != "int8" or y.dtype != "int8" or features.dtype != "int8" or state.dtype not in ("int8", "int16") \
+                or times.dtype != state.dtype:
+            raise ctx.fail("quantized takes int8 input, output and feature weights, and int16 (or, as TFLite Micro "
+                           f"does, int8) state and time weights of one type (this one: {state.dtype} state, "
+                           f"{times.dtype} time weights)")
         for t in (features, times):
             if t.scale is None or t.scale.size != 1:
                 raise ctx.fail(f"weights '{t.file_name}' must have one scale")

@@ -10,9 +10,9 @@ Integer (int8 input and output, int16 state and time weights, int32 bias): the f
 the multiplier of s_in * s_feature / s_state (formed in float32, rounded twice), clamped to int16 and
 offset by the state's zero point; the time products sum in int32 around that zero point, the unit's sum
 is requantized by s_state * s_time / s_out and clamped to int8. The fused activation (LiteRT requires
-RELU) is not applied: TFLite's integer kernels clamp to int8 only. (TFLite Micro also takes int8 state
-and time weights, which LiteRT cannot run; the kernel computes them the same way, but the frontend
-refuses them until they can be checked.)
+RELU) is not applied: TFLite's integer kernels clamp to int8 only. TFLite Micro also takes int8 state
+and time weights (which LiteRT cannot run), computed the same way: the requantized feature clamped to
+int8 before the state's zero point is added, the sum kept in the state's type.
 
 Inputs: x (batch, in), W_feature (F, in), W_time (F, M), bias (units) or "", the state; outputs: y and the
 new state (the frontend makes it the state's next value, graph.State).
