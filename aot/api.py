@@ -22,9 +22,9 @@ from aot.run import local
 
 
 def _build_for_run(model, target, input_shapes, out_dir, knobs, freeze, tmp: str, memory=None,
-                   records=None) -> Artifact:
+                   records=None, tflite_arithmetic=None) -> Artifact:
     return build(model, target=target, out_dir=out_dir or os.path.join(tmp, "build"), input_shapes=input_shapes,
-                 knobs=knobs, freeze=freeze, memory=memory, records=records)
+                 knobs=knobs, freeze=freeze, memory=memory, records=records, tflite_arithmetic=tflite_arithmetic)
 
 
 def run(model: str | os.PathLike | onnx.ModelProto | Artifact, inputs: dict[str, np.ndarray] | None = None,
@@ -32,19 +32,20 @@ def run(model: str | os.PathLike | onnx.ModelProto | Artifact, inputs: dict[str,
         out_dir: str | os.PathLike | None = None, seed: int = 0, timeout: float = 600.0,
         knobs: dict | None = None, freeze: dict[str, FreezeValue] | None = None,
         memory: dict[str, int] | None = None, records: str | os.PathLike | None = None,
-        board: str | DeviceBoard | None = None, board_dirs: Sequence[str | os.PathLike] = ()
-        ) -> dict[str, np.ndarray]:
+        board: str | DeviceBoard | None = None, board_dirs: Sequence[str | os.PathLike] = (),
+        tflite_arithmetic: str | None = None) -> dict[str, np.ndarray]:
     """Compile (unless given an Artifact) and run the model through its C entry point, natively or
     under the target's emulator. Returns the outputs by ONNX name, in graph order. Missing `inputs`
     are random with `seed`; a run longer than `timeout` seconds is stopped (RunError). Inputs named
     in `freeze` are constants of the build (see aot.build) and take no value in `inputs`; `memory`
-    limits the build and `records` picks its schedules as aot.build's do.
+    limits the build, `records` picks its schedules and `tflite_arithmetic` a TFLite model's arithmetic as
+    aot.build's do.
 
     With `board`, a microcontroller board (a name looked up in `board_dirs`, or a DeviceBoard), the
     model is built for the board's target within its memory and runs on the board (aot/device/).
     """
     return _execute(model, inputs, target, input_shapes, out_dir, seed, timeout, knobs, freeze, memory,
-                    records, board, board_dirs)[0]
+                    records, board, board_dirs, tflite_arithmetic)[0]
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ def check(model: str | os.PathLike | onnx.ModelProto | Artifact, inputs: dict[st
           knobs: dict | None = None, freeze: dict[str, FreezeValue] | None = None,
           memory: dict[str, int] | None = None, records: str | os.PathLike | None = None,
           reference: str = "onnxruntime", arbitrate: bool = True, board: str | DeviceBoard | None = None,
-          board_dirs: Sequence[str | os.PathLike] = ()) -> CheckResult:
+          board_dirs: Sequence[str | os.PathLike] = (), tflite_arithmetic: str | None = None) -> CheckResult:
     """Run the compiled model and the reference on the same inputs and compare every output; the
     reference runs the model with the `freeze` values as constants too.
 
@@ -94,7 +95,7 @@ def check(model: str | os.PathLike | onnx.ModelProto | Artifact, inputs: dict[st
     under the target's emulator, also when the model ran on a `board`, as for aot.run)."""
     checks.check_reference(reference)
     outputs, artifact, feeds = _execute(model, inputs, target, input_shapes, out_dir, seed, timeout, knobs,
-                                        freeze, memory, records, board, board_dirs)
+                                        freeze, memory, records, board, board_dirs, tflite_arithmetic)
     if reference == "none":
         return CheckResult(str(artifact.dir), feeds, outputs, {}, [], "none")
     proto, frozen = artifact.model.reference()
@@ -104,9 +105,9 @@ def check(model: str | os.PathLike | onnx.ModelProto | Artifact, inputs: dict[st
                          ref.used, ref.fallback_reason)
     if result.ok or not arbitrate:
         return result
-    if ref.used == "litert":
-        return replace(result, not_arbitrated="a TFLite model is compared with LiteRT as it is, bit for bit where "
-                       "it is quantized; the float64 arbitration runs ONNX models")
+    if ref.used in ("litert", "tflite-micro"):
+        return replace(result, not_arbitrated=f"a TFLite model is compared with {ref.used} as it is, bit for bit "
+                       "where it is quantized; the float64 arbitration runs ONNX models")
     if isinstance(model, Artifact):
         return replace(result, not_arbitrated="given a built artifact, which cannot be rebuilt with its "
                        "intermediate tensors as outputs: pass the model instead")
@@ -137,13 +138,14 @@ def device_board(board: str | DeviceBoard, board_dirs: Sequence[str | os.PathLik
 
 
 def _execute(model, inputs, target, input_shapes, out_dir, seed, timeout, knobs=None, freeze=None, memory=None,
-             records=None, board=None, board_dirs=()):
+             records=None, board=None, board_dirs=(), tflite_arithmetic=None):
     brd = device_board(board, board_dirs) if board is not None else None
     if brd is not None:
         target, memory = brd.target, brd.build_memory(memory)
     with tempfile.TemporaryDirectory(prefix="aot-") as tmp:
         artifact = (model if isinstance(model, Artifact)
-                    else _build_for_run(model, target, input_shapes, out_dir, knobs, freeze, tmp, memory, records))
+                    else _build_for_run(model, target, input_shapes, out_dir, knobs, freeze, tmp, memory, records,
+                                        tflite_arithmetic))
         proto = artifact.model.proto
         feeds = (checks.random_inputs(proto, seed) if inputs is None
                  else checks.validate_inputs(proto, inputs, artifact.model.label))

@@ -186,11 +186,12 @@ def bench(model, board: str | Board | DeviceBoard | None = None, target: str | T
           knobs: dict | None = None, input_shapes: dict[str, tuple[int, ...]] | None = None,
           freeze: dict[str, FreezeValue] | None = None, target_dirs: Sequence[str | os.PathLike] = (),
           board_dirs: Sequence[str | os.PathLike] = (), memory: dict[str, int] | None = None,
-          records: str | os.PathLike | None = None, reference: str = "onnxruntime", count: bool = True) -> BenchResult:
+          records: str | os.PathLike | None = None, reference: str = "onnxruntime", count: bool = True,
+          tflite_arithmetic: str | None = None) -> BenchResult:
     """Build `model` for the board's target (or `target`), time it there and check its outputs.
-    `input_shapes`, `freeze`, `memory`, `knobs` and `records` are as for aot.build. Board and target names
-    are looked up in `board_dirs` and `target_dirs` first (see aot.remote.board and aot.target); a board's
-    memory regions, if it declares any, replace its target's.
+    `input_shapes`, `freeze`, `memory`, `knobs`, `records` and `tflite_arithmetic` are as for aot.build.
+    Board and target names are looked up in `board_dirs` and `target_dirs` first (see aot.remote.board and
+    aot.target); a board's memory regions, if it declares any, replace its target's.
 
     With `profile`, the wrapper is compiled with its timing hooks and the result lists each kernel
     call's mean time (the hooks' clock reads add a little to the total).
@@ -214,7 +215,8 @@ def bench(model, board: str | Board | DeviceBoard | None = None, target: str | T
             raise OptionError(f"board {brd.name}: a microcontroller counts every run on its own (--repeat runs after "
                               "--warmup); --number and --min-repeat-ms do not apply")
         return _bench_on_device(model, brd, tgt, repeat, warmup, build_dir, timeout, accept_new_host_key, seed,
-                                knobs, input_shapes, freeze, memory, records, reference, count, profile)
+                                knobs, input_shapes, freeze, memory, records, reference, count, profile,
+                                tflite_arithmetic)
     if brd and brd.regions:
         tgt = dataclasses.replace(tgt, regions=brd.regions)
     if tgt.os == "none":
@@ -225,7 +227,8 @@ def bench(model, board: str | Board | DeviceBoard | None = None, target: str | T
     with tempfile.TemporaryDirectory(prefix="aot-bench-") as tmp:
         work = Path(tmp)
         artifact = build(model, target=tgt, out_dir=build_dir or work / "build", knobs=knobs,
-                         input_shapes=input_shapes, freeze=freeze, memory=memory, records=records)
+                         input_shapes=input_shapes, freeze=freeze, memory=memory, records=records,
+                         tflite_arithmetic=tflite_arithmetic)
         _render_timing(artifact, work / "timing.c", profile)
         exe = work / "bench"
         defines = (f"{artifact.name.upper()}_PROFILE",) if profile else ()
@@ -260,14 +263,15 @@ def bench(model, board: str | Board | DeviceBoard | None = None, target: str | T
 
 def _bench_on_device(model, brd: DeviceBoard, tgt: Target, repeat: int, warmup: int, build_dir, timeout: float,
                      accept_new_host_key: bool, seed: int, knobs, input_shapes, freeze, memory, records,
-                     reference: str, count: bool, profile: bool = False) -> BenchResult:
+                     reference: str, count: bool, profile: bool = False,
+                     tflite_arithmetic: str | None = None) -> BenchResult:
     from aot.device.run import run_on_board as run_on_device
 
     with tempfile.TemporaryDirectory(prefix="aot-bench-") as tmp:
         try:
             artifact = build(model, target=tgt, out_dir=build_dir or Path(tmp) / "build", knobs=knobs,
                              input_shapes=input_shapes, freeze=freeze, memory=brd.build_memory(memory),
-                             records=records)
+                             records=records, tflite_arithmetic=tflite_arithmetic)
         except PlanError as err:
             raise PlanError(f"on board {brd.name} (its [flash], and its [ram] less the stack): {err}") from None
         feeds = checks.random_inputs(artifact.model.proto, seed)

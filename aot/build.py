@@ -24,6 +24,7 @@ from aot.codegen.llvm import ModuleBuilder, llvm_version
 from aot.errors import ModelError, OptionError, PlanError, ShapeError, UnsupportedOpError
 from aot.frontend.model import Loaded, load, to_graph
 from aot.frontend.onnx import FreezeValue
+from aot.frontend.tflite import TfliteModel
 from aot.graph.ir import Graph
 from aot.graph.passes import optimize
 from aot.graph.verify import verify
@@ -67,11 +68,13 @@ def build(model: str | os.PathLike | onnx.ModelProto, target: str | Target = "ho
           freeze: dict[str, FreezeValue] | None = None, records: str | os.PathLike | None = None,
           emit: str | Iterable[str] | None = (),
           after_optimize: Callable[[Graph], Graph] | None = None,
-          extra_files: dict[str, bytes] | None = None) -> Artifact:
+          extra_files: dict[str, bytes] | None = None, tflite_arithmetic: str | None = None) -> Artifact:
     """Compile an ONNX model (path or ModelProto) for `target` into `out_dir` (default build/NAME).
 
     `input_shapes` fixes dynamic input dimensions; `freeze` ({"sr": 16000}) binds inputs to constants
     (a number, a comma list, a .npy path or an array), which are then no longer inputs of the build.
+    `tflite_arithmetic` ("litert" or "tflite-micro") is whose reference kernels a TFLite model's integer
+    arithmetic follows (default: LiteRT's, unless the model has an operator only TFLite Micro computes so).
 
     `memory` ({"flash": bytes, "ram": bytes}) overrides the target's limits, and the sizes of its memory
     regions by name ({"dtcm": bytes}); a model that needs more fails the build with a PlanError. `knobs`
@@ -91,7 +94,7 @@ def build(model: str | os.PathLike | onnx.ModelProto, target: str | Target = "ho
         tgt = dataclasses.replace(tgt, regions=resized(tgt.regions, region_sizes))
     schedule = resolve(tgt, knobs, records=records)
     with progress.phase(f"reading {_label(model)}"):
-        loaded = load(model, input_shapes, freeze)
+        loaded = load(model, input_shapes, freeze, tflite_arithmetic)
         graph = to_graph(loaded)
     name = wrapper.c_identifier(name or graph.name or "model")
     dest = Path(out_dir) if out_dir is not None else Path("build") / name
@@ -243,7 +246,9 @@ def _render(program: Program, tgt: Target, loaded: Loaded, limits: dict[str, int
              **stages.render(emitted, program, compiled, banner)}
     metadata = {
         "generated_by": f"aot {__version__}", "llvm": llvm_version(), "name": name,
-        "model": {"file": loaded.label, "sha256": loaded.sha256},
+        "model": {"file": loaded.label, "sha256": loaded.sha256,
+                  # a TFLite model's integer arithmetic: whose reference kernels it follows bit for bit
+                  **({"arithmetic": loaded.file.runtime} if isinstance(loaded, TfliteModel) else {})},
         "target": {"name": tgt.name, "triple": tgt.triple, "cpu": tgt.cpu, "features": tgt.features},
         "knobs": knobs.describe(),
         # each templated kernel's schedule, its workload key, and whether the default rules, a --knobs

@@ -93,6 +93,10 @@ def _board_dir_option(p: argparse.ArgumentParser) -> None:
 def _input_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input-shape", type=_shape_option, action="append", default=[], metavar="NAME=DIMS",
                    help="fix an input's dynamic dimensions, e.g. input=1x3x224x224 (repeatable)")
+    p.add_argument("--tflite-arithmetic", choices=["litert", "tflite-micro"],
+                   help="a TFLite model's integer arithmetic, bit for bit: LiteRT's reference kernels' (the "
+                   "default) or TFLite Micro's (they differ in FULLY_CONNECTED's rounding); a model with an "
+                   "integer LSTM or an int8-state SVDF has TFLite Micro's. Its reference is the same runtime")
     p.add_argument("--freeze", type=_freeze_option, action="append", default=[], metavar="NAME=VALUE",
                    help="make an input a constant of the build: a number, a comma list or a .npy file, "
                    "e.g. sr=16000 (repeatable); If and Loop nodes that depend on it fold")
@@ -410,7 +414,7 @@ def _build(args) -> int:
         artifact = build(model, target=target, out_dir=args.output, name=name, input_shapes=_shapes(args),
                          memory=memory, on_pass=dump if args.dump_graph else None, knobs=_knobs(args),
                          freeze={} if args.quantize else _freeze(args), records=args.records, emit=args.emit,
-                         extra_files=extra)
+                         extra_files=extra, tflite_arithmetic=args.tflite_arithmetic)
     plan = artifact.plan
     split = " + ".join(f"{r['name']} {r['size']:,}" for r in plan.get("regions", ()))
     peak = (f"{plan['lower_bound']:,} live at the busiest step, less where results take their inputs' place"
@@ -449,7 +453,7 @@ def _run(args) -> int:
     result = api.check(args.model, inputs=inputs, target=target, input_shapes=_shapes(args),
                        out_dir=args.output, seed=args.seed, timeout=args.timeout, knobs=_knobs(args),
                        freeze=_freeze(args), memory=args.memory, records=args.records, reference=args.reference,
-                       board=board)
+                       board=board, tflite_arithmetic=args.tflite_arithmetic)
     model = os.path.basename(str(args.model))
     where = f"board {board.name} ({target.name})" if board else target.name
     if not result.compared:
@@ -582,7 +586,8 @@ def _tune(args) -> int:
     target = get_target(boards[0].target if boards else args.target, args.target_dir)
     results = tune(args.model, target, boards or None, args.output, budget, args.trials, args.jobs, _shapes(args),
                    _freeze(args), _knobs(args), args.accept_new_host_key, search=args.search,
-                   report=lambda line: print(f"aot: {line}", file=sys.stderr), unit=args.unit)
+                   report=lambda line: print(f"aot: {line}", file=sys.stderr), unit=args.unit,
+                   tflite_arithmetic=args.tflite_arithmetic)
     if boards:
         unit = Method("device" if isinstance(boards[0], DeviceBoard) else "time", boards[0]).unit
     else:
@@ -621,7 +626,7 @@ def _bench(args) -> int:
                    min_repeat_ms=args.min_repeat_ms, warmup=args.warmup, build_dir=args.build_dir,
                    timeout=args.timeout, accept_new_host_key=args.accept_new_host_key, knobs=_knobs(args),
                    profile=args.profile, input_shapes=_shapes(args), freeze=_freeze(args), memory=args.memory,
-                   records=args.records, reference=args.reference)
+                   records=args.records, reference=args.reference, tflite_arithmetic=args.tflite_arithmetic)
     if len(boards) > 1 and all(b is not None for b in boards):
         # a farm: the boards work at once, each on its own queue of models, one measurement at a time
         from concurrent.futures import ProcessPoolExecutor
@@ -857,12 +862,13 @@ def _validate(args) -> int:
 
     if args.limit is not None and args.limit < 1:
         raise OptionError(f"--limit {args.limit}: give a positive number of samples")
-    loaded = load(args.model, _shapes(args))
+    loaded = load(args.model, _shapes(args), tflite_arithmetic=args.tflite_arithmetic)
     samples = read_samples(args.inputs, loaded.proto, loaded.label, args.limit)
     with progress.task(f"running {loaded.label} on {len(samples)} samples", len(samples)) as advance:
         result = validate(args.model, samples, target=args.target, board=args.board, board_dirs=args.board_dir,
                           input_shapes=_shapes(args), knobs=_knobs(args), memory=args.memory, records=args.records,
-                          reference=args.reference, timeout=args.timeout, on_sample=lambda _: advance())
+                          reference=args.reference, timeout=args.timeout, on_sample=lambda _: advance(),
+                          tflite_arithmetic=args.tflite_arithmetic)
     ref = _reference_name(result.reference)
     print(f"{result.model} on {result.where} vs {ref}, {result.samples} sample(s):")
     _table(table(result), right=tuple(range(1, 9)))

@@ -740,7 +740,7 @@ def compile(model: str | os.PathLike | onnx.ModelProto, target: str | Target = "
             **build_options: Any) -> Module:
     """Build `model` for `target` (or `board`'s target) into a temporary directory the module owns, and
     load it (see load). `build_options` are aot.build's: name, input_shapes, knobs, memory, freeze,
-    records; out_dir keeps the build there instead (the module then owns only its library)."""
+    records, tflite_arithmetic; out_dir keeps the build there instead (the module then owns only its library)."""
     import dataclasses
 
     from aot.boards import load_board

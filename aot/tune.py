@@ -401,13 +401,14 @@ def tune(model, target: str | Target = "host", board: str | Board | DeviceBoard 
          jobs: int | None = None, input_shapes: dict[str, tuple[int, ...]] | None = None,
          freeze: dict[str, FreezeValue] | None = None, knobs: dict | None = None,
          accept_new_host_key: bool = False, seed: int = 0, search: str = "climb",
-         report: Callable[[str], None] | None = None, unit: str | None = None) -> list[WorkloadResult]:
+         report: Callable[[str], None] | None = None, unit: str | None = None,
+         tflite_arithmetic: str | None = None) -> list[WorkloadResult]:
     """Tune `model`'s workloads for `target` (or `board`'s), appending records to `records`, for at most
     `budget_s` seconds and `trials` measurements per workload. `board` may be a list: boards of one target,
     each measuring one candidate at a time. `search` is "climb" (from the default, see above) or "random"
     (the space in a shuffled order, for comparison). Under an emulator `unit` is "cycles" (estimated;
-    the default where the core has a model, aot/run/cycles.py) or "instructions". Returns each workload's
-    outcome."""
+    the default where the core has a model, aot/run/cycles.py) or "instructions". `tflite_arithmetic` is
+    aot.build's. Returns each workload's outcome."""
     if search not in SEARCHES:
         raise OptionError(f"--search must be one of {', '.join(SEARCHES)}, not {search!r}")
     given = board if isinstance(board, (list, tuple)) else [board] if board is not None else []
@@ -435,7 +436,7 @@ def tune(model, target: str | Target = "host", board: str | Board | DeviceBoard 
         raise RunError(f"target {tgt.name}: C compiler '{tgt.cc}' not found (install the target's toolchain)")
     knob_values = resolve(tgt, knobs)
     lowering_target = tgt if knob_values.simd else scalar_variant(tgt)
-    loaded = load(model, input_shapes, freeze)
+    loaded = load(model, input_shapes, freeze, tflite_arithmetic)
     graph = optimize(to_graph(loaded))
     program = build_program(graph, lowering_target, "m", knob_values)
     found = workloads(program)

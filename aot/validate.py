@@ -79,9 +79,10 @@ def read_samples(path: str | os.PathLike, proto, label: str, limit: int | None =
 def validate(model, samples: Sequence[dict[str, np.ndarray]], target="host", board=None, board_dirs=(),
              input_shapes=None, knobs=None, memory=None, records=None, reference: str = "onnxruntime",
              timeout: float = 600.0, on_sample: Callable[[int], None] | None = None,
-             out_dir=None) -> Validation:
+             out_dir=None, tflite_arithmetic: str | None = None) -> Validation:
     """Build `model` once, run it on every sample (on `board` if given, else `target`), and measure each
-    output against `reference`'s (onnxruntime, or onnx: onnx.reference)."""
+    output against `reference`'s (onnxruntime, or onnx: onnx.reference; a TFLite model's: LiteRT's or TFLite
+    Micro's, as for aot.check). `tflite_arithmetic` is aot.build's."""
     from aot.boards import load_board
     from aot.device.board import DeviceBoard
     from aot.run import local
@@ -95,7 +96,8 @@ def validate(model, samples: Sequence[dict[str, np.ndarray]], target="host", boa
         memory = brd.build_memory(memory) if isinstance(brd, DeviceBoard) else memory
     with tempfile.TemporaryDirectory(prefix="aot-validate-") as tmp:
         artifact = build(model, target=target, out_dir=out_dir or os.path.join(tmp, "build"),
-                         input_shapes=input_shapes, knobs=knobs, memory=memory, records=records)
+                         input_shapes=input_shapes, knobs=knobs, memory=memory, records=records,
+                         tflite_arithmetic=tflite_arithmetic)
         if isinstance(brd, DeviceBoard):
             from aot.device.run import run_samples_on_board
             outputs = run_samples_on_board(artifact, brd, samples, timeout, on_sample=on_sample)

@@ -12,8 +12,10 @@ Each model runs under qemu with the instruction-counting plugin (aot/run/cycles.
 the core priced over the executed instructions; zero-wait-state memory, so the published figures, which
 include the L4R5's flash wait states behind ST's ART accelerator, are not strictly comparable), on `--inputs`
 random inputs over the whole int8 range; "max LSB" is the largest difference from LiteRT's reference kernels
-over them (0 is bit-exact). CMSIS-NN's estimated cycles are those of benchmarks/instruction_counts.py for the
-same layer shapes (examples/zoo.py's ds_cnn, mobilenet_v1, resnet8), priced the same way.
+over them (0 is bit-exact); with --tflite-arithmetic tflite-micro, the int8 files are built to TFLite Micro's
+arithmetic and checked against its interpreter. CMSIS-NN's estimated cycles are those of
+benchmarks/instruction_counts.py for the same layer shapes (examples/zoo.py's ds_cnn, mobilenet_v1, resnet8),
+priced the same way.
 """
 
 from __future__ import annotations
@@ -79,10 +81,10 @@ def _inputs(path: Path, seed: int) -> dict[str, np.ndarray]:
             else rng.standard_normal(shape).astype(dtype) for name, shape, dtype in load(path).file.inputs}
 
 
-def measure(path: Path, target: str, inputs: int, tmp: Path) -> dict:
-    """Build once; run `inputs` inputs, the first priced in cycles: the largest difference from LiteRT,
-    instructions, estimated cycles, flash and RAM."""
-    artifact = aot.build(str(path), target=target, out_dir=tmp / path.stem)
+def measure(path: Path, target: str, inputs: int, tmp: Path, arithmetic: str | None = None) -> dict:
+    """Build once; run `inputs` inputs, the first priced in cycles: the largest difference from the reference
+    (LiteRT, or TFLite Micro with its `arithmetic`), instructions, estimated cycles, flash and RAM."""
+    artifact = aot.build(str(path), target=target, out_dir=tmp / path.stem, tflite_arithmetic=arithmetic)
     worst, estimate = 0.0, None
     for seed in range(inputs):
         feeds = _inputs(path, seed)
@@ -106,6 +108,8 @@ def main() -> int:
     parser.add_argument("--inputs", type=int, default=3, help="random inputs checked per model (default 3)")
     parser.add_argument("--float", action="store_true", help="also the float32 files (KWS's is hybrid: int8 "
                         "weights, float activations quantized at run time)")
+    parser.add_argument("--tflite-arithmetic", choices=["litert", "tflite-micro"], help="build to this runtime's "
+                        "arithmetic and check against it (default LiteRT's; the float files stay with LiteRT)")
     args = parser.parse_args()
     if args.fetch:
         fetch(args.directory, args.checkout)
@@ -120,7 +124,8 @@ def main() -> int:
                     path = args.directory / name
                     published = [f"{PUBLISHED[peer][bench]:.2f}" if name == int8_file else "-" for peer in PUBLISHED]
                     try:
-                        run = measure(path, target, args.inputs, Path(tmp))
+                        run = measure(path, target, args.inputs, Path(tmp),
+                                      args.tflite_arithmetic if name == int8_file else None)
                     except aot.AotError as err:
                         rows.append((target, bench, name, f"refused: {str(err)[:60]}", *["-"] * 5, *published,
                                      "-", "-"))
@@ -136,7 +141,8 @@ def main() -> int:
                                  f"{peer / 1e6:.2f}" if peer and name == int8_file else "-",
                                  f"{mcycles * 1e6 / peer:.3f}" if peer and est and name == int8_file else "-",
                                  *published, f"{run['flash']:,}", f"{run['ram']:,}"))
-    print(f"MLPerf Tiny reference models vs LiteRT's reference kernels, under qemu; est. cycles: {cycles.ESTIMATE}; "
+    versus = "TFLite Micro's" if args.tflite_arithmetic == "tflite-micro" else "LiteRT's"
+    print(f"MLPerf Tiny reference models vs {versus} reference kernels, under qemu; est. cycles: {cycles.ESTIMATE}; "
           "published: millions of cycles on a NUCLEO-L4R5ZI (Cortex-M4, measured on the board)")
     text_table.show(rows, right=range(4, len(rows[0])))
     return 0 if ok else 1

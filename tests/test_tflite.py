@@ -4,6 +4,7 @@ refuse, with one line naming what is wrong."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -1034,6 +1035,66 @@ def test_integer_lstm_state_is_kept_between_runs_and_reset(tmp_path):
     got = _runs_in_sequence_as_the_reference_does(tflite_models.integer_lstm(stacked=True), xs, tmp_path,
                                                   reference="tflite-micro")
     assert not np.array_equal(got[-2], got[-1])       # the state made the difference
+
+
+def _dense_where_the_runtimes_differ(tmp_path) -> tuple:
+    """A FULLY_CONNECTED layer and inputs on which LiteRT (requantizing in double) and TFLite Micro (in fixed
+    point) give different codes: a precondition, checked."""
+    from aot.frontend.tflite import load as load_tflite
+    from aot.reference import litert_outputs, tflite_micro_outputs
+
+    rng = np.random.default_rng(7)
+    b = ModelBuilder()
+    x = b.input("x", (64, 96), "int8", scale=0.05, zero_point=-3)
+    w_scale = 0.5 / 127 / np.sqrt(96)
+    w = b.constant("w", rng.integers(-127, 128, (48, 96)).astype(np.int8), scale=w_scale, zero_point=0)
+    bias = b.constant("bias", rng.integers(-5000, 5000, 48).astype(np.int32), scale=0.05 * w_scale, zero_point=0)
+    y = b.tensor("y", (64, 48), "int8", scale=0.0371, zero_point=4)
+    b.op("FULLY_CONNECTED", [x, w, bias], [y])
+    b.output(y)
+    path = tmp_path / "dense.tflite"
+    path.write_bytes(b.build())
+    feeds = feeds_for(path, 0)
+    file = load_tflite(path, path.read_bytes()).file
+    assert not np.array_equal(litert_outputs(file, feeds)["y"], tflite_micro_outputs(file, feeds)["y"])
+    return path, feeds
+
+
+def test_the_tflite_arithmetic_follows_litert_or_tflite_micro_as_asked(tmp_path):
+    """By default LiteRT's FULLY_CONNECTED (and LiteRT the reference); with tflite_arithmetic="tflite-micro"
+    TFLite Micro's, bit for bit, checked against TFLite Micro's interpreter; the build says which."""
+    pytest.importorskip("tflite_micro")
+    path, feeds = _dense_where_the_runtimes_differ(tmp_path)
+    for arithmetic, expected in ((None, "litert"), ("litert", "litert"), ("tflite-micro", "tflite-micro")):
+        result = aot.check(str(path), inputs=feeds, tflite_arithmetic=arithmetic, out_dir=tmp_path / str(arithmetic))
+        assert result.reference_used == expected
+        assert np.array_equal(result.outputs["y"], result.reference["y"])
+        meta = json.loads((tmp_path / str(arithmetic) / "metadata.json").read_text())
+        assert meta["model"]["arithmetic"] == expected
+
+
+def test_the_tflite_arithmetic_option_is_checked(tmp_path):
+    lstm = tmp_path / "lstm.tflite"
+    lstm.write_bytes(tflite_models.integer_lstm())
+    run = _aot("build", str(lstm), "--tflite-arithmetic", "litert", "-o", str(tmp_path / "out"))
+    assert run.returncode == 1 and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert "operator 0 (UNIDIRECTIONAL_SEQUENCE_LSTM) computes as TFLite Micro does" in run.stderr
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(aot.OptionError, match="is not one of litert, tflite-micro"):
+        aot.compile(str(lstm), tflite_arithmetic="micro")
+    onnx_model = tmp_path / "m.onnx"
+    onnx_model.write_bytes(_tiny_onnx())
+    with pytest.raises(aot.OptionError, match="an ONNX model's is onnxruntime's"):
+        aot.compile(str(onnx_model), tflite_arithmetic="litert")
+
+
+def _tiny_onnx() -> bytes:
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
 @pytest.mark.parametrize("change, words", [

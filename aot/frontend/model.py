@@ -7,6 +7,7 @@ import os
 
 import onnx
 
+from aot.errors import OptionError
 from aot.frontend import onnx as onnx_frontend
 from aot.frontend import tflite
 from aot.graph.ir import Graph
@@ -15,7 +16,9 @@ Loaded = onnx_frontend.LoadedModel | tflite.TfliteModel
 
 
 def load(model: str | os.PathLike | onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None = None,
-         freeze: dict | None = None) -> Loaded:
+         freeze: dict | None = None, tflite_arithmetic: str | None = None) -> Loaded:
+    """An ONNX or TFLite model, checked and mapped. `tflite_arithmetic` ("litert", "tflite-micro") is whose
+    reference kernels a TFLite model's integer arithmetic follows (frontend/tflite.py load)."""
     if isinstance(model, (str, os.PathLike)):
         try:
             with open(model, "rb") as f:
@@ -24,7 +27,11 @@ def load(model: str | os.PathLike | onnx.ModelProto, input_shapes: dict[str, tup
         except OSError:
             data = None         # the ONNX frontend says what is wrong with the path
         if data is not None:
-            return tflite.load(model, data, input_shapes, freeze)
+            return tflite.load(model, data, input_shapes, freeze, tflite_arithmetic)
+    if tflite.check_arithmetic(tflite_arithmetic) is not None:
+        label = os.path.basename(os.fspath(model)) if isinstance(model, (str, os.PathLike)) else "the model"
+        raise OptionError(f"{label}: --tflite-arithmetic chooses a TFLite model's integer arithmetic; an ONNX "
+                          "model's is onnxruntime's")
     return onnx_frontend.load(model, input_shapes, freeze)
 
 

@@ -75,14 +75,26 @@ class TfliteModel:
         return self.file, {}
 
 
+ARITHMETICS = ("litert", "tflite-micro")
+
+
+def check_arithmetic(choice: str | None) -> str | None:
+    if choice is not None and choice not in ARITHMETICS:
+        raise OptionError(f"TFLite arithmetic '{choice}' is not one of {', '.join(ARITHMETICS)}")
+    return choice
+
+
 def load(path: str | os.PathLike, data: bytes, input_shapes: dict[str, tuple[int, ...]] | None = None,
-         freeze: dict | None = None) -> TfliteModel:
-    """Check and map a TFLite file read from `path` (its bytes `data`)."""
+         freeze: dict | None = None, arithmetic: str | None = None) -> TfliteModel:
+    """Check and map a TFLite file read from `path` (its bytes `data`). `arithmetic`: whose reference kernels
+    the integer arithmetic follows, "litert" or "tflite-micro" (they differ in FULLY_CONNECTED's rounding);
+    None: LiteRT's, unless the model has an operator only TFLite Micro computes so (an integer LSTM, an
+    int8-state SVDF)."""
     label = os.path.basename(os.fspath(path))
     if freeze:
         raise OptionError(f"{label}: --freeze binds inputs of ONNX models; a TFLite model's inputs are all fed")
     model = _parse(data, label)
-    importer = _Importer(model, data, label)
+    importer = _Importer(model, data, label, check_arithmetic(arithmetic))
     graph, tensor_names = importer.graph()
     fed = [n for n in graph.inputs if n not in {s.read for s in graph.state}]     # (the rest is state)
     for name, shape in (input_shapes or {}).items():
@@ -181,7 +193,7 @@ class _Tensor:
 class _Importer:
     """Maps one TFLite subgraph to a Graph, node by node (see the module's docstring for layouts)."""
 
-    def __init__(self, model, data: bytes, label: str):
+    def __init__(self, model, data: bytes, label: str, arithmetic: str | None = None):
         import tflite
 
         self.tflite = tflite
@@ -203,10 +215,15 @@ class _Importer:
         self.nchw: dict[int, str] = {}          # 4-D tensor -> graph value holding it transposed to NCHW
         self.state_reads: dict[int, str] = {}   # variable tensor -> the graph input of its value before the run
         self.state_writes: dict[int, str] = {}  # variable tensor -> the graph value of its value after
-        # TFLite Micro's arithmetic rather than LiteRT's (they differ in FULLY_CONNECTED's requantization) for a
-        # model with an integer LSTM, which aot computes as TFLite Micro does (LiteRT's differs more), or an
-        # SVDF of int8 state, which LiteRT does not run
-        self.micro = any(self._follows_micro(self.sg.Operators(k)) for k in range(self.sg.OperatorsLength()))
+        # TFLite Micro's arithmetic rather than LiteRT's (they differ in FULLY_CONNECTED's requantization) when
+        # asked, and for a model with an integer LSTM, which aot computes as TFLite Micro does (LiteRT's differs
+        # more), or an SVDF of int8 state, which LiteRT does not run
+        needs = next((k for k in range(self.sg.OperatorsLength()) if self._follows_micro(self.sg.Operators(k))), None)
+        if needs is not None and arithmetic == "litert":
+            raise OptionError(f"{label}: operator {needs} ({self._op_name(self.sg.Operators(needs))}) computes as "
+                              "TFLite Micro does, not as LiteRT does: its arithmetic is TFLite Micro's "
+                              "(--tflite-arithmetic tflite-micro, or leave it out)")
+        self.micro = needs is not None or arithmetic == "tflite-micro"
 
     # --- reading --------------------------------------------------------------------------------------
 
