@@ -628,12 +628,16 @@ def test_quantized_resize_matches_litert(op, options, shapes, dtype, tmp_path):
 @pytest.mark.parametrize("y_scale", [0.001, 0.00037])
 def test_int16_relus_match_litert_for_every_code(op, options, y_scale, tmp_path):
     """All 65,536 codes, one encoding in and out (a clamp of the codes) and two (rescaled)."""
+    _every_int16_code_matches(op, options, 0.001, y_scale, tmp_path)
+
+
+def _every_int16_code_matches(op: str, options: dict, x_scale: float, y_scale: float, tmp_path) -> None:
     b = ModelBuilder()
-    x = b.input("x", (1, 65536), "int16", scale=0.001, zero_point=0)
+    x = b.input("x", (1, 65536), "int16", scale=x_scale, zero_point=0)
     y = b.tensor("y", (1, 65536), "int16", scale=y_scale, zero_point=0)
     b.op(op, [x], [y], **options)
     b.output(y)
-    path = tmp_path / "relu16.tflite"
+    path = tmp_path / "every_code.tflite"
     path.write_bytes(b.build())
     result = aot.check(str(path), inputs={"x": np.arange(-32768, 32768).astype(np.int16).reshape(1, 65536)})
     assert np.array_equal(result.outputs["y"], result.reference["y"])
@@ -644,15 +648,7 @@ def test_int16_relus_match_litert_for_every_code(op, options, y_scale, tmp_path)
 def test_int16_sigmoid_and_tanh_match_litert_for_every_code(op, x_scale, tmp_path):
     """All 65,536 codes through TFLite's sigmoid table: the scales it rescales by 3 << k (2**-12, tanh's
     2**-11) and by a 15-bit multiplier and shift (the rest, a power of two among them)."""
-    b = ModelBuilder()
-    x = b.input("x", (1, 65536), "int16", scale=x_scale, zero_point=0)
-    y = b.tensor("y", (1, 65536), "int16", scale=2**-15, zero_point=0)
-    b.op(op, [x], [y])
-    b.output(y)
-    path = tmp_path / "curve16.tflite"
-    path.write_bytes(b.build())
-    result = aot.check(str(path), inputs={"x": np.arange(-32768, 32768).astype(np.int16).reshape(1, 65536)})
-    assert np.array_equal(result.outputs["y"], result.reference["y"])
+    _every_int16_code_matches(op, {}, x_scale, 2**-15, tmp_path)
 
 
 @pytest.mark.parametrize("op", ["LOGISTIC", "TANH"])
