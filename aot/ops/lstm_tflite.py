@@ -10,7 +10,8 @@ product requantized and clamped to int16, the sum saturated and clipped to the q
 hidden state is tanh(c) (the table at the step of s_c) times o, requantized to the hidden state's encoding,
 and is also the step's output. Products of 8-bit values and their sums are exact in int32 (16x8: int64,
 requantized by TFLite's 15-bit reduced multiplier); the input's and hidden state's zero points are folded
-into the biases at compile time (sum_c w (x_c - z) = sum_c w x_c - z sum_c w, exactly).
+into the biases at compile time (sum_c w (x_c - z) = sum_c w x_c - z sum_c w, exactly). On the Arm DSP
+(Cortex-M4/M7) the products go four bytes per load through SMLAD, two units at a time; elsewhere one by one.
 
 Rows do not meet, so each batch row runs all its steps before the next, whatever the layout (time-major
 input only moves where a step's input and output lie). The kernel first copies the state into its new
@@ -30,7 +31,7 @@ import numpy as np
 
 from aot.graph.ir import Graph, Node, Rewriter
 from aot.graph.quant import checked_log2, tflite_multiplier
-from aot.kernel.ir import Builder, Cast, Expr, Kernel, const, maximum, minimum
+from aot.kernel.ir import Builder, BytePairs, Cast, Dot, Expr, Kernel, Reinterpret, const, maximum, minimum
 from aot.ops import LowerContext
 from aot.ops import tflite_sigmoid16 as curve
 from aot.ops.quantized import multiply_reduced, multiply_twice_rounded, saturate, widen
@@ -101,6 +102,7 @@ def lower(ctx: LowerContext, node: Node, name: str) -> Kernel:
     def clamp16(v: Expr) -> Expr:
         return minimum(maximum(v, const(-(2**15), "i32")), const(2**15 - 1, "i32"))
 
+    pairs = acc == "i32" and ctx.target.int_simd.byte_pairs     # the Arm DSP: SMLAD on byte pairs
     b = Builder()
     with b.loop("i", 0, batch * cells) as i:        # the state, then updated in place
         b.store(h, i, h_in[i])
@@ -108,22 +110,31 @@ def lower(ctx: LowerContext, node: Node, name: str) -> Kernel:
     with b.loop("r", 0, batch) as row:
         with b.loop("t", 0, steps) as t:
             at = t * batch + row if a["time_major"] else row * steps + t
-            for g in range(4):
-                with b.loop("j", 0, cells) as j:
-                    unit = g * cells + j
-                    products = []
-                    for matrix, source, offset, n, bias, m in (
-                            (weights, x, at * width, width, bias_in, into_gate[g]),
-                            (recurrent, h, row * cells, cells, bias_rec, from_hidden[g])):
-                        total = b.local("acc", Cast(bias[unit], acc))
-                        with b.loop("k", 0, n) as k:
-                            b.assign(total, total + Cast(matrix[unit * n + k], acc) * Cast(source[offset + k], acc))
+            def units(g: int, first: Expr, count: int) -> None:
+                """Gate g's activations for `count` units from `first` (two at a time: each input word is
+                loaded and widened once for both)."""
+                units = [g * cells + first + u for u in range(count)]
+                products: list[list[Expr]] = [[] for _ in units]
+                for matrix, source, offset, n, bias, m in (
+                        (weights, x, at * width, width, bias_in, into_gate[g]),
+                        (recurrent, h, row * cells, cells, bias_rec, from_hidden[g])):
+                    totals = [b.local("acc", Cast(bias[unit], acc)) for unit in units]
+                    _dots(b, totals, matrix, [unit * n for unit in units], source, offset, n, acc, pairs)
+                    for u, total in enumerate(totals):
                         if acc == "i64" and not wide:       # the sum itself fits int32, as TFLite forms it
                             total = Cast(total, "i32")
-                        products.append(clamp16(requantize(total, *fixed(m))))
-                    pre = clamp16(products[0] + products[1])
+                        products[u].append(clamp16(requantize(total, *fixed(m))))
+                for unit, (into, back) in zip(units, products):
+                    pre = clamp16(into + back)
                     activated = (curve.tanh if g == 2 else curve.sigmoid)(table, pre, 3, 0)
                     b.store(gates, unit, Cast(activated, "i16"))
+
+            for g in range(4):
+                pair = 2 if pairs else 1
+                with b.loop("j", 0, cells // pair) as j:
+                    units(g, j * pair, pair)
+                if cells % pair:
+                    units(g, const(cells - 1), 1)
             with b.loop("j", 0, cells) as j:
                 input_, forget, cell, output = (widen(gates[g * cells + j]) for g in range(4))     # i, f, c, o
                 state = row * cells + j
@@ -140,6 +151,28 @@ def lower(ctx: LowerContext, node: Node, name: str) -> Kernel:
                 b.store(h, state, hidden)
                 b.store(y, at * cells + j, hidden)
     return Kernel(name, params, b.block())
+
+
+def _dots(b: Builder, totals, matrix, rows: list[Expr], source, offset: Expr, n: int, acc: str, pairs: bool
+          ) -> None:
+    """totals[u] += sum over k < n of matrix[rows[u] + k] * source[offset + k], int8 codes. With `pairs` (the
+    Arm DSP) four bytes of each load as one word (unaligned loads are allowed there), its bytes 0, 2 and 1, 3
+    sign-extended into 16-bit pairs (sxtb16) and multiplied and added two at a time (SMLAD), the source's
+    word widened once for every row; the last n % 4 one by one."""
+    words = n // 4 if pairs else 0
+    if words:
+        with b.loop("k", 0, words) as k:
+            v = b.let("v", Reinterpret(source.vec(offset + k * 4, 4), "i32", 1))
+            halves = [b.let("vp", Reinterpret(BytePairs(v, odd), "i16", 2)) for odd in (False, True)]
+            for total, row in zip(totals, rows):
+                w = b.let("w", Reinterpret(matrix.vec(row + k * 4, 4), "i32", 1))
+                step = total
+                for odd in (False, True):
+                    step = Dot(step, halves[odd], Reinterpret(BytePairs(w, odd), "i16", 2), False)
+                b.assign(total, step)
+    with b.loop("k", words * 4, n) as k:
+        for total, row in zip(totals, rows):
+            b.assign(total, total + Cast(matrix[row + k], acc) * Cast(source[offset + k], acc))
 
 
 def _keep(rw: Rewriter, node: Node) -> None:
