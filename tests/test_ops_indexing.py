@@ -113,6 +113,41 @@ def test_not():
     check(typed_model([node("Not", ["a"], ["z"])], {"a": ("bool", a.shape)}, {"z": ("bool", None)}), {"a": a})
 
 
+def _specials(shape) -> np.ndarray:
+    x = RNG.standard_normal(shape).astype(np.float32)
+    x.flat[::5], x.flat[1::7], x.flat[2::9], x.flat[3::11] = np.nan, np.inf, -np.inf, 3e38
+    return x
+
+
+@pytest.mark.parametrize("op, attrs", [("IsNaN", {}), ("IsInf", {}), ("IsInf", {"detect_negative": 0}),
+                                       ("IsInf", {"detect_positive": 0}),
+                                       ("IsInf", {"detect_positive": 0, "detect_negative": 0})])
+@pytest.mark.parametrize("target", QEMU)
+def test_isnan_and_isinf(op, attrs, target):
+    """NaN, both infinities and the largest finite floats among ordinary values, on vector and scalar tails."""
+    x = _specials((3, 37))
+    check(typed_model([node(op, ["x"], ["z"], **attrs)], {"x": ("float32", x.shape)}, {"z": ("bool", None)},
+                      opset=20), {"x": x}, target)
+
+
+def test_masked_attention_as_pytorch_exports_it():
+    """Scaled-dot-product attention with a padding mask as torch.onnx exports it: a fully masked row's
+    Softmax is NaN, and IsNaN -> Where sets it to 0 before the product with V."""
+    q, k, v = (RNG.standard_normal((1, 2, 5, 8)).astype(np.float32) for _ in range(3))
+    mask = np.zeros((1, 1, 5, 5), np.float32)
+    mask[..., 1:] = -np.inf                                # keys 1.. masked
+    mask[..., 3, :] = -np.inf                              # query 3 sees nothing: its row is NaN
+    nodes = [node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), node("MatMul", ["q", "kt"], ["s"]),
+             node("Mul", ["s", "scale"], ["ss"]), node("Add", ["ss", "mask"], ["sm"]),
+             node("Softmax", ["sm"], ["p"], axis=-1), node("IsNaN", ["p"], ["bad"]),
+             node("Where", ["bad", "zero", "p"], ["pz"]), node("MatMul", ["pz", "v"], ["y"])]
+    model = typed_model(nodes, {"q": ("float32", q.shape), "k": ("float32", k.shape), "v": ("float32", v.shape)},
+                        {"y": ("float32", None)},
+                        {"scale": np.array(8 ** -0.5, np.float32), "mask": mask, "zero": np.array(0.0, np.float32)})
+    got = check(model, {"q": q, "k": k, "v": v})
+    assert np.all(got["y"][0, :, 3] == 0) and np.all(np.isfinite(got["y"]))
+
+
 @pytest.mark.parametrize("dtype", ["float32", "int64", "int32", "uint8", "int8"])
 def test_where_broadcast_all_three(dtype):
     """Condition (2,1,9), x (3,1), y (1,) constant: every operand broadcast along some axis."""

@@ -1,4 +1,4 @@
-"""Comparisons, boolean logic, Where, Cast and Mod: elementwise ops whose operands or results
+"""Comparisons, IsNaN and IsInf, boolean logic, Where, Cast and Mod: elementwise ops whose operands or results
 are integers or bools.
 
 A bool is one byte holding 0 or 1 (kernel type u8). Comparisons produce exactly 0 or 1; And/Or/Xor/Not
@@ -7,6 +7,8 @@ All broadcast with numpy rules through the elementwise loops (aot/ops/elementwis
 """
 
 from __future__ import annotations
+
+import math
 
 from aot.graph.ir import Node, Rewriter
 from aot.kernel.ir import Broadcast, Builder, Cast, Expr, Kernel, binop, const, select
@@ -50,6 +52,29 @@ def _elementwise(ctx: LowerContext, node: Node, name: str, compute) -> Kernel:
 def compare(ctx: LowerContext, node: Node, name: str) -> Kernel:
     op = _COMPARE[node.op]
     return _elementwise(ctx, node, name, lambda v: as_bool(binop(op, *_lanes(v[0], v[1]))))
+
+
+def nan_or_inf(ctx: LowerContext, node: Node, name: str) -> Kernel:
+    """IsNaN: x is not equal to itself (an ordered comparison, false for NaN). IsInf: x equals +inf or -inf,
+    as `detect_positive` and `detect_negative` ask."""
+    if node.op == "IsNaN":
+        return _elementwise(ctx, node, name, lambda v: select(binop("eq", v[0], v[0]), const(0, "u8", v[0].lanes),
+                                                              const(1, "u8", v[0].lanes)))
+    signs = [s for s, key in ((math.inf, "detect_positive"), (-math.inf, "detect_negative"))
+             if node.attrs.get(key, 1)]
+
+    def compute(v: list[Expr]) -> Expr:
+        x = v[0]
+        if not signs:
+            return const(0, "u8", x.lanes)
+        hits = [binop("eq", x, const(sign, "f32", x.lanes)) for sign in signs]
+        return as_bool(hits[0] if len(hits) == 1 else binop("or", *hits))
+    return _elementwise(ctx, node, name, compute)
+
+
+def canonical_nan_or_inf(rw: Rewriter, node: Node) -> None:
+    keep = ("detect_negative", "detect_positive") if node.op == "IsInf" else ()
+    rw.keep(node.with_(attrs={k: int(v) for k, v in node.attrs.items() if k in keep}))
 
 
 def logic(ctx: LowerContext, node: Node, name: str) -> Kernel:
@@ -144,6 +169,9 @@ for _op in _COMPARE:
 for _op in _LOGIC:
     define(_op, canonical=canonical_keep, lower=logic, layout=Layout.FOLLOW, dtypes=BOOL, check=broadcast_shape)
 define("Not", canonical=canonical_keep, lower=logic, layout=Layout.FOLLOW, dtypes=BOOL, check=same_shape)
+for _op in ("IsNaN", "IsInf"):
+    define(_op, canonical=canonical_nan_or_inf, lower=nan_or_inf, layout=Layout.FOLLOW, dtypes=frozenset({"float32"}),
+           check=same_shape)
 define("Where", canonical=canonical_keep, lower=where, layout=Layout.FOLLOW, dtypes=ALL_DTYPES,
        check=broadcast_shape)
 define("Cast", canonical=canonical_cast, lower=cast, layout=Layout.FOLLOW, dtypes=ALL_DTYPES, elementwise=True,
