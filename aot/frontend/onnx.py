@@ -26,7 +26,7 @@ from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
 from aot.errors import ModelError, OptionError, ShapeError, UnsupportedOpError
-from aot.frontend import backward_shapes, control_flow, upgrade, validate
+from aot.frontend import backward_shapes, control_flow, functions, upgrade, validate
 from aot.graph.evaluate import evaluate
 from aot.graph.ir import Graph, Node, Value
 
@@ -127,7 +127,8 @@ def load(model: str | os.PathLike | onnx.ModelProto,
         raise ModelError(f"{label}: fails the ONNX checker: {' '.join(str(err).split())}") from None
     proto = upgrade.upgrade_old_opset(proto, label)
     validate.check_attributes(proto, label)
-    original = proto
+    original = proto        # what the reference runs: ops as the model has them
+    proto = functions.expand(proto, label)
     proto = _initializers_as_constants(proto)
     proto, frozen = freeze_inputs(proto, freeze or {}, label)
     proto = _fix_input_shapes(proto, input_shapes or {}, label)
