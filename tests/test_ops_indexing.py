@@ -130,6 +130,17 @@ def test_isnan_and_isinf(op, attrs, target):
                       opset=20), {"x": x}, target)
 
 
+@pytest.mark.parametrize("shape, upper, k, dtype", [((4, 5), 1, None, "float32"), ((2, 3, 6, 4), 0, -1, "float32"),
+                                                  ((5, 5), 1, 2, "int64"), ((3, 7), 0, 3, "float32"),
+                                                  ((4, 4), 1, 9, "float32")])
+def test_trilu(shape, upper, k, dtype):
+    """torch.triu/tril as exported: upper and lower, the diagonal moved either way and past the matrix."""
+    x = RNG.standard_normal(shape).astype(np.float32) if dtype == "float32" else RNG.integers(-9, 9, shape)
+    inputs, inits = (["x", "k"], {"k": np.array(k, np.int64)}) if k is not None else (["x"], {})
+    check(typed_model([node("Trilu", inputs, ["z"], upper=upper)], {"x": (dtype, shape)}, {"z": (dtype, None)},
+                      inits), {"x": x})
+
+
 def test_masked_attention_as_pytorch_exports_it():
     """Scaled-dot-product attention with a padding mask as torch.onnx exports it: a fully masked row's
     Softmax is NaN, and IsNaN -> Where sets it to 0 before the product with V."""

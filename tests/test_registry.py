@@ -153,7 +153,7 @@ NOT_YET = {
     "DynamicQuantizeLinear", "SwiGLU",
     "LinearAttention", "CausalConvWithState", "TensorScatter", "BitCast", "BitShift", "BitwiseAnd", "BitwiseNot",
     "BitwiseOr", "BitwiseXor", "Col2Im", "Compress", "ConvInteger", "MatMulInteger", "CumProd", "DeformConv",
-    "Einsum", "GlobalLpPool", "MaxRoiPool", "MelWeightMatrix", "NonMaxSuppression", "Trilu", "Unique",
+    "Einsum", "GlobalLpPool", "MaxRoiPool", "MelWeightMatrix", "NonMaxSuppression", "Unique",
     "Optional", "OptionalGetElement", "OptionalHasElement",
     # sequences (only static ones are planned) and strings, images: refused by design so far
     "SequenceAt", "SequenceConstruct", "SequenceEmpty", "SequenceErase", "SequenceInsert", "SequenceLength",

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from aot.graph.ir import Node, Rewriter
 from aot.kernel.ir import Broadcast, Builder, Cast, Expr, Kernel, binop, const, select
 from aot.ops import DTYPES, LowerContext
 from aot.ops.elementwise import canonical_float_mod, elementwise_loops
-from aot.ops.rewrite import refuse, view
+from aot.ops.rewrite import const_input, refuse, view
 from aot.registry import ALL_DTYPES, FLOAT64_NOTE, Layout, broadcast_shape, define, same_shape
 
 _COMPARE = {"Equal": "eq", "Less": "lt", "Greater": "gt", "LessOrEqual": "le", "GreaterOrEqual": "ge"}
@@ -158,6 +160,23 @@ def canonical_mod(rw: Rewriter, node: Node) -> None:
     rw.keep(node.with_(attrs={"fmod": int(node.attrs.get("fmod", 0))}))
 
 
+def canonical_trilu(rw: Rewriter, node: Node) -> None:
+    """Trilu: the input where its last two axes' column less row is at least k (upper) or at most k (lower),
+    zero elsewhere, as a Where against a mask made at compile time (k must be a constant: torch.triu and
+    tril export one)."""
+    x, out = node.inputs[0], node.outputs[0]
+    shape = rw.values[x].shape
+    if len(shape) < 2:
+        raise refuse(node, f"its input '{x}' has rank {len(shape)}; Trilu takes a matrix or a batch of them")
+    k = const_input(rw, node, 1, "its k (give it with --freeze)")
+    rows, cols = np.arange(shape[-2])[:, None], np.arange(shape[-1])[None, :]
+    diagonal = int(np.asarray(k).reshape(-1)[0]) if k is not None else 0
+    keep = cols - rows >= diagonal if node.attrs.get("upper", 1) else cols - rows <= diagonal
+    dtype = rw.values[x].dtype
+    zero = rw.constant(f"{node.name}_zero", np.zeros((), np.dtype(dtype if dtype != "bool" else np.bool_)))
+    rw.add("Where", node.name, [rw.constant(f"{node.name}_mask", keep), x, zero], [out])
+
+
 def _refuse_nonzero(rw: Rewriter, node: Node) -> None:
     raise refuse(node, "its output's shape depends on the input's values (how many are nonzero), and aot "
                        "compiles static shapes only")
@@ -180,3 +199,4 @@ define("CastLike", canonical=canonical_cast, dtypes=ALL_DTYPES, dtype_only=(1,))
 define("Mod", canonical=canonical_mod, lower=mod, layout=Layout.FOLLOW, dtypes=INTEGER | frozenset({"float32"}),
        check=broadcast_shape)
 define("NonZero", canonical=_refuse_nonzero, dtypes=ALL_DTYPES)
+define("Trilu", canonical=canonical_trilu, dtypes=ALL_DTYPES)
