@@ -22,6 +22,7 @@ from aot.errors import ModelError
 
 DOMAIN = "aot.expanded"       # the domain of the bodies while they are inlined
 _ROUNDS = 4
+FRONTEND_OPS = frozenset({"Constant", "If", "Loop", "Scan"})    # folded or unrolled before the registry sees them
 
 
 def expand(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
@@ -31,7 +32,10 @@ def expand(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
         opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
         if opset is None or not any(_body_schema(n, opset) for n in proto.graph.node):
             return proto
-        proto = _inline_once(proto, opset, label)
+        inlined = _inline_once(proto, opset, label)
+        if inlined is None:
+            return proto
+        proto = inlined
     return proto
 
 
@@ -52,21 +56,41 @@ def _body_schema(node: onnx.NodeProto, opset: int) -> onnx.defs.OpSchema | None:
     return schema if schema.has_function or schema.has_context_dependent_function else None
 
 
-def _inline_once(proto: onnx.ModelProto, opset: int, label: str) -> onnx.ModelProto:
+def _compilable(body: onnx.FunctionProto, opset: int) -> bool:
+    """Whether every op of the body is one aot compiles or one ONNX defines by a body in turn: a body that
+    uses an op neither is (Bernoulli's RandomUniformLike) is not inlined, so the error names the op the
+    user's model has."""
+    from aot.registry import op_def
+
+    return all(n.domain not in ("", "ai.onnx") or n.op_type in FRONTEND_OPS or _known(n.op_type)
+               or op_def(n.op_type).shape_only or _body_schema(n, opset) is not None for n in body.node)
+
+
+def _inline_once(proto: onnx.ModelProto, opset: int, label: str) -> onnx.ModelProto | None:
+    """The model with the function-bodied nodes inlined, or None if no body is one aot could compile."""
     result = onnx.ModelProto.FromString(proto.SerializeToString())
     types = _value_types(result)
+    changed = False
     for index, node in enumerate(result.graph.node):
         schema = _body_schema(node, opset)
         if schema is None:
             continue
         where = f"{label}: node '{node.name or f'{node.op_type}_{index}'}' ({node.op_type})"
-        _complete_attributes(node, schema)
-        body = _body(node, schema, opset, types, where)
+        completed = onnx.NodeProto()
+        completed.CopyFrom(node)
+        _complete_attributes(completed, schema)
+        body = _body(completed, schema, opset, types, where)
+        if not _compilable(body, opset):
+            continue
+        node.CopyFrom(completed)
+        changed = True
         body.name, body.domain = f"{node.op_type}_{index}", DOMAIN
         if not any(o.domain in ("", "ai.onnx") for o in body.opset_import):
             body.opset_import.append(helper.make_opsetid("", opset))
         result.functions.append(body)
         node.op_type, node.domain = body.name, DOMAIN
+    if not changed:
+        return None
     result.opset_import.append(helper.make_opsetid(DOMAIN, 1))
     try:     # a body written for an older opset is converted to the model's as it is inlined
         inlined = onnx.inliner.inline_local_functions(result, convert_version=True)
