@@ -1,5 +1,5 @@
 """Resampling and detection-head ops against onnxruntime: Resize, Upsample, ConvTranspose,
-DepthToSpace, SpaceToDepth, Expand, Tile, dilated pooling, LpPool; and two detector-style models."""
+DepthToSpace, SpaceToDepth, Expand, Tile, dilated pooling, LpPool, GlobalLpPool; and two detector-style models."""
 
 from __future__ import annotations
 
@@ -490,6 +490,11 @@ LP_CASES = {
 def test_lp_pool(case):
     shape, attrs = LP_CASES[case]
     run([node("LpPool", ["x"], ["y"], **attrs)], {"x": shape}, {"y": None}, opset=18)
+
+
+@pytest.mark.parametrize("shape, p", [((1, 6, 7, 8), 2), ((2, 5, 9), 1), ((1, 3, 4, 5), 3), ((1, 4, 2, 3, 3), 2)])
+def test_global_lp_pool(shape, p):
+    run([node("GlobalLpPool", ["x"], ["y"], p=p)], {"x": shape}, {"y": None}, opset=18)
 
 
 @pytest.mark.parametrize("where", QEMU)

@@ -1,5 +1,5 @@
 """Pooling in NHWC, vectorized along channels: MaxPool, AveragePool and LpPool (dilated windows too),
-GlobalAveragePool, GlobalMaxPool."""
+GlobalAveragePool, GlobalMaxPool, GlobalLpPool (an LpPool over the whole image)."""
 
 from __future__ import annotations
 
@@ -179,6 +179,15 @@ def canonical_global_pool(rw: Rewriter, node: Node) -> None:
         raise refuse(node, f"input of rank {len(shape)} is not supported (rank 3 or more)")
 
 
+def canonical_global_lp_pool(rw: Rewriter, node: Node) -> None:
+    """GlobalLpPool: LpPool with the whole spatial extent as its window."""
+    shape = rw.values[node.inputs[0]].shape
+    if len(shape) < 3:
+        raise refuse(node, f"input of rank {len(shape)} is not supported (rank 3 or more)")
+    attrs = {"kernel_shape": tuple(shape[2:]), "p": node.attrs.get("p", 2)}
+    canonical_pool(rw, Node("LpPool", node.name, node.inputs, node.outputs, attrs))
+
+
 _INT8 = frozenset({"float32", "int8", "uint8", "int16"})
 define("MaxPool", canonical=canonical_pool, lower=pool, layout=Layout.NHWC, moves_values=True, dtypes=_INT8,
        quant=QuantForm.MOVE)
@@ -187,3 +196,4 @@ define("LpPool", canonical=canonical_pool, lower=pool, layout=Layout.NHWC)
 define("GlobalAveragePool", canonical=canonical_global_pool, lower=global_pool, layout=Layout.NHWC,
        quant=QuantForm.RESCALE)
 define("GlobalMaxPool", canonical=canonical_global_pool, lower=global_pool, layout=Layout.NHWC)
+define("GlobalLpPool", canonical=canonical_global_lp_pool)
