@@ -156,10 +156,8 @@ NOT_YET = {
     "BitwiseOr", "BitwiseXor", "Col2Im", "Compress", "ConvInteger", "MatMulInteger", "CumProd", "DeformConv",
     "Einsum", "MaxRoiPool", "MelWeightMatrix", "NonMaxSuppression", "Unique",
     "Optional", "OptionalGetElement", "OptionalHasElement",
-    # sequences (only static ones are planned) and strings, images: refused by design so far
-    "SequenceAt", "SequenceConstruct", "SequenceEmpty", "SequenceErase", "SequenceInsert", "SequenceLength",
-    "SequenceMap", "SplitToSequence", "ConcatFromSequence", "RegexFullMatch", "StringConcat", "StringNormalizer",
-    "StringSplit", "ImageDecoder",
+    # strings, images: refused by design so far
+    "RegexFullMatch", "StringConcat", "StringNormalizer", "StringSplit", "ImageDecoder",
 }
 FRONTEND = FRONTEND_OPS
 # compiled through the function body ONNX defines them by (aot/frontend/functions.py; tests/test_ops_functions.py)

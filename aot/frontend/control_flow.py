@@ -38,7 +38,7 @@ def inline_constant_control_flow(proto: onnx.ModelProto) -> onnx.ModelProto | No
     g = proto.graph
     constants = {t.name: t for t in g.initializer}
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 17)
-    taken = _all_names(g)
+    taken = all_names(g)
     nodes: list[onnx.NodeProto] = []
     initializers: list[onnx.TensorProto] = []
     changed = False
@@ -47,7 +47,7 @@ def inline_constant_control_flow(proto: onnx.ModelProto) -> onnx.ModelProto | No
         if _is_control_flow(node) and node.op_type == "If" and node.input[0] in constants:
             cond = bool(numpy_helper.to_array(constants[node.input[0]]).reshape(-1)[0])
             branch = _subgraph(node, "then_branch" if cond else "else_branch")
-            new_nodes, new_inits, outs = _inline(branch, {}, f"{prefix}/", taken)
+            new_nodes, new_inits, outs = inline_subgraph(branch, {}, f"{prefix}/", taken)
             nodes += new_nodes + _identities(outs, node.output, prefix, taken)
             initializers += new_inits
             changed = True
@@ -64,7 +64,7 @@ def inline_constant_control_flow(proto: onnx.ModelProto) -> onnx.ModelProto | No
             changed = True
         else:
             nodes.append(node)
-    return _with_nodes(proto, nodes, initializers) if changed else None
+    return with_nodes(proto, nodes, initializers) if changed else None
 
 
 def select_between_branches(proto: onnx.ModelProto) -> onnx.ModelProto | None:
@@ -74,7 +74,7 @@ def select_between_branches(proto: onnx.ModelProto) -> onnx.ModelProto | None:
     there was no such If. Shapes come from inference, which types the branches' outputs."""
     g = proto.graph
     constants = {t.name for t in g.initializer}
-    taken = _all_names(g)
+    taken = all_names(g)
     nodes: list[onnx.NodeProto] = []
     initializers: list[onnx.TensorProto] = []
     changed = False
@@ -84,8 +84,10 @@ def select_between_branches(proto: onnx.ModelProto) -> onnx.ModelProto | None:
             nodes.append(node)
             continue
         prefix = node.name or f"If_{index}"
-        then_nodes, then_inits, then_outs = _inline(_subgraph(node, "then_branch"), {}, f"{prefix}/then/", taken)
-        else_nodes, else_inits, else_outs = _inline(_subgraph(node, "else_branch"), {}, f"{prefix}/else/", taken)
+        then_nodes, then_inits, then_outs = inline_subgraph(_subgraph(node, "then_branch"), {}, f"{prefix}/then/",
+                                                            taken)
+        else_nodes, else_inits, else_outs = inline_subgraph(_subgraph(node, "else_branch"), {}, f"{prefix}/else/",
+                                                            taken)
         scalar_shape = fresh_name(f"{prefix}/scalar_shape", taken)
         cond = fresh_name(f"{prefix}/condition", taken)
         initializers += then_inits + else_inits + [numpy_helper.from_array(np.zeros(0, np.int64), scalar_shape)]
@@ -96,10 +98,10 @@ def select_between_branches(proto: onnx.ModelProto) -> onnx.ModelProto | None:
                 nodes.append(onnx.helper.make_node("Where", [cond, a, b], [out], name=fresh_name(f"{prefix}/select_{i}",
                                                                                               taken)))
         changed = True
-    return _with_nodes(proto, nodes, initializers) if changed else None
+    return with_nodes(proto, nodes, initializers) if changed else None
 
 
-def _with_nodes(proto: onnx.ModelProto, nodes: list[onnx.NodeProto], initializers: list[onnx.TensorProto]
+def with_nodes(proto: onnx.ModelProto, nodes: list[onnx.NodeProto], initializers: list[onnx.TensorProto]
                 ) -> onnx.ModelProto:
     """The model with these nodes and more initializers; value_info is inferred again from the nodes."""
     result = onnx.ModelProto()
@@ -129,7 +131,7 @@ def _subgraph(node: onnx.NodeProto, name: str) -> onnx.GraphProto:
     return next(a.g for a in node.attribute if a.name == name)
 
 
-def _all_names(g: onnx.GraphProto) -> set[str]:
+def all_names(g: onnx.GraphProto) -> set[str]:
     """Every tensor and node name used anywhere in the graph, subgraphs included (the nodes inlining makes
     are named fresh against both, so that a second round of inlining cannot repeat a node's name)."""
     names = {v.name for v in list(g.input) + list(g.output) + list(g.value_info)}
@@ -138,7 +140,7 @@ def _all_names(g: onnx.GraphProto) -> set[str]:
         names |= set(node.input) | set(node.output) | {node.name}
         for attr in node.attribute:
             for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
-                names |= _all_names(sub)
+                names |= all_names(sub)
     return names
 
 
@@ -151,7 +153,7 @@ def fresh_name(name: str, taken: set[str]) -> str:
     return candidate
 
 
-def _inline(sub: onnx.GraphProto, bindings: dict[str, str], prefix: str, taken: set[str]
+def inline_subgraph(sub: onnx.GraphProto, bindings: dict[str, str], prefix: str, taken: set[str]
             ) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto], list[str]]:
     """A subgraph's nodes and initializers with the names it defines renamed `<prefix><name>`;
     `bindings` maps its formal inputs to tensors of the main graph. Also returns what its outputs
@@ -278,7 +280,7 @@ def _unroll(node: onnx.NodeProto, count: int, prefix: str, taken: set[str], opse
         inits.append(numpy_helper.from_array(np.array(i, np.int64), iteration))
         bindings = {body.input[0].name: iteration, body.input[1].name: true}
         bindings.update({formal.name: actual for formal, actual in zip(body.input[2:], carried)})
-        new_nodes, new_inits, outs = _inline(body, bindings, f"{prefix}/{i}/", taken)
+        new_nodes, new_inits, outs = inline_subgraph(body, bindings, f"{prefix}/{i}/", taken)
         nodes += new_nodes
         inits += new_inits
         carried = outs[1:1 + n_carried]
@@ -361,9 +363,9 @@ def _unroll_scan(node: onnx.NodeProto, length: int, prefix: str, taken: set[str]
             else:
                 nodes.append(onnx.helper.make_node("Slice", [source], [part], name=part, starts=[index],
                                                    ends=[index + 1], axes=[axis]))
-            nodes.append(_axes_node("Squeeze", part, item, axis, opset, const))
+            nodes.append(axes_node("Squeeze", part, item, axis, opset, const))
             bindings[body.input[n_states + j].name] = item
-        new_nodes, new_inits, outs = _inline(body, bindings, f"{prefix}/{t}/", taken)
+        new_nodes, new_inits, outs = inline_subgraph(body, bindings, f"{prefix}/{t}/", taken)
         nodes += new_nodes
         inits += new_inits
         states = outs[:n_states]
@@ -377,14 +379,14 @@ def _unroll_scan(node: onnx.NodeProto, length: int, prefix: str, taken: set[str]
         stacked = []
         for value in reversed(values) if out_dirs[j] else values:
             name = fresh_name(f"{prefix}/scan_{j}/step", taken)
-            nodes.append(_axes_node("Unsqueeze", value, name, axis, opset, const))
+            nodes.append(axes_node("Unsqueeze", value, name, axis, opset, const))
             stacked.append(name)
         nodes.append(onnx.helper.make_node("Concat", stacked, [out], name=fresh_name(f"{prefix}/scan_{j}", taken),
                                            axis=axis))
     return nodes, inits
 
 
-def _axes_node(op: str, source: str, out: str, axis: int, opset: int, const) -> onnx.NodeProto:
+def axes_node(op: str, source: str, out: str, axis: int, opset: int, const) -> onnx.NodeProto:
     """Squeeze or Unsqueeze of one axis, in the form of the model's opset (an input from 13 on)."""
     if opset >= 13:
         return onnx.helper.make_node(op, [source, const("axes", [axis])], [out], name=out)
@@ -410,10 +412,10 @@ def refuse_control_flow(proto: onnx.ModelProto, label: str) -> None:
                                               17)) or "cannot be unrolled"
             depends = []
         raise UnsupportedOpError(f"{label}: node '{name}' ({node.op_type}) {why}; aot compiles straight-line "
-                                 f"code only{_freeze_hint(g, depends)}")
+                                 f"code only{freeze_hint(g, depends)}")
 
 
-def _freeze_hint(g: onnx.GraphProto, names: list[str]) -> str:
+def freeze_hint(g: onnx.GraphProto, names: list[str]) -> str:
     inputs = _input_ancestors(g, names)
     if not inputs:
         return ""

@@ -19,10 +19,13 @@ import onnx.inliner
 from onnx import AttributeProto, helper
 
 from aot.errors import ModelError
+from aot.frontend.control_flow import CONTROL_FLOW
+from aot.frontend.sequences import SEQUENCE_OPS
 
 DOMAIN = "aot.expanded"       # the domain of the bodies while they are inlined
 _ROUNDS = 4
-FRONTEND_OPS = frozenset({"Constant", "If", "Loop", "Scan"})    # folded or unrolled before the registry sees them
+# folded, unrolled or followed before the registry sees them
+FRONTEND_OPS = frozenset({"Constant", *CONTROL_FLOW, *SEQUENCE_OPS})
 
 
 def expand(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
@@ -47,8 +50,8 @@ def _known(op: str) -> bool:
 
 
 def _body_schema(node: onnx.NodeProto, opset: int) -> onnx.defs.OpSchema | None:
-    if node.domain not in ("", "ai.onnx") or _known(node.op_type):
-        return None
+    if node.domain not in ("", "ai.onnx") or node.op_type in FRONTEND_OPS or _known(node.op_type):
+        return None     # SequenceMap's body is a Loop over its sequence: unrolled directly instead
     try:
         schema = onnx.defs.get_schema(node.op_type, opset, "")
     except onnx.defs.SchemaError:

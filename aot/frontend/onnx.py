@@ -26,7 +26,7 @@ from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
 from aot.errors import ModelError, OptionError, ShapeError, UnsupportedOpError
-from aot.frontend import backward_shapes, control_flow, functions, upgrade, validate
+from aot.frontend import backward_shapes, control_flow, functions, sequences, upgrade, validate
 from aot.graph.evaluate import evaluate
 from aot.graph.ir import Graph, Node, Value
 
@@ -374,11 +374,14 @@ def _resolve_shapes(proto: onnx.ModelProto, label: str, light: bool = False) -> 
     decisions, fold the nodes computable from constants, take shapes back from known (declared)
     outputs (backward_shapes.py), and infer again. Every round removes a node or names a new shape,
     so this ends."""
+    while (lowered := sequences.lower_static_sequences(proto, label)) is not None:
+        proto = lowered     # before inference, whose sequence rules are stricter than the spec's
     inferred = _infer(proto, label)
     while _unknown_outputs(inferred) or control_flow.has_control_flow(inferred):
         if light:
             raise _NeedsWeights()
         helped = (control_flow.inline_constant_control_flow(inferred) or _fold_constant_nodes(inferred, label)
+                  or sequences.lower_static_sequences(inferred, label)
                   or _contrib_shapes(inferred) or backward_shapes.shapes_from_outputs(inferred, label)
                   or control_flow.select_between_branches(inferred))
         if helped is None:
@@ -600,9 +603,11 @@ def _fold_constant_nodes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto 
     kept, folded = [], False
     for node in g.node:
         static = node.op_type in ("Shape", "Size") and _static_shape(shapes.get(node.input[0]))
-        # Control flow is inlined (control_flow.py), not evaluated: its subgraphs read outer names.
+        # Control flow is inlined (control_flow.py), not evaluated: its subgraphs read outer names; a
+        # sequence is not a tensor (sequences.py follows them).
         if node.domain in ("", "ai.onnx") and (static or all(i in constants for i in node.input if i)) \
-                and not node.op_type.startswith("Random") and node.op_type not in control_flow.CONTROL_FLOW:
+                and not node.op_type.startswith("Random") and node.op_type not in control_flow.CONTROL_FLOW \
+                and node.op_type not in sequences.SEQUENCE_OPS:
             _check_size(node.output, shapes, label)
             feeds = {i: constants[i] if i in constants else      # Shape and Size read only the shape
                      np.broadcast_to(np.zeros((), onnx.helper.tensor_dtype_to_np_dtype(shapes[i].elem_type)),
@@ -865,6 +870,7 @@ def to_graph(model: LoadedModel) -> Graph:
     g = model.inferred.graph
     label = model.label
     control_flow.refuse_control_flow(model.inferred, label)
+    sequences.refuse_sequences(model.inferred, label)
     opset = next((o.version for o in model.inferred.opset_import if o.domain in ("", "ai.onnx")), 17)
     stubbed = model.stubbed()
     constants: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(stubbed.get(t.name, t)) for t in g.initializer}
