@@ -44,6 +44,13 @@ Every output must have the expected dtype and shape and be close by the case's r
     crash      any other exception, or the worker died: a bug in aot
     timeout    longer than --timeout seconds (build and run)
 
+`--stored` runs instead the model tests the onnx package stores with their data (backend/test/data:
+`simple`, `pytorch-converted`, `pytorch-operator`; 140 models, exported by PyTorch's old exporter and
+written by hand) against their stored outputs, with the tolerance onnx's own runner gives them (rtol
+1e-3, atol 1e-7). No case is left out for its types or shapes: a dynamic input dimension takes the
+size of the stored input, as `--input-shape` would give it. `light` is not counted: its models store no
+inputs.
+
 Each case runs in its own forked worker process, --jobs at a time. The table lists per op the tests,
 those passed with freezing and without, the most common failure, and the most common reason the
 unfrozen build failed where freezing then passed; then the totals of both figures.
@@ -88,6 +95,7 @@ class Case:
     data_sets: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]   # (inputs, outputs) by name
     rtol: float
     atol: float
+    input_shapes: dict[str, tuple[int, ...]] | None = None     # for inputs of dynamic dimensions
 
 
 @dataclass(frozen=True)
@@ -200,6 +208,38 @@ def select(expanded: bool = True) -> tuple[list[Case], collections.Counter]:
     return selected, removed
 
 
+STORED_SUITES = ("simple", "pytorch-converted", "pytorch-operator")
+
+
+def stored_cases() -> list[Case]:
+    """The model tests onnx stores with inputs and outputs, sorted by suite and name; the suite is the
+    case's "op" in the table."""
+    root = Path(onnx.__file__).parent / "backend" / "test" / "data"
+    cases = []
+    for suite in STORED_SUITES:
+        for directory in sorted((root / suite).iterdir()):
+            model = onnx.load(directory / "model.onnx")
+            initializers = {t.name for t in model.graph.initializer}
+            inputs = [vi.name for vi in model.graph.input if vi.name not in initializers]
+            outputs = [vi.name for vi in model.graph.output]
+            data_sets = []
+            for data in sorted(directory.glob("test_data_set_*")):
+                def read(kind: str, names: list[str]) -> dict[str, np.ndarray]:
+                    return {name: numpy_helper.to_array(onnx.load_tensor(str(data / f"{kind}_{i}.pb")))
+                            for i, name in enumerate(names) if (data / f"{kind}_{i}.pb").exists()}
+                data_sets.append((read("input", inputs), read("output", outputs)))
+            shapes = {name: tuple(value.shape) for name, value in data_sets[0][0].items()
+                      if not _static_input(model.graph, name)} if data_sets else {}
+            cases.append(Case(directory.name, suite, model, data_sets, 1e-3, 1e-7, shapes or None))
+    return cases
+
+
+def _static_input(graph: onnx.GraphProto, name: str) -> bool:
+    vi = next(v for v in graph.input if v.name == name)
+    t = vi.type.tensor_type
+    return t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim)
+
+
 def narrow(cases: list[Case], ops: str | None, pattern: str | None) -> list[Case]:
     """--ops (comma-separated op names) and --cases (a regular expression searched in the case name)."""
     wanted = {o.strip() for o in ops.split(",")} if ops else None
@@ -303,7 +343,7 @@ def _check_data_sets(case: Case, path: Path, tmp: Path, timeout: float,
     for index, (inputs, expected) in enumerate(case.data_sets):
         if artifact is None or frozen:
             artifact = aot.build(path, target="host", out_dir=tmp / f"build{index}",
-                                 freeze={name: inputs[name] for name in frozen})
+                                 freeze={name: inputs[name] for name in frozen}, input_shapes=case.input_shapes)
         feeds = {name: value for name, value in inputs.items() if name not in frozen}
         outputs = aot.run(artifact, feeds, timeout=timeout)
         for name, want in expected.items():
@@ -444,12 +484,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="leave out the function-expanded variants (counted by default)")
     parser.add_argument("--list", action="store_true", help="list the selected cases without running them")
     parser.add_argument("--json", type=Path, help="write every case's result to this file")
+    parser.add_argument("--stored", action="store_true",
+                        help="the stored model tests (simple, pytorch-converted, pytorch-operator) instead")
     args = parser.parse_args(argv)
 
-    selected, removed = select(args.expanded)
-    total = len(onnx_cases())
-    print(f"{total} node test cases in onnx {onnx.__version__}; removed: "
-          + "; ".join(f"{n} {why}" for why, n in removed.items()) + f"; {len(selected)} selected")
+    if args.stored:
+        selected = stored_cases()
+        print(f"{len(selected)} stored model tests in onnx {onnx.__version__} ({', '.join(STORED_SUITES)})")
+    else:
+        selected, removed = select(args.expanded)
+        total = len(onnx_cases())
+        print(f"{total} node test cases in onnx {onnx.__version__}; removed: "
+              + "; ".join(f"{n} {why}" for why, n in removed.items()) + f"; {len(selected)} selected")
     cases = narrow(selected, args.ops, args.cases)
     if len(cases) != len(selected):
         print(f"{len(cases)} cases after --ops/--cases")
