@@ -110,6 +110,7 @@ def build(model: str | os.PathLike | onnx.ModelProto, target: str | Target = "ho
         raise type(err)(f"{loaded.label}: {err}") from None
     if after_optimize is not None:
         graph = verify(after_optimize(graph), "after_optimize")
+    _check_float64(graph, tgt, loaded.label)
     limits = {**tgt.memory, **totals}
     report.check_weights_fit(graph, limits, loaded.label, tgt.name)
     try:
@@ -127,6 +128,20 @@ def build(model: str | os.PathLike | onnx.ModelProto, target: str | Target = "ho
 
 
 Files = dict[str, Blob]     # a build's files by name: bytes, or chunks in order
+
+
+def _check_float64(graph: Graph, tgt: Target, label: str) -> None:
+    """float64 computed at run time needs a double-precision FPU: without one every operation would be a
+    library call the object cannot carry (no undefined symbols)."""
+    if tgt.fp64:
+        return
+    for node in graph.nodes:
+        for name in node.outputs:
+            if name and graph.values[name].dtype == "float64":
+                raise UnsupportedOpError(
+                    f"{label}: node '{node.name}' ({node.op}) computes '{name}' in float64 at run time, and target "
+                    f"{tgt.name} has no double-precision FPU; cast the model to float32, or build for a target "
+                    f"with one (x86-64, AArch64, ARMv7, cortex-m7, cortex-m55)")
 
 
 def _with_files(files: Files, extra: dict[str, bytes]) -> Files:

@@ -77,6 +77,7 @@ TARGET = {
         "features": _text("LLVM target features, e.g. \"+vfp4d16sp,+dsp\""),
         "float_abi": _one_of(("hard", "soft"), "floats in FPU registers (hard) or library calls (soft)"),
         "fpu": _flag("floating-point instructions in hardware"),
+        "fp64": _flag("double precision in hardware too, for float64 kernels (default: as fpu)"),
         "int_simd": _one_of(INT_SIMD, "the integer SIMD form the int8 kernels use"),
         "reloc": _one_of(("pic", "static"), "pic for Linux, static for bare metal"),
         "pointer_bits": _one_of((32, 64), "32 or 64"),

@@ -67,7 +67,7 @@ class QuantForm(enum.Enum):
 # The operands of a MATRIX op once canonical (ONNX's Conv X, W, B and Gemm A, B, C keep these positions).
 MATRIX_OPERANDS = ("x", "weight", "bias", "residual")
 
-ALL_DTYPES = frozenset({"float32", "int8", "uint8", "int16", "int32", "int64", "bool"})
+ALL_DTYPES = frozenset({"float32", "float64", "int8", "uint8", "int16", "int32", "int64", "bool"})
 FLOAT = frozenset({"float32"})
 
 Rule = Callable[["Rewriter", "Node"], None]
@@ -123,9 +123,9 @@ REGISTRY: dict[str, OpDef] = {}
 _UNKNOWN = OpDef("?")
 
 
-# Why a float64 tensor computed at run time is refused, and what does build.
-FLOAT64_NOTE = ("; aot computes float64 only where it folds at compile time (constants, shape arithmetic), with no "
-                "float64 kernel at run time")
+# Why a float64 tensor computed at run time is refused by an op, and what does build.
+FLOAT64_NOTE = ("; aot computes float64 at run time in arithmetic (Add, Sub, Mul, Div, Min, Max, Neg, Abs), "
+                "comparisons, Cast, Where and ops that move values; elsewhere only where it folds at compile time")
 
 
 def define(name: str, **facts: Any) -> OpDef:

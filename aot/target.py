@@ -126,6 +126,7 @@ class Target:
     os: str = "linux"                # "linux" or "none" (bare metal)
     float_abi: str = "hard"          # "hard" (floats in FPU registers) or "soft" (library calls)
     fpu: bool = True                 # floating-point instructions in hardware; soft float has none
+    fp64: bool | None = None         # double precision in hardware too (float64 kernels); default: fpu
     int_simd: IntSimd = field(default_factory=lambda: int_simd("none"))   # a registered form (aot/isa.py);
                                      # a target file names it: avx2, avx512-vnni, amx, neon, neon-dotprod,
                                      # neon-i8mm, dsp, mve
@@ -148,6 +149,10 @@ class Target:
             raise TargetError(f"float_abi '{self.float_abi}' is not one of {', '.join(_FLOAT_ABIS)}")
         if not isinstance(self.fpu, bool):
             raise TargetError(f"fpu must be true or false, not {self.fpu!r}")
+        if self.fp64 is None:
+            object.__setattr__(self, "fp64", self.fpu)
+        if self.fp64 and not self.fpu:
+            raise TargetError("fp64 = true needs fpu = true: double precision in hardware is part of an FPU")
         if self.fpu != (self.float_abi == "hard"):
             raise TargetError(f"fpu = {str(self.fpu).lower()} contradicts float_abi = \"{self.float_abi}\": "
                               "soft float means no FPU (fpu = false), the hard-float ABI needs one (fpu = true)")

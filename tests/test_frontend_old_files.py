@@ -299,24 +299,36 @@ def test_float64_weights_cast_to_float32_fold():
     assert_matches_onnxruntime(model)
 
 
-FLOAT64_REFUSED = {
-    "cast_to_double": ([helper.make_node("Relu", ["x"], ["f"]), helper.make_node("Cast", ["f"], ["d"], name="c", to=D),
-                        helper.make_node("Cast", ["d"], ["y"], to=F32)], F32, F32,
-                       r"node 'c' \(Cast\): casting 'f' to float64 at run time is not supported"),
-    "double_op": ([helper.make_node("Cast", ["x"], ["d"], to=D), helper.make_node("Sqrt", ["d"], ["q"], name="sqrt"),
-                   helper.make_node("Cast", ["q"], ["y"], to=F32)], F32, F32,
-                  r"\(Cast\): casting 'x' to float64 at run time is not supported"),
-    "double_input": ([helper.make_node("Cast", ["x"], ["y"], name="c", to=F32)], D, F32,
-                     r"f64: graph input 'x' is float64, which no kernel reads or writes"),
+FLOAT64_COMPUTED = {
+    "cast_to_double": ([helper.make_node("Relu", ["x"], ["f"]), helper.make_node("Cast", ["f"], ["d"], to=D),
+                        helper.make_node("Mul", ["d", "d"], ["m"]), helper.make_node("Cast", ["m"], ["y"], to=F32)],
+                       F32, F32),
+    "double_input": ([helper.make_node("Cast", ["x"], ["y"], to=F32)], D, F32),
     "double_constant_output": ([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Cast", ["s"], ["y"], to=D)],
-                               F32, D, r"f64: graph output 'y' is float64, which no kernel reads or writes"),
+                               F32, D),
 }
 
 
-@pytest.mark.parametrize("case", sorted(FLOAT64_REFUSED))
-def test_float64_at_run_time_is_refused_naming_the_value(case, tmp_path):
-    nodes, x_type, y_type, message = FLOAT64_REFUSED[case]
+@pytest.mark.parametrize("case", sorted(FLOAT64_COMPUTED))
+def test_float64_at_run_time_matches_onnxruntime(case):
+    nodes, x_type, y_type = FLOAT64_COMPUTED[case]
     model = _typed_model(nodes, [("x", x_type, [2, 3])], [("y", y_type, [2] if case.endswith("output") else [2, 3])])
-    with pytest.raises(aot.errors.UnsupportedOpError, match=message) as err:
+    assert assert_matches_onnxruntime(model, tol=1e-12)["y"].dtype == (np.float64 if y_type == D else np.float32)
+
+
+def test_a_float64_op_without_a_float64_kernel_is_refused_naming_it(tmp_path):
+    nodes = [helper.make_node("Cast", ["x"], ["d"], to=D), helper.make_node("Sqrt", ["d"], ["q"], name="sqrt"),
+             helper.make_node("Cast", ["q"], ["y"], to=F32)]
+    model = _typed_model(nodes, [("x", F32, [2, 3])], [("y", F32, [2, 3])])
+    with pytest.raises(aot.errors.UnsupportedOpError, match=r"node 'sqrt' \(Sqrt\): input 'd' is float64") as err:
         aot.build(model, target="host", out_dir=tmp_path)
-    assert "float64" in str(err.value) and "folds at compile time" in str(err.value)
+    assert "float64 at run time in arithmetic" in str(err.value)
+
+
+@pytest.mark.parametrize("target", ["cortex-m4", "cortex-m0plus"])
+def test_float64_is_refused_on_a_target_without_double_precision(target, tmp_path):
+    nodes = [helper.make_node("Add", ["x", "x"], ["y"], name="twice")]
+    model = _typed_model(nodes, [("x", D, [2, 3])], [("y", D, [2, 3])])
+    with pytest.raises(aot.errors.UnsupportedOpError, match=rf"node 'twice' \(Add\) computes 'y' in float64 at run "
+                                                            rf"time, and target {target} has no double-precision FPU"):
+        aot.build(model, target=target, out_dir=tmp_path)

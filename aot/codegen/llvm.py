@@ -29,8 +29,8 @@ from aot.target import Target
 
 _F32 = ir.FloatType()
 _I32 = ir.IntType(32)
-_SCALARS = {"f32": _F32, "i32": _I32, "i64": ir.IntType(64), "i16": ir.IntType(16), "i8": ir.IntType(8),
-            "u8": ir.IntType(8),
+_SCALARS = {"f32": _F32, "f64": ir.DoubleType(), "i32": _I32, "i64": ir.IntType(64), "i16": ir.IntType(16),
+            "i8": ir.IntType(8), "u8": ir.IntType(8),
             "i1": ir.IntType(1)}
 _FLOAT_OPS = {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv"}
 _INT_OPS = {"add": "add", "sub": "sub", "mul": "mul", "and": "and_", "or": "or_", "xor": "xor", "shl": "shl",
@@ -149,8 +149,7 @@ class ModuleBuilder:
 
     def intrinsic(self, name: str, ty: ir.Type, arity: int) -> ir.Function:
         """An overloaded LLVM intrinsic on `ty` (scalar or vector float), declared once."""
-        suffix = f"v{ty.count}f32" if isinstance(ty, ir.VectorType) else "f32"
-        return self.declare(f"{name}.{suffix}", ir.FunctionType(ty, [ty] * arity))
+        return self.declare(f"{name}.{_float_suffix(ty)}", ir.FunctionType(ty, [ty] * arity))
 
     def declare(self, name: str, fn_type: ir.FunctionType) -> ir.Function:
         """A function (an LLVM intrinsic) declared once per module."""
@@ -383,6 +382,13 @@ def _strength_reduction(on: bool) -> Iterator[None]:
         finally:
             if not on:
                 llvm.set_option("aot", "-disable-lsr=false")
+
+
+def _float_suffix(ty: ir.Type) -> str:
+    """An overloaded intrinsic's suffix for a float type: f32, f64, v4f32, ..."""
+    element = ty.element if isinstance(ty, ir.VectorType) else ty
+    name = "f64" if isinstance(element, ir.DoubleType) else "f32"
+    return f"v{ty.count}{name}" if isinstance(ty, ir.VectorType) else name
 
 
 def _float_kernel(kernel: k.Kernel) -> bool:
@@ -884,8 +890,7 @@ class _FunctionEmitter:
             keep = ir.Constant(ir.VectorType(ir.IntType(1), e.lanes), [1] * count + [0] * (e.lanes - count))
             return self.b.select(keep, wide, fill)
         mask = self.lane_mask(e.lanes, self.expr(e.hi), self.expr(e.lo) if e.lo is not None else None)
-        bits = elem.width if isinstance(elem, ir.IntType) else 32
-        suffix = f"v{e.lanes}{'f32' if e.buf.dtype == 'f32' else f'i{bits}'}.p0"
+        suffix = f"{_float_suffix(ty) if e.buf.dtype in k.FLOATS else f'v{e.lanes}i{elem.width}'}.p0"
         mask_ty = ir.VectorType(ir.IntType(1), e.lanes)
         fn = self.mb.declare(f"llvm.masked.load.{suffix}",
                              ir.FunctionType(ty, [ir.PointerType(), _I32, mask_ty, ty]))
@@ -983,7 +988,7 @@ class _FunctionEmitter:
 
     def binary(self, op: str, dtype: str, a: ir.Value, b: ir.Value) -> ir.Value:
         bld = self.b
-        is_float = dtype == "f32"
+        is_float = dtype in k.FLOATS
         unsigned = dtype in _UNSIGNED
 
         def compare(cmp: str, x: ir.Value, y: ir.Value) -> ir.Value:
@@ -1030,16 +1035,18 @@ class _FunctionEmitter:
         ty = self.mb.type_of(dst, e.lanes)
         if e.bitcast:
             return self.b.bitcast(value, ty)
-        if src == "f32" and dst != "f32":
+        if src in k.FLOATS and dst in k.FLOATS:
+            return value if src == dst else self.b.fpext(value, ty) if dst == "f64" else self.b.fptrunc(value, ty)
+        if src in k.FLOATS:
             return self.float_to_int(value, dst, e.lanes) if e.saturate else self.b.fptosi(value, ty)
         unsigned = src in _UNSIGNED or src == "i1"
-        if dst == "f32":
+        if dst in k.FLOATS:
             converted = self.b.uitofp(value, ty) if unsigned else self.b.sitofp(value, ty)
             if e.lanes > 1 and self.mb.target.int_simd.predicated:
                 # Helium: LLVM folds a multiply by 2**-4 or 2**-8 after the conversion into a fixed-point VCVT
                 # whose object encoding then fails an assertion inside LLVM (aborting the build); a fence keeps
                 # the multiply separate (one VMUL more)
-                fence = self.mb.declare(f"llvm.arithmetic.fence.v{e.lanes}f32", ir.FunctionType(ty, [ty]))
+                fence = self.mb.declare(f"llvm.arithmetic.fence.{_float_suffix(ty)}", ir.FunctionType(ty, [ty]))
                 converted = self.b.call(fence, [converted])
             return converted
         width_src, width_dst = self.mb.scalar(src).width, self.mb.scalar(dst).width
@@ -1054,7 +1061,7 @@ class _FunctionEmitter:
         ty = self.mb.type_of(dst, lanes)
         kind = "ui" if dst in _UNSIGNED else "si"
         width = self.mb.scalar(dst).width
-        suffix = f"v{lanes}i{width}.v{lanes}f32" if lanes > 1 else f"i{width}.f32"
+        suffix = f"{f'v{lanes}' if lanes > 1 else ''}i{width}.{_float_suffix(value.type)}"
         fn = self.mb.declare(f"llvm.fpto{kind}.sat.{suffix}", ir.FunctionType(ty, [value.type]))
         return self.b.call(fn, [value])
 

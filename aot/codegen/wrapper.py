@@ -11,8 +11,8 @@ from aot.kernel.ir import uses_tiles
 from aot.program import Location, Program
 from aot.target import C_KEYWORDS, Target
 
-_CTYPES = {"float32": "float", "int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "int32": "int32_t",
-           "int64": "int64_t", "bool": "uint8_t"}     # a bool is one byte, 0 or 1
+_CTYPES = {"float32": "float", "float64": "double", "int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t",
+           "int32": "int32_t", "int64": "int64_t", "bool": "uint8_t"}     # a bool is one byte, 0 or 1
 
 
 def c_identifier(text: str) -> str:
@@ -53,7 +53,7 @@ class Tensor:
     @property
     def align(self) -> int:
         """The element size: what kernels assume when they load the tensor."""
-        return {"int8": 1, "uint8": 1, "bool": 1, "int16": 2, "int64": 8}.get(self.dtype, 4)
+        return {"int8": 1, "uint8": 1, "bool": 1, "int16": 2, "int64": 8, "float64": 8}.get(self.dtype, 4)
 
 
 def io_tensors(program: Program) -> tuple[list[Tensor], list[Tensor]]:

@@ -961,7 +961,7 @@ def _check_interface_dtypes(values: dict[str, Value], inputs: tuple[str, ...], o
                                          f"bool tensors{note}")
 
 
-_NO_KERNEL_DTYPES = frozenset({"float64", "float16"})
+_NO_KERNEL_DTYPES = frozenset({"float16"})
 
 
 def _without_untyped_unused(node: onnx.NodeProto, used: set[str], infos: dict, opset: int) -> tuple[str, ...]:

@@ -1,7 +1,7 @@
 """Kernel IR: a small loop language between graph ops and LLVM.
 
 Expressions are immutable trees (shared subtrees are emitted once per statement); statements are
-loops, stores and local variables. Element types: "f32", "i64", "i32", "i16", "i8", "u8" (uint8 and
+loops, stores and local variables. Element types: "f32", "f64", "i64", "i32", "i16", "i8", "u8" (uint8 and
 bool, compared and divided as unsigned), "idx" (pointer-sized integer for indexing), "i1" (comparisons).
 Integer "div" truncates toward zero and "rem" takes the dividend's sign; neither traps (a zero divisor
 gives 0 and the dividend: see codegen). An expression with lanes > 1 is a vector. Arithmetic
@@ -333,8 +333,11 @@ _FOLD = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, 
          "min": min, "max": max}
 
 
+FLOATS = frozenset({"f32", "f64"})
+
+
 def const(value: Number, dtype: str = "idx", lanes: int = 1) -> Const:
-    return Const(int(value) if dtype != "f32" else float(value), dtype, lanes)
+    return Const(float(value) if dtype in FLOATS else int(value), dtype, lanes)
 
 
 def as_expr(value: Expr | Number, like: Expr | None = None) -> Expr:
@@ -483,7 +486,7 @@ class Buffer:
 
     @property
     def nbytes(self) -> int:
-        return self.size * {"f32": 4, "i64": 8, "i32": 4, "i16": 2}.get(self.dtype, 1)
+        return self.size * {"f32": 4, "f64": 8, "i64": 8, "i32": 4, "i16": 2}.get(self.dtype, 1)
 
     def __getitem__(self, index: Expr | int) -> Load:
         return Load(self, as_expr(index))

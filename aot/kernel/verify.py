@@ -16,7 +16,7 @@ from aot.kernel import ir as k
 Interval = tuple[int, int] | None      # inclusive [lo, hi]; None: not known at compile time
 
 _INTEGERS = {"i64", "i32", "i16", "i8", "u8", "idx"}
-_BITS = {"f32": 32, "i64": 64, "i32": 32, "i16": 16, "i8": 8, "u8": 8, "i1": 1}
+_BITS = {"f32": 32, "f64": 64, "i64": 64, "i32": 32, "i16": 16, "i8": 8, "u8": 8, "i1": 1}
 
 
 def verify_kernel(kernel: k.Kernel, index_bits: int = 64) -> None:

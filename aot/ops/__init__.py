@@ -24,7 +24,8 @@ from aot.schedule import Chosen, Schedule, choose
 from aot.target import Target
 
 # Graph element types -> kernel IR element types (a bool is one byte, 0 or 1).
-DTYPES = {"float32": "f32", "int64": "i64", "int32": "i32", "int16": "i16", "int8": "i8", "uint8": "u8", "bool": "u8"}
+DTYPES = {"float32": "f32", "float64": "f64", "int64": "i64", "int32": "i32", "int16": "i16", "int8": "i8",
+          "uint8": "u8", "bool": "u8"}
 
 
 @dataclass
@@ -117,8 +118,8 @@ def macs(graph: Graph, node: Node) -> int:
 
 
 def kernel_array(array: np.ndarray) -> np.ndarray:
-    """A constant in a type kernels read: floats as float32, bools as bytes."""
-    if array.dtype.kind == "f":
+    """A constant in a type kernels read: float16 as float32, bools as bytes."""
+    if array.dtype.kind == "f" and array.dtype != np.float64:
         return array.astype(np.float32)
     return array.astype(np.uint8) if array.dtype == np.bool_ else array
 

@@ -40,7 +40,7 @@ from aot.registry import FLOAT, Fusion, Layout, QuantForm, broadcast_shape, defi
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min"}
 # Integer operands compute in their own type: wrapping add/sub/mul, Div truncating toward zero (x / 0
 # gives 0, see aot/kernel/ir.py), Neg/Abs wrapping at the minimum.
-FLOAT_OR_INT = frozenset({"float32", "int8", "uint8", "int32", "int64"})
+FLOAT_OR_INT = frozenset({"float32", "float64", "int8", "uint8", "int32", "int64"})
 
 
 def broadcast_strides(shape: tuple[int, ...], out: tuple[int, ...]) -> list[int]:

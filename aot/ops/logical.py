@@ -17,11 +17,11 @@ from aot.kernel.ir import Broadcast, Builder, Cast, Expr, Kernel, binop, const, 
 from aot.ops import DTYPES, LowerContext
 from aot.ops.elementwise import canonical_float_mod, elementwise_loops
 from aot.ops.rewrite import const_input, refuse, view
-from aot.registry import ALL_DTYPES, FLOAT64_NOTE, Layout, broadcast_shape, define, same_shape
+from aot.registry import ALL_DTYPES, Layout, broadcast_shape, define, same_shape
 
 _COMPARE = {"Equal": "eq", "Less": "lt", "Greater": "gt", "LessOrEqual": "le", "GreaterOrEqual": "ge"}
 _LOGIC = {"And": "and", "Or": "or", "Xor": "xor"}
-NUMERIC = frozenset({"float32", "int8", "uint8", "int32", "int64"})
+NUMERIC = frozenset({"float32", "float64", "int8", "uint8", "int32", "int64"})
 INTEGER = frozenset({"int8", "uint8", "int32", "int64"})
 BOOL = frozenset({"bool"})
 
@@ -69,7 +69,7 @@ def nan_or_inf(ctx: LowerContext, node: Node, name: str) -> Kernel:
         x = v[0]
         if not signs:
             return const(0, "u8", x.lanes)
-        hits = [binop("eq", x, const(sign, "f32", x.lanes)) for sign in signs]
+        hits = [binop("eq", x, const(sign, x.dtype, x.lanes)) for sign in signs]
         return as_bool(hits[0] if len(hits) == 1 else binop("or", *hits))
     return _elementwise(ctx, node, name, compute)
 
@@ -125,8 +125,8 @@ def mod(ctx: LowerContext, node: Node, name: str) -> Kernel:
 
 # --- ONNX ops ------------------------------------------------------------------------------------------
 
-_ONNX_TYPES = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64", 9: "bool"}
-_OTHER_TYPES = {4: "uint16", 5: "int16", 8: "string", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64",
+_ONNX_TYPES = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64", 9: "bool", 11: "float64"}
+_OTHER_TYPES = {4: "uint16", 5: "int16", 8: "string", 10: "float16", 12: "uint32", 13: "uint64",
                 16: "bfloat16"}
 
 
@@ -142,10 +142,10 @@ def canonical_cast(rw: Rewriter, node: Node) -> None:
     if node.op == "Cast" and node.attrs.get("to") not in _ONNX_TYPES:
         to = node.attrs.get("to")
         name = _OTHER_TYPES.get(to, f"TensorProto type {to}")
-        raise refuse(node, f"casting '{x}' to {name} at run time is not supported (float32, uint8, int8, int32, "
-                           f"int64, bool){FLOAT64_NOTE if name == 'float64' else ''}")
+        raise refuse(node, f"casting '{x}' to {name} at run time is not supported (float32, float64, uint8, int8, "
+                           f"int32, int64, bool)")
     if dst not in DTYPES or dst == "int16":
-        raise refuse(node, f"casting to {dst} is not supported (float32, uint8, int8, int32, int64, bool)")
+        raise refuse(node, f"casting to {dst} is not supported (float32, float64, uint8, int8, int32, int64, bool)")
     if rw.values[x].dtype == dst:
         view(rw, node, x, rw.values[out].shape, out)
         return
@@ -189,8 +189,8 @@ for _op in _LOGIC:
     define(_op, canonical=canonical_keep, lower=logic, layout=Layout.FOLLOW, dtypes=BOOL, check=broadcast_shape)
 define("Not", canonical=canonical_keep, lower=logic, layout=Layout.FOLLOW, dtypes=BOOL, check=same_shape)
 for _op in ("IsNaN", "IsInf"):
-    define(_op, canonical=canonical_nan_or_inf, lower=nan_or_inf, layout=Layout.FOLLOW, dtypes=frozenset({"float32"}),
-           check=same_shape)
+    define(_op, canonical=canonical_nan_or_inf, lower=nan_or_inf, layout=Layout.FOLLOW,
+           dtypes=frozenset({"float32", "float64"}), check=same_shape)
 define("Where", canonical=canonical_keep, lower=where, layout=Layout.FOLLOW, dtypes=ALL_DTYPES,
        check=broadcast_shape)
 define("Cast", canonical=canonical_cast, lower=cast, layout=Layout.FOLLOW, dtypes=ALL_DTYPES, elementwise=True,
