@@ -125,7 +125,8 @@ _UNKNOWN = OpDef("?")
 
 # Why a float64 tensor computed at run time is refused by an op, and what does build.
 FLOAT64_NOTE = ("; aot computes float64 at run time in arithmetic (Add, Sub, Mul, Div, Min, Max, Neg, Abs), "
-                "comparisons, Cast, Where and ops that move values; elsewhere only where it folds at compile time")
+                "MatMul, sums, means, extrema and products, comparisons, Cast, Where and ops that move values; "
+                "elsewhere only where it folds at compile time")
 
 
 def define(name: str, **facts: Any) -> OpDef:

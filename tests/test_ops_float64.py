@@ -75,6 +75,33 @@ def test_float32_cast_to_float64_and_back():
     assert not outputs["overflow"].any()
 
 
+def test_float64_matrix_products_and_reductions():
+    # Summation order may differ from onnxruntime's (its double GEMM blocks the sum): compared within a
+    # few float64 ulps of the sums' magnitudes, far below float32's 6e-8.
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("MatMul", ["xw", "v"], ["xwv"]),
+             helper.make_node("Relu", ["xwv"], ["r"]),
+             helper.make_node("ReduceSum", ["r", "last"], ["total"], keepdims=0),
+             helper.make_node("ReduceMean", ["xw"], ["mean"], axes=[0, 2], keepdims=1),
+             helper.make_node("ReduceMax", ["x"], ["top"], axes=[1], keepdims=0)]
+    model = _model(nodes, [("x", D, [2, 5, 7]), ("v", D, [2, 9, 3])],
+                   [("total", D, [2, 5]), ("mean", D, [1, 5, 1]), ("top", D, [2, 7])],
+                   [("w", RNG.standard_normal((7, 9))), ("last", np.array([-1], np.int64))])
+    model.opset_import[0].version = 13     # ReduceSum's axes an input, the others' an attribute
+    feeds = {"x": RNG.standard_normal((2, 5, 7)), "v": RNG.standard_normal((2, 9, 3))}
+    result = aot.check(model, inputs=feeds)
+    assert result.ok and result.reference_used == "onnxruntime"
+    for name, got in result.outputs.items():
+        assert got.dtype == np.float64
+        np.testing.assert_allclose(got, result.reference[name], rtol=1e-13, atol=1e-13)
+
+
+def test_float64_reductions_that_call_math_functions_are_refused(tmp_path):
+    model = _model([helper.make_node("ReduceL2", ["x"], ["y"], name="norm", keepdims=0)], [("x", D, [3, 4])],
+                   [("y", D, [])])
+    with pytest.raises(aot.errors.UnsupportedOpError, match=r"'norm' \(ReduceL2\).*float64: ReduceMax"):
+        aot.build(model, out_dir=tmp_path)
+
+
 @pytest.mark.qemu
 @pytest.mark.parametrize("target", ["aarch64", "cortex-m7"])
 def test_float64_on_targets_with_double_precision(target):

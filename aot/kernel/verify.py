@@ -152,8 +152,8 @@ class _Verifier:
             if (e.a.dtype, e.a.lanes) != (e.b.dtype, e.b.lanes):
                 raise self.fail(f"{e.op} of {e.a.dtype}x{e.a.lanes} and {e.b.dtype}x{e.b.lanes}")
         elif isinstance(e, k.Fma):
-            if len({(x.dtype, x.lanes) for x in (e.a, e.b, e.c)}) != 1 or e.c.dtype != "f32":
-                raise self.fail("fma operands differ in type or lanes, or are not f32")
+            if len({(x.dtype, x.lanes) for x in (e.a, e.b, e.c)}) != 1 or e.c.dtype not in k.FLOATS:
+                raise self.fail("fma operands differ in type or lanes, or are not floats")
         elif isinstance(e, k.Select):
             if e.cond.dtype != "i1" or e.cond.lanes not in (1, e.a.lanes):
                 raise self.fail(f"select on a {e.cond.dtype}x{e.cond.lanes} condition")

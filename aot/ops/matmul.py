@@ -39,7 +39,7 @@ def matmul(ctx: LowerContext, node: Node, name: str) -> Kernel:
             for blk in channel_blocks(n, ctx.target.lanes, 4):
                 with b.loop("cb", 0, blk.count) as cb:
                     col = b.let("col", blk.start + cb * blk.width)
-                    accs = [b.local("acc", const(0.0, "f32", blk.lanes)) for _ in range(blk.nr)]
+                    accs = [b.local("acc", const(0.0, a.dtype, blk.lanes)) for _ in range(blk.nr)]
                     with b.loop("k", 0, k) as r:
                         av = b.let("a", a[a_off + i * k + r])
                         for j, acc in enumerate(accs):
@@ -85,7 +85,7 @@ def canonical_matmul(rw: Rewriter, node: Node) -> None:
         _lift_vectors(rw, node)
         return
     ashape, bshape, oshape = rw.values[a].shape, rw.values[b].shape, rw.values[out].shape
-    if b in rw.constants and len(bshape) == 2:
+    if b in rw.constants and len(bshape) == 2 and rw.values[a].dtype == "float32":     # float64: this kernel
         k, n = bshape
         rows = int(np.prod(ashape[:-1], dtype=np.int64))
         a2 = a if len(ashape) == 2 else view(rw, node, a, (rows, k))
@@ -98,4 +98,4 @@ def canonical_matmul(rw: Rewriter, node: Node) -> None:
 
 
 define("MatMul", canonical=canonical_matmul, lower=matmul, macs=_macs, fusion=Fusion.ANCHOR,
-       quant=QuantForm.MATRIX, quant_acts=True)
+       quant=QuantForm.MATRIX, quant_acts=True, dtypes=frozenset({"float32", "float64"}))

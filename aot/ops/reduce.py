@@ -49,9 +49,12 @@ _FNS: dict[str, tuple[float, Callable[[Expr], Expr], Callable[[Expr, Expr], Expr
     "l1": (0.0, kmath.fabs, _add, _same), "l2": (0.0, _square, _add, kmath.sqrt),
     "sum_square": (0.0, _square, _add, _same), "log_sum": (0.0, _same, _add, kmath.log),
 }
+# Reductions of plain arithmetic, which float64 computes too (the others call float32 math functions).
+_FLOAT64_FNS = frozenset({"sum", "mean", "max", "min", "prod", "sum_square"})
 _OPS = {"ReduceMean": "mean", "ReduceMax": "max", "ReduceMin": "min", "ReduceSum": "sum", "ReduceProd": "prod",
         "ReduceL1": "l1", "ReduceL2": "l2", "ReduceSumSquare": "sum_square", "ReduceLogSum": "log_sum",
         "ReduceLogSumExp": "log_sum_exp"}
+_FLOAT64_OPS = frozenset(op for op, fn in _OPS.items() if fn in _FLOAT64_FNS)
 
 
 def reduce(ctx: LowerContext, node: Node, name: str) -> Kernel:
@@ -68,7 +71,7 @@ def reduce(ctx: LowerContext, node: Node, name: str) -> Kernel:
     b = Builder()
 
     def accumulate(src: Expr, width: int, init: float, each, combine) -> Expr:
-        acc = b.local("acc", const(init, "f32", width))
+        acc = b.local("acc", const(init, "f64" if ins[0].dtype == "f64" else "f32", width))
 
         def walk(depth: int, off: Expr) -> None:
             if depth == len(reduced):
@@ -166,8 +169,10 @@ def canonical_reduce(rw: Rewriter, node: Node) -> None:
     x, out = node.inputs[0], node.outputs[0]
     shape = rw.values[x].shape
     fn = _OPS[node.op]
-    if rw.values[x].dtype != "float32":
-        raise refuse(node, f"only float32 data is supported, not {rw.values[x].dtype}")
+    dtype = rw.values[x].dtype
+    if dtype != "float32" and not (dtype == "float64" and fn in _FLOAT64_FNS):
+        also = f" (float64: {', '.join(sorted(_FLOAT64_OPS))})" if dtype == "float64" else ""
+        raise refuse(node, f"only float32 data is supported, not {dtype}{also}")
     keepdims = bool(node.attrs.get("keepdims", 1))
     axes_input = node.inputs[1] if len(node.inputs) > 1 else ""
     if axes_input and axes_input not in rw.constants:
@@ -195,8 +200,9 @@ def _reduce_to(rw: Rewriter, node: Node, fn: str, axes: Iterable[int], keepdims:
         _each_element(rw, node, fn, target)
         return
     kept = tuple(1 if i in axes else d for i, d in enumerate(shape))
-    reduced = target if keepdims else rw.value(target + "_keepdims", kept)
-    if len(shape) == 4 and axes == (2, 3) and fn in ("mean", "max"):      # global pooling
+    reduced = target if keepdims else rw.like(target + "_keepdims", target, kept)
+    if len(shape) == 4 and axes == (2, 3) and fn in ("mean", "max") and rw.values[x].dtype == "float32":
+        # global pooling
         rw.add("GlobalAveragePool" if fn == "mean" else "GlobalMaxPool", node.name, [x], [reduced])
     else:
         rw.add("Reduce", node.name, [x], [reduced], fn=fn, axes=axes)
@@ -220,5 +226,5 @@ def _each_element(rw: Rewriter, node: Node, fn: str, target: str) -> None:
 
 
 define("Reduce", lower=reduce, layout=Layout.FOLLOW, axis_attrs={"axes": AxisAttr.AXES})
-for _op in _OPS:      # float32 data; int64 for axes computed at run time
-    define(_op, canonical=canonical_reduce, dtypes=FLOAT | {"int64"})
+for _op in _OPS:      # float32 data (float64 for some); int64 for axes computed at run time
+    define(_op, canonical=canonical_reduce, dtypes=FLOAT | {"int64", "float64"})
