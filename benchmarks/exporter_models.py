@@ -1,0 +1,596 @@
+"""How aot handles what PyTorch's two ONNX exporters emit today.
+
+wild_models.py tries models that were exported once, by someone, with some exporter; this script makes
+its own from code, so that each one comes both from the TorchScript exporter
+(`torch.onnx.export(..., dynamo=False, opset_version=17)`) and from the dynamo exporter
+(`torch.onnx.export(..., dynamo=True)`, its default opset, weights possibly as external data), and then
+builds each file with aot for a target, runs it through the C API (under the target's emulator for a
+cross target) and compares it with onnxruntime, reusing wild_models.py's checks (ONNX's reference
+implementation and the float64 arbitration judge a difference before it is called WRONG).
+
+The models (random weights, nothing is downloaded; BatchNorm statistics come from a few forward passes
+of random data in train mode, so activations are not ~1e-9):
+
+    torchvision   mobilenet_v2, mobilenet_v3_small, resnet18, squeezenet1_1, shufflenet_v2_x0_5,
+                  efficientnet_b0                                     (1x3x96x96)
+    timm          mobileone_s0 (reparameterized, as deployed), vit_tiny_patch16_224 at img_size 96
+    transformers  BERT, DistilBERT, GPT-2 (with an attention mask), GPT-2 with past key/values,
+                  ViT (64x64)                  small configs: hidden 128, 2 layers, 4 heads, FFN 256
+
+Token ids are drawn from the vocabulary, attention masks are ones with the last positions zero.
+
+Install (torch pinned to the CPU wheel; torchvision, timm and transformers without their dependencies):
+
+    .venv/bin/pip install torch==2.13.0
+    .venv/bin/pip install --no-deps torchvision==0.28.0 timm transformers regex safetensors \\
+        huggingface_hub tokenizers onnxscript
+    .venv/bin/pip install httpx2 click onnx_ir
+
+Run:
+
+    .venv/bin/python benchmarks/exporter_models.py [/tmp/exported] [--target host] [--only REGEX]
+        [--jobs 1] [--timeout 900] [--no-export] [--json out.json] [--repros /tmp/exporter_repros]
+
+Each model is exported in its own spawned process (a failing export is a row too); each exported file
+is built and checked in its own forked worker that never imports torch. The table (markdown) gives per
+file: model | exporter | nodes (top-level graph) | status | build s | max abs err | output scale, where
+status is
+
+    ok                   matched onnxruntime (or a difference that ONNX's reference implementation or
+                         the float64 arbitration puts on onnxruntime's side: see the notes below the table)
+    refused: REASON      aot raised one of its own errors (the first line of its message)
+    WRONG                outputs differ and aot is the wrong side
+    crash: ERROR         an InternalError or any other exception, or the worker died
+    timeout              over --timeout seconds
+    export failed: ERR   PyTorch could not export the model
+
+`max abs err` is the largest |aot - onnxruntime| over the outputs, `output scale` the largest magnitude
+of onnxruntime's outputs. Below the table, every failure is listed with a command that reproduces it
+(`aot run FILE --target T --inputs FILE.npz`, the inputs the script used saved beside the model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import multiprocessing.connection
+import re
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import wild_models  # noqa: E402 - a sibling script, found through the path set above
+
+EXPORTERS = ("torchscript", "dynamo")
+IMAGE = 96              # side of the torchvision / timm inputs
+SEQ = 16                # tokens of the transformers inputs
+VOCAB = 1000            # vocabulary of the small transformers configs
+PAD = 3                 # attention-mask positions at the end that are zero
+PAST = 8                # cached tokens of GPT-2 with past key/values
+
+
+@dataclass
+class Row:
+    model: str
+    exporter: str
+    path: str = ""
+    nodes: int = 0
+    opset: int = 0
+    status: str = "crash"
+    message: str = ""
+    build_seconds: float = 0.0
+    max_abs: float | None = None
+    scale: float | None = None
+    note: str = ""
+    command: str = ""
+
+
+# --- the models (built only in the export processes: the parent never imports torch) ------------------
+
+def _torchvision():
+    import torch
+
+    try:
+        import torchvision
+    except RuntimeError as err:
+        # A torchvision wheel built for CUDA cannot load its C++ ops next to a CPU-only torch, and its
+        # import then fails registering a fake kernel for torchvision::nms. The models need none of the
+        # ops: declare the two schemas it registers unconditionally, and import again.
+        if "torchvision::nms" not in str(err):
+            raise
+        for name in list(sys.modules):
+            if name == "torchvision" or name.startswith("torchvision."):
+                del sys.modules[name]
+        lib = torch.library.Library("torchvision", "DEF")
+        lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        _torchvision.keep = lib         # the schemas live as long as the library object
+        import torchvision
+    return torchvision
+
+
+def _calibrate(model, make_input, passes: int = 4):
+    """BatchNorm running statistics from random data: a few forward passes in train mode."""
+    import torch
+
+    model.train()
+    with torch.no_grad():
+        for _ in range(passes):
+            model(*make_input())
+    return model.eval()
+
+
+def _image_model(build):
+    import torch
+
+    def make():
+        torch.manual_seed(0)
+        model = build()
+        batch = lambda: (torch.randn(4, 3, IMAGE, IMAGE),)
+        model = _calibrate(model, batch)
+        return model, (torch.randn(1, 3, IMAGE, IMAGE),), ["input"], ["output"]
+    return make
+
+
+def _tv(name: str):
+    return _image_model(lambda: getattr(_torchvision().models, name)(weights=None))
+
+
+def _timm(name: str, reparameterize: bool = False, **kwargs):
+    def build():
+        _torchvision()
+        import timm
+
+        model = timm.create_model(name, pretrained=False, **kwargs)
+        return model
+    make = _image_model(build)
+    if not reparameterize:
+        return make
+
+    def make_reparameterized():
+        from timm.utils.model import reparameterize_model
+
+        model, args, inputs, outputs = make()
+        return reparameterize_model(model).eval(), args, inputs, outputs
+    return make_reparameterized
+
+
+def _tokens(batch: int = 1):
+    import torch
+
+    ids = torch.randint(0, VOCAB, (batch, SEQ), dtype=torch.int64)
+    mask = torch.ones(batch, SEQ, dtype=torch.int64)
+    mask[:, SEQ - PAD:] = 0
+    return ids, mask
+
+
+def _small(config_class, **kwargs):
+    return config_class(vocab_size=VOCAB, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=256, **kwargs)
+
+
+class _Tuple:
+    """A transformers model as a module returning plain tensors (no ModelOutput, no cache)."""
+
+    def __new__(cls, model, keys):
+        import torch
+
+        class Wrapped(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.model = model
+
+            def forward(self, *args):
+                out = self.model(*args, return_dict=True)
+                return tuple(out[k] for k in keys)
+        return Wrapped().eval()
+
+
+def _bert():
+    import torch
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    model = BertModel(_small(BertConfig, max_position_embeddings=64)).eval()
+    return _Tuple(model, ["last_hidden_state", "pooler_output"]), _tokens(), \
+        ["input_ids", "attention_mask"], ["last_hidden_state", "pooler_output"]
+
+
+def _distilbert():
+    import torch
+    from transformers import DistilBertConfig, DistilBertModel
+
+    torch.manual_seed(0)
+    config = DistilBertConfig(vocab_size=VOCAB, dim=128, n_layers=2, n_heads=4, hidden_dim=256,
+                              max_position_embeddings=64)
+    model = DistilBertModel(config).eval()
+    return _Tuple(model, ["last_hidden_state"]), _tokens(), ["input_ids", "attention_mask"], ["last_hidden_state"]
+
+
+def _gpt2_config():
+    from transformers import GPT2Config
+
+    return GPT2Config(vocab_size=VOCAB, n_embd=128, n_layer=2, n_head=4, n_inner=256, n_positions=64,
+                      bos_token_id=0, eos_token_id=0, use_cache=False)
+
+
+def _gpt2():
+    import torch
+    from transformers import GPT2Model
+
+    torch.manual_seed(0)
+    model = GPT2Model(_gpt2_config()).eval()
+
+    class WithMask(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask):
+            return self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
+                              return_dict=True).last_hidden_state
+    return WithMask().eval(), _tokens(), ["input_ids", "attention_mask"], ["last_hidden_state"]
+
+
+def _gpt2_past():
+    """One decoding step of 4 new tokens after PAST cached ones: the cache as plain tensors in and out."""
+    import torch
+    from transformers import DynamicCache, GPT2Model
+
+    torch.manual_seed(0)
+    config = _gpt2_config()
+    model = GPT2Model(config).eval()
+    layers, heads, dim = config.n_layer, config.n_head, config.n_embd // config.n_head
+    new = 4
+
+    class WithPast(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, *past):
+            cache = DynamicCache(config=config)
+            for i in range(layers):
+                cache.update(past[2 * i], past[2 * i + 1], i)
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache,
+                             use_cache=True, return_dict=True)
+            present = out.past_key_values
+            flat = []
+            for i in range(layers):
+                layer = present.layers[i]
+                flat += [layer.keys, layer.values]
+            return (out.last_hidden_state, *flat)
+
+    ids = torch.randint(0, VOCAB, (1, new), dtype=torch.int64)
+    mask = torch.ones(1, PAST + new, dtype=torch.int64)
+    mask[:, PAST + new - 1:] = 0
+    past = tuple(torch.randn(1, heads, PAST, dim) for _ in range(2 * layers))
+    names = ["input_ids", "attention_mask"] + [f"past_{kv}_{i}" for i in range(layers) for kv in ("key", "value")]
+    outputs = ["last_hidden_state"] + [f"present_{kv}_{i}" for i in range(layers) for kv in ("key", "value")]
+    return WithPast().eval(), (ids, mask, *past), names, outputs
+
+
+def _hf_vit():
+    import torch
+    from transformers import ViTConfig, ViTModel
+
+    torch.manual_seed(0)
+    config = ViTConfig(image_size=64, patch_size=16, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                       intermediate_size=256)
+    model = ViTModel(config, add_pooling_layer=False).eval()
+    return _Tuple(model, ["last_hidden_state"]), (torch.randn(1, 3, 64, 64),), ["pixel_values"], \
+        ["last_hidden_state"]
+
+
+MODELS = {
+    "mobilenet_v2": _tv("mobilenet_v2"),
+    "mobilenet_v3_small": _tv("mobilenet_v3_small"),
+    "resnet18": _tv("resnet18"),
+    "squeezenet1_1": _tv("squeezenet1_1"),
+    "shufflenet_v2_x0_5": _tv("shufflenet_v2_x0_5"),
+    "efficientnet_b0": _tv("efficientnet_b0"),
+    "timm_mobileone_s0": _timm("mobileone_s0", reparameterize=True),
+    "timm_vit_tiny": _timm("vit_tiny_patch16_224", img_size=IMAGE),
+    "hf_bert": _bert,
+    "hf_distilbert": _distilbert,
+    "hf_gpt2": _gpt2,
+    "hf_gpt2_past": _gpt2_past,
+    "hf_vit": _hf_vit,
+}
+
+# Integer inputs: (lo, hi) of the random draw, or "mask" for ones with the last positions zero.
+INT_INPUTS = {"input_ids": (0, VOCAB), "attention_mask": "mask"}
+
+
+# --- exporting -----------------------------------------------------------------------------------------
+
+def _export_one(name: str, out: str, conn) -> None:
+    """In a spawned process: build the model and export it both ways; send {exporter: (path, error)}."""
+    import os
+    import warnings
+
+    import torch
+
+    os.dup2(2, 1)                       # the exporters' progress lines go to stderr, not into the table
+    warnings.filterwarnings("ignore")
+    results = {}
+    try:
+        _torchvision()                  # transformers and timm import torchvision too
+        model, args, inputs, outputs = MODELS[name]()
+    except Exception as err:  # noqa: BLE001 - reported as the model's row
+        conn.send({e: ("", f"cannot build the model: {type(err).__name__}: {wild_models.first_line(err)}")
+                   for e in EXPORTERS})
+        return
+    for exporter in EXPORTERS:
+        path = Path(out) / f"{name}.{exporter}.onnx"
+        for stale in (path, path.with_name(path.name + ".data")):
+            stale.unlink(missing_ok=True)
+        try:
+            with torch.no_grad():
+                if exporter == "torchscript":
+                    torch.onnx.export(model, args, str(path), dynamo=False, opset_version=17,
+                                      input_names=inputs, output_names=outputs)
+                else:
+                    torch.onnx.export(model, args, str(path), dynamo=True, input_names=inputs,
+                                      output_names=outputs)
+            results[exporter] = (str(path), "")
+        except Exception as err:  # noqa: BLE001 - reported as the file's row
+            results[exporter] = ("", f"{type(err).__name__}: {wild_models.first_line(err)}")
+    conn.send(results)
+
+
+def export_all(names: list[str], out: Path, timeout: float) -> dict[tuple[str, str], tuple[str, str]]:
+    """Each model in its own spawned process; (model, exporter) -> (path or '', error or '')."""
+    context = multiprocessing.get_context("spawn")
+    found = {}
+    for name in names:
+        start = time.monotonic()
+        receive, send = context.Pipe(duplex=False)
+        process = context.Process(target=_export_one, args=(name, str(out), send), daemon=True)
+        process.start()
+        send.close()
+        if receive.poll(timeout):
+            try:
+                got = receive.recv()
+            except EOFError:
+                got = {e: ("", f"the export process died (exit code {process.exitcode})") for e in EXPORTERS}
+        else:
+            process.kill()
+            got = {e: ("", f"export over {timeout:g} s") for e in EXPORTERS}
+        process.join()
+        for exporter, value in got.items():
+            found[(name, exporter)] = value
+        print(f"  exported {name} ({time.monotonic() - start:.0f} s)"
+              + "".join(f"; {e}: {err}" for e, (_, err) in got.items() if err), file=sys.stderr, flush=True)
+    return found
+
+
+def existing(names: list[str], out: Path) -> dict[tuple[str, str], tuple[str, str]]:
+    """--no-export: the files a previous run wrote."""
+    found = {}
+    for name in names:
+        for exporter in EXPORTERS:
+            path = out / f"{name}.{exporter}.onnx"
+            found[(name, exporter)] = (str(path), "") if path.exists() else ("", "not exported (--no-export)")
+    return found
+
+
+# --- building and checking -----------------------------------------------------------------------------
+
+def feeds_for(proto, seed: int = 0) -> dict[str, np.ndarray]:
+    """wild_models' random inputs, with token ids drawn from the vocabulary and attention masks of ones
+    whose last positions are zero (a padded batch)."""
+    from aot.reference import input_specs
+
+    ranges = {k: list(v) for k, v in INT_INPUTS.items() if isinstance(v, tuple)}
+    feeds = wild_models.random_feeds(_Spec(proto), ranges, seed)
+    for name, shape, _ in input_specs(proto):
+        if INT_INPUTS.get(name) == "mask":
+            mask = np.ones(shape, feeds[name].dtype)
+            mask[..., -(PAD if shape[-1] == SEQ else 1):] = 0
+            feeds[name] = mask
+    return feeds
+
+
+class _Spec:
+    """What wild_models.random_feeds reads of an artifact: .model.proto."""
+
+    def __init__(self, proto):
+        self.model = self
+        self.proto = proto
+
+
+def check_file(path: str, target: str, timeout: float) -> dict:
+    """Build for `target`, run through the C API and compare with onnxruntime; never raises."""
+    import onnx
+
+    import aot
+    from aot.errors import AotError, InternalError, first_line
+
+    got: dict = {"status": "crash"}
+    try:
+        proto = onnx.load(path, load_external_data=False)
+        got["nodes"] = len(proto.graph.node)
+        got["opset"] = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
+        feeds = feeds_for(proto)
+        np.savez(Path(path).with_suffix(".inputs.npz"), **feeds)
+        with tempfile.TemporaryDirectory(prefix="aot-exporter-") as tmp:
+            start = time.monotonic()
+            artifact = aot.build(path, target=target, out_dir=Path(tmp) / "build")
+            got["build_seconds"] = round(time.monotonic() - start, 1)
+            check = aot.check(artifact, feeds, timeout=timeout)
+            if check.comparisons:
+                got["max_abs"] = max(c.max_abs for c in check.comparisons)
+                got["scale"] = max(c.scale for c in check.comparisons)
+            bad = check.mismatches
+            if not bad:
+                got["status"] = "ok"
+                return got
+            worst = max(bad, key=lambda c: c.max_abs / max(c.scale, 1e-30))
+            what = f"output '{worst.output}': max abs error {worst.max_abs:.3g} (scale {worst.scale:.3g})"
+            if wild_models._matches_onnx_reference(artifact, check):
+                got["status"], got["note"] = "ok", f"onnxruntime differs ({what}); ONNX's reference agrees with aot"
+                return got
+            judged = aot.check(path, feeds, target=target, timeout=timeout)
+            if judged.ok:
+                got["status"], got["note"] = "ok", f"arbitrated in float64 ({what}): aot is right"
+            else:
+                got["status"], got["message"] = "WRONG", what
+                wrong = judged.arbitration.wrong if judged.arbitration is not None else None
+                if wrong is not None:
+                    got["message"] += f"; first wrong node {wrong.node} ({wrong.op}): {wrong.closeness()}"
+                elif judged.not_arbitrated:
+                    got["message"] += f"; not arbitrated: {judged.not_arbitrated}"
+    except InternalError as err:
+        got["status"], got["message"] = "crash", f"InternalError: {first_line(err)}"
+    except AotError as err:
+        got["status"], got["message"] = "refused", first_line(err)
+    except Exception as err:  # noqa: BLE001 - anything else is a bug in aot, recorded, never fatal
+        got["status"] = "crash"
+        got["message"] = (f"{type(err).__name__}: {first_line(err)} "
+                          f"(at {traceback.extract_tb(err.__traceback__)[-1].name})")
+    return got
+
+
+def _check_worker(path: str, target: str, timeout: float, conn) -> None:
+    conn.send(check_file(path, target, timeout))
+    conn.close()
+
+
+def check_all(rows: list[Row], target: str, jobs: int, timeout: float) -> None:
+    """Fill in each exported row, every file in its own forked worker, `jobs` at a time."""
+    context = multiprocessing.get_context("fork")
+    pending = [r for r in rows if r.path]
+    running: dict = {}                      # receiving end -> (process, row, start)
+
+    def finish(conn, row: Row, got: dict) -> None:
+        process = running.pop(conn)[0]
+        process.join()
+        conn.close()
+        for key, value in got.items():
+            setattr(row, key, value)
+        print(f"  {row.status:8} {row.model} {row.exporter} ({time.monotonic() - start:.0f} s)"
+              + (f": {row.message}" if row.message else ""), file=sys.stderr, flush=True)
+
+    while pending or running:
+        while pending and len(running) < jobs:
+            row = pending.pop(0)
+            receive, send = context.Pipe(duplex=False)
+            process = context.Process(target=_check_worker, args=(row.path, target, timeout, send), daemon=True)
+            process.start()
+            send.close()
+            running[receive] = (process, row, time.monotonic())
+        for conn in multiprocessing.connection.wait(list(running), timeout=1.0):
+            process, row, start = running[conn]
+            try:
+                got = conn.recv()
+            except EOFError:
+                process.join()
+                got = {"status": "crash", "message": f"the worker died (exit code {process.exitcode})"}
+            finish(conn, row, got)
+        for conn, (process, row, start) in list(running.items()):
+            if time.monotonic() - start > timeout:
+                process.kill()
+                finish(conn, row, {"status": "timeout", "message": f"over {timeout:g} s"})
+
+
+# --- report ----------------------------------------------------------------------------------------------
+
+def status_text(row: Row, width: int = 110) -> str:
+    if row.status in ("ok", "WRONG", "timeout"):
+        return row.status
+    text = f"{row.status}: {row.message}".replace("|", "\\|")
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def markdown(rows: list[Row]) -> str:
+    lines = ["| model | exporter | nodes | status | build s | max abs err | output scale |",
+             "|---|---|---:|---|---:|---:|---:|"]
+    for r in rows:
+        exporter = f"{r.exporter} (opset {r.opset})" if r.opset else r.exporter
+        lines.append(f"| {r.model} | {exporter} | {r.nodes or ''} | {status_text(r)} | "
+                     f"{r.build_seconds or ''} | "
+                     f"{'' if r.max_abs is None else f'{r.max_abs:.2g}'} | "
+                     f"{'' if r.scale is None else f'{r.scale:.3g}'} |")
+    return "\n".join(lines)
+
+
+def repro_command(row: Row, target: str) -> str:
+    inputs = Path(row.path).with_suffix(".inputs.npz")
+    return f".venv/bin/aot run {row.path} --target {target} --inputs {inputs}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", nargs="?", type=Path, default=Path("/tmp/exported"),
+                        help="directory for the exported files (default /tmp/exported)")
+    parser.add_argument("--target", default="host", help="aot target to build for (default host)")
+    parser.add_argument("--only", help="only models whose name matches this regular expression")
+    parser.add_argument("--exporter", choices=EXPORTERS, help="only this exporter's files")
+    parser.add_argument("--jobs", type=int, default=1, help="files built and checked at once (default 1)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per export or check (default 900)")
+    parser.add_argument("--no-export", action="store_true", help="check the files a previous run exported")
+    parser.add_argument("--json", type=Path, help="write every row to this file")
+    parser.add_argument("--repros", type=Path, help="write the failures' repro commands to DIR/README.md")
+    args = parser.parse_args(argv)
+
+    wall = time.monotonic()
+    names = [n for n in MODELS if not args.only or re.search(args.only, n)]
+    args.out.mkdir(parents=True, exist_ok=True)
+    files = existing(names, args.out) if args.no_export else export_all(names, args.out, args.timeout)
+    exporters = [args.exporter] if args.exporter else list(EXPORTERS)
+    rows = []
+    for name in names:
+        for exporter in exporters:
+            path, error = files[(name, exporter)]
+            rows.append(Row(name, exporter, path) if path else
+                        Row(name, exporter, status="export failed", message=error))
+    exported = time.monotonic()
+    check_all(rows, args.target, max(1, args.jobs), args.timeout)
+    for r in rows:
+        if r.path and r.status not in ("ok",):
+            r.command = repro_command(r, args.target)
+
+    import onnx
+    import onnxruntime
+
+    import aot
+
+    print(f"aot {aot.__version__}, target {args.target}, onnx {onnx.__version__}, "
+          f"onnxruntime {onnxruntime.__version__}, exported to {args.out}\n")
+    print(markdown(rows))
+    notes = [f"- {r.model} {r.exporter}: {r.note}" for r in rows if r.note]
+    failures = [r for r in rows if r.status != "ok"]
+    if notes:
+        print("\nnotes:\n" + "\n".join(notes))
+    if failures:
+        print("\nfailures (repro):")
+        for r in failures:
+            print(f"- {r.model} {r.exporter}: {r.status}: {r.message}" + (f"\n  `{r.command}`" if r.command else ""))
+    counts = {s: sum(r.status == s for r in rows) for s in dict.fromkeys(r.status for r in rows)}
+    print(f"\n{', '.join(f'{n} {s}' for s, n in counts.items())} of {len(rows)} files; "
+          f"export {exported - wall:.0f} s, build and check {time.monotonic() - exported:.0f} s, "
+          f"wall {time.monotonic() - wall:.0f} s")
+    if args.json:
+        import json
+
+        args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
+    if args.repros:
+        args.repros.mkdir(parents=True, exist_ok=True)
+        text = [f"# Failures of `benchmarks/exporter_models.py --target {args.target}`\n"]
+        for r in failures:
+            text.append(f"## {r.model} ({r.exporter})\n\n- file: `{r.path or '-'}`\n- status: {r.status}\n"
+                        f"- error: {r.message}\n" + (f"- repro: `{r.command}`\n" if r.command else ""))
+        (args.repros / "README.md").write_text("\n".join(text))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
