@@ -55,6 +55,18 @@ def make_model(
     return model
 
 
+def make_typed_model(nodes, inputs, outputs, opset: int = 17, inits=(), ir_version: int = 10) -> onnx.ModelProto:
+    """A model of any element types: inputs and outputs as (name, TensorProto type, shape) triples (a shape
+    may be None or hold dimension names), initializers as (name, array) pairs. Not checked here: a test
+    of a refusal may build what the checker would take but aot should refuse."""
+    graph = helper.make_graph(nodes, "aot_test", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+                              [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
+                              initializer=[numpy_helper.from_array(a, n) for n, a in inits])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = ir_version
+    return model
+
+
 def _load(model) -> onnx.ModelProto:
     if isinstance(model, onnx.ModelProto):
         return model

@@ -6,21 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
+from oracle import make_typed_model as _model
 
 import aot
 
 D, F, I64, B = TensorProto.DOUBLE, TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 RNG = np.random.default_rng(64)
-
-
-def _model(nodes, inputs, outputs, inits=()):
-    graph = helper.make_graph(nodes, "f64", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
-                              [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
-                              initializer=[numpy_helper.from_array(a, n) for n, a in inits])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
 
 
 def _check(model, feeds, target="host"):
@@ -48,7 +40,7 @@ def _arithmetic():
              helper.make_node("Cast", ["both"], ["whole"], to=I64)]
     inits = [("scale", RNG.standard_normal(5)), ("offset", RNG.standard_normal((3, 1))), ("floor", np.array(-0.75))]
     model = _model(nodes, [("x", D, [3, 5]), ("y", D, [3, 5])],
-                   [("both", D, [5, 6]), ("narrow", F, [5, 6]), ("whole", I64, [5, 6])], inits)
+                   [("both", D, [5, 6]), ("narrow", F, [5, 6]), ("whole", I64, [5, 6])], inits=inits)
     feeds = {"x": RNG.standard_normal((3, 5)) * 1e3, "y": RNG.standard_normal((3, 5)) + 0.1}
     return model, feeds
 
@@ -60,16 +52,16 @@ def test_float64_arithmetic_comparisons_and_movement():
 
 def test_float64_keeps_what_float32_would_lose():
     # 1 + 2**-40 is 1 in float32: a float32 kernel in disguise would return exactly 0 here.
-    model = _model([helper.make_node("Add", ["x", "tiny"], ["sum"]), helper.make_node("Sub", ["sum", "x"], ["y"])],
-                   [("x", D, [4])], [("y", D, [4])], [("tiny", np.full(4, 2.0 ** -40))])
+    nodes = [helper.make_node("Add", ["x", "tiny"], ["sum"]), helper.make_node("Sub", ["sum", "x"], ["y"])]
+    model = _model(nodes, [("x", D, [4])], [("y", D, [4])], inits=[("tiny", np.full(4, 2.0 ** -40))])
     outputs = _check(model, {"x": np.ones(4)})
     assert np.all(outputs["y"] == 2.0 ** -40)
 
 
 def test_float32_cast_to_float64_and_back():
-    model = _model([helper.make_node("Cast", ["x"], ["wide"], to=D), helper.make_node("Mul", ["wide", "wide"], ["sq"]),
-                    helper.make_node("IsInf", ["sq"], ["overflow"]), helper.make_node("Cast", ["sq"], ["y"], to=F)],
-                   [("x", F, [6])], [("y", F, [6]), ("overflow", B, [6])])
+    nodes = [helper.make_node("Cast", ["x"], ["wide"], to=D), helper.make_node("Mul", ["wide", "wide"], ["sq"]),
+             helper.make_node("IsInf", ["sq"], ["overflow"]), helper.make_node("Cast", ["sq"], ["y"], to=F)]
+    model = _model(nodes, [("x", F, [6])], [("y", F, [6]), ("overflow", B, [6])])
     x = np.array([1e20, -3e19, 1.5, 0.0, 2e-30, 7.0], np.float32)     # squares past float32's range, and below it
     outputs = _check(model, {"x": x})
     assert not outputs["overflow"].any()
@@ -83,10 +75,10 @@ def test_float64_matrix_products_and_reductions():
              helper.make_node("ReduceSum", ["r", "last"], ["total"], keepdims=0),
              helper.make_node("ReduceMean", ["xw"], ["mean"], axes=[0, 2], keepdims=1),
              helper.make_node("ReduceMax", ["x"], ["top"], axes=[1], keepdims=0)]
+    # opset 13: ReduceSum's axes an input, the others' an attribute
     model = _model(nodes, [("x", D, [2, 5, 7]), ("v", D, [2, 9, 3])],
-                   [("total", D, [2, 5]), ("mean", D, [1, 5, 1]), ("top", D, [2, 7])],
-                   [("w", RNG.standard_normal((7, 9))), ("last", np.array([-1], np.int64))])
-    model.opset_import[0].version = 13     # ReduceSum's axes an input, the others' an attribute
+                   [("total", D, [2, 5]), ("mean", D, [1, 5, 1]), ("top", D, [2, 7])], 13,
+                   inits=[("w", RNG.standard_normal((7, 9))), ("last", np.array([-1], np.int64))])
     feeds = {"x": RNG.standard_normal((2, 5, 7)), "v": RNG.standard_normal((2, 9, 3))}
     result = aot.check(model, inputs=feeds)
     assert result.ok and result.reference_used == "onnxruntime"

@@ -6,21 +6,13 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
+from oracle import make_typed_model as _model
 
 import aot
 
 RNG = np.random.default_rng(11)
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
-
-
-def _model(nodes, inputs, outputs, opset: int, inits=()) -> onnx.ModelProto:
-    graph = helper.make_graph(nodes, "functions", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
-                              [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
-                              initializer=[numpy_helper.from_array(a, n) for n, a in inits])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 10
-    return model
 
 
 def _check(model: onnx.ModelProto, feeds: dict, target: str = "host") -> dict:

@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from oracle import make_typed_model as _model
 
 import aot
 from aot.errors import ModelError, UnsupportedOpError
@@ -17,15 +18,6 @@ from aot.errors import ModelError, UnsupportedOpError
 RNG = np.random.default_rng(5)
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 STORED = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "simple")
-
-
-def _model(nodes, inputs, outputs, opset: int = 17, inits=()) -> onnx.ModelProto:
-    graph = helper.make_graph(nodes, "sequences", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
-                              [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
-                              initializer=[numpy_helper.from_array(a, n) for n, a in inits])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    return model
 
 
 def _check(model, feeds: dict, target: str = "host", **options) -> dict:
