@@ -78,7 +78,7 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 import aot
-from aot.errors import AotError, RunError, first_line
+from aot.errors import AotError, OptionError, RunError, first_line
 
 MAX_OPSET = 17
 DATA_TYPES = {TensorProto.FLOAT}
@@ -295,6 +295,8 @@ def run_case(case: Case, timeout: float = 120.0) -> Result:
             if status is not None:
                 return result("mismatch", *status, frozen=frozen)
     except AotError as err:
+        if isinstance(err, OptionError) and unfrozen:   # the value cannot be frozen (a string): say why it
+            return result("refused", unfrozen.removeprefix("refused: "))     # was refused unfrozen
         return result("refused", first_line(err), frozen=frozen)
     except Exception as err:  # noqa: BLE001 - anything else is a bug in aot, recorded, never fatal
         return result("crash", f"{type(err).__name__}: {first_line(err)} "
