@@ -51,6 +51,11 @@ written by hand) against their stored outputs, with the tolerance onnx's own run
 size of the stored input, as `--input-shape` would give it. `light` is not counted: its models store no
 inputs.
 
+`--float64` runs the selected cases widened to float64 (aot/graph/widen.py: every float tensor, constant
+and cast target made double) against onnxruntime running the widened model (rtol 1e-9, atol 1e-12:
+summation order may differ, float32's rounding may not). A case onnxruntime cannot run in double (its
+GRU, LSTM and a few more have no double kernel) has no reference and is counted apart.
+
 Each case runs in its own forked worker process, --jobs at a time. The table lists per op the tests,
 those passed with freezing and without, the most common failure, and the most common reason the
 unfrozen build failed where freezing then passed; then the totals of both figures.
@@ -238,6 +243,33 @@ def _static_input(graph: onnx.GraphProto, name: str) -> bool:
     vi = next(v for v in graph.input if v.name == name)
     t = vi.type.tensor_type
     return t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim)
+
+
+FLOAT64_RTOL, FLOAT64_ATOL = 1e-9, 1e-12
+
+
+def widened(cases: list[Case]) -> tuple[list[Case], int]:
+    """The cases in float64, their expected outputs onnxruntime's on the widened model; and how many
+    onnxruntime cannot run so."""
+    import onnxruntime
+
+    from aot.graph.widen import widen_model
+
+    result, unrunnable = [], 0
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 4
+    for case in cases:
+        model = widen_model(case.model)
+        inputs = {n: v.astype(np.float64) if v.dtype == np.float32 else v for n, v in case.data_sets[0][0].items()}
+        try:
+            session = onnxruntime.InferenceSession(model.SerializeToString(), options,
+                                                   providers=["CPUExecutionProvider"])
+            outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, inputs)))
+        except Exception:       # noqa: BLE001 - no double kernel, or the widened model is not one it loads
+            unrunnable += 1
+            continue
+        result.append(Case(case.name, case.op, model, [(inputs, outputs)], FLOAT64_RTOL, FLOAT64_ATOL))
+    return result, unrunnable
 
 
 def narrow(cases: list[Case], ops: str | None, pattern: str | None) -> list[Case]:
@@ -486,6 +518,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="leave out the function-expanded variants (counted by default)")
     parser.add_argument("--list", action="store_true", help="list the selected cases without running them")
     parser.add_argument("--json", type=Path, help="write every case's result to this file")
+    parser.add_argument("--float64", action="store_true", help="the selected cases widened to float64")
     parser.add_argument("--stored", action="store_true",
                         help="the stored model tests (simple, pytorch-converted, pytorch-operator) instead")
     args = parser.parse_args(argv)
@@ -501,6 +534,10 @@ def main(argv: list[str] | None = None) -> int:
     cases = narrow(selected, args.ops, args.cases)
     if len(cases) != len(selected):
         print(f"{len(cases)} cases after --ops/--cases")
+    if args.float64:
+        cases, unrunnable = widened(cases)
+        print(f"in float64: {len(cases)} cases; {unrunnable} more that onnxruntime cannot run in float64 "
+              "(no reference)")
     if args.list:
         print_table([(c.name, c.op) for c in cases], right=set())
         return 0
