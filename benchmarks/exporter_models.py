@@ -30,6 +30,10 @@ Run:
 
     .venv/bin/python benchmarks/exporter_models.py [/tmp/exported] [--target host] [--only REGEX]
         [--jobs 1] [--timeout 900] [--no-export] [--json out.json] [--repros /tmp/exporter_repros]
+    .venv/bin/python benchmarks/exporter_models.py --no-export --target cortex-m4 --memory flash=48M,ram=16M
+
+(for a Cortex-M4 the image models' float weights need more than its 4 MB of flash: --memory raises the
+limits of the build, which qemu's board runs)
 
 Each model is exported in its own spawned process (a failing export is a row too); each exported file
 is built and checked in its own forked worker that never imports torch. The table (markdown) gives per
@@ -407,7 +411,16 @@ class _Spec:
         self.proto = proto
 
 
-def check_file(path: str, target: str, timeout: float) -> dict:
+def parse_memory(text: str | None) -> dict[str, int] | None:
+    """'flash=8M,ram=512K' -> {'flash': 8388608, 'ram': 524288}, as aot's --memory."""
+    from aot.target import parse_size
+
+    if not text:
+        return None
+    return {key.strip(): parse_size(value.strip()) for key, value in (part.split("=", 1) for part in text.split(","))}
+
+
+def check_file(path: str, target: str, timeout: float, memory: dict[str, int] | None = None) -> dict:
     """Build for `target`, run through the C API and compare with onnxruntime; never raises."""
     import onnx
 
@@ -423,7 +436,7 @@ def check_file(path: str, target: str, timeout: float) -> dict:
         np.savez(Path(path).with_suffix(".inputs.npz"), **feeds)
         with tempfile.TemporaryDirectory(prefix="aot-exporter-") as tmp:
             start = time.monotonic()
-            artifact = aot.build(path, target=target, out_dir=Path(tmp) / "build")
+            artifact = aot.build(path, target=target, out_dir=Path(tmp) / "build", memory=memory)
             got["build_seconds"] = round(time.monotonic() - start, 1)
             check = aot.check(artifact, feeds, timeout=timeout)
             if check.comparisons:
@@ -438,7 +451,7 @@ def check_file(path: str, target: str, timeout: float) -> dict:
             if wild_models._matches_onnx_reference(artifact, check):
                 got["status"], got["note"] = "ok", f"onnxruntime differs ({what}); ONNX's reference agrees with aot"
                 return got
-            judged = aot.check(path, feeds, target=target, timeout=timeout)
+            judged = aot.check(path, feeds, target=target, timeout=timeout, memory=memory)
             if judged.ok:
                 got["status"], got["note"] = "ok", f"arbitrated in float64 ({what}): aot is right"
             else:
@@ -451,7 +464,7 @@ def check_file(path: str, target: str, timeout: float) -> dict:
     except InternalError as err:
         got["status"], got["message"] = "crash", f"InternalError: {first_line(err)}"
     except AotError as err:
-        got["status"], got["message"] = "refused", first_line(err)
+        got["status"], got["message"] = "refused", _reason(err)
     except Exception as err:  # noqa: BLE001 - anything else is a bug in aot, recorded, never fatal
         got["status"] = "crash"
         got["message"] = (f"{type(err).__name__}: {first_line(err)} "
@@ -459,12 +472,25 @@ def check_file(path: str, target: str, timeout: float) -> dict:
     return got
 
 
-def _check_worker(path: str, target: str, timeout: float, conn) -> None:
-    conn.send(check_file(path, target, timeout))
+def _reason(err: Exception) -> str:
+    """The error's first line; where that only introduces what follows ('compiling the harness ... failed:'),
+    with the line of the tool's output that says why (a linker's 'region ... overflowed', say)."""
+    from aot.errors import first_line
+
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    head = first_line(err)
+    if head.endswith(":") and len(lines) > 1:
+        why = next((line for line in lines[1:] if re.search(r"overflow|error|undefined", line)), lines[1])
+        head += " " + re.sub(r"^\S*/bin/ld: ", "ld: ", why)
+    return head
+
+
+def _check_worker(path: str, target: str, timeout: float, memory, conn) -> None:
+    conn.send(check_file(path, target, timeout, memory))
     conn.close()
 
 
-def check_all(rows: list[Row], target: str, jobs: int, timeout: float) -> None:
+def check_all(rows: list[Row], target: str, jobs: int, timeout: float, memory: dict[str, int] | None = None) -> None:
     """Fill in each exported row, every file in its own forked worker, `jobs` at a time."""
     context = multiprocessing.get_context("fork")
     pending = [r for r in rows if r.path]
@@ -483,7 +509,7 @@ def check_all(rows: list[Row], target: str, jobs: int, timeout: float) -> None:
         while pending and len(running) < jobs:
             row = pending.pop(0)
             receive, send = context.Pipe(duplex=False)
-            process = context.Process(target=_check_worker, args=(row.path, target, timeout, send), daemon=True)
+            process = context.Process(target=_check_worker, args=(row.path, target, timeout, memory, send), daemon=True)
             process.start()
             send.close()
             running[receive] = (process, row, time.monotonic())
@@ -522,9 +548,10 @@ def markdown(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def repro_command(row: Row, target: str) -> str:
+def repro_command(row: Row, target: str, memory: str | None = None) -> str:
     inputs = Path(row.path).with_suffix(".inputs.npz")
-    return f".venv/bin/aot run {row.path} --target {target} --inputs {inputs}"
+    limits = f" --memory {memory}" if memory else ""
+    return f".venv/bin/aot run {row.path} --target {target} --inputs {inputs}{limits}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -532,6 +559,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", nargs="?", type=Path, default=Path("/tmp/exported"),
                         help="directory for the exported files (default /tmp/exported)")
     parser.add_argument("--target", default="host", help="aot target to build for (default host)")
+    parser.add_argument("--memory", help="limits passed to aot.build, as aot's --memory: flash=8M,ram=512K "
+                        "(the image models' float weights exceed a Cortex-M4's 4 MB flash)")
     parser.add_argument("--only", help="only models whose name matches this regular expression")
     parser.add_argument("--exporter", choices=EXPORTERS, help="only this exporter's files")
     parser.add_argument("--jobs", type=int, default=1, help="files built and checked at once (default 1)")
@@ -553,10 +582,10 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(Row(name, exporter, path) if path else
                         Row(name, exporter, status="export failed", message=error))
     exported = time.monotonic()
-    check_all(rows, args.target, max(1, args.jobs), args.timeout)
+    check_all(rows, args.target, max(1, args.jobs), args.timeout, parse_memory(args.memory))
     for r in rows:
         if r.path and r.status not in ("ok",):
-            r.command = repro_command(r, args.target)
+            r.command = repro_command(r, args.target, args.memory)
 
     import onnx
     import onnxruntime
