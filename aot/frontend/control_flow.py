@@ -102,7 +102,7 @@ def select_between_branches(proto: onnx.ModelProto) -> onnx.ModelProto | None:
 
 
 def with_nodes(proto: onnx.ModelProto, nodes: list[onnx.NodeProto], initializers: list[onnx.TensorProto]
-                ) -> onnx.ModelProto:
+               ) -> onnx.ModelProto:
     """The model with these nodes and more initializers; value_info is inferred again from the nodes."""
     result = onnx.ModelProto()
     result.CopyFrom(proto)
@@ -154,7 +154,7 @@ def fresh_name(name: str, taken: set[str]) -> str:
 
 
 def inline_subgraph(sub: onnx.GraphProto, bindings: dict[str, str], prefix: str, taken: set[str]
-            ) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto], list[str]]:
+                    ) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto], list[str]]:
     """A subgraph's nodes and initializers with the names it defines renamed `<prefix><name>`;
     `bindings` maps its formal inputs to tensors of the main graph. Also returns what its outputs
     are called after renaming (a renamed local, a binding, or an outer-scope name)."""

@@ -948,17 +948,15 @@ def to_graph(model: LoadedModel) -> Graph:
 
 def _check_interface_dtypes(values: dict[str, Value], inputs: tuple[str, ...], outputs: tuple[str, ...],
                             label: str) -> None:
-    """The C API passes tensors of the dtypes kernels compute; a float64 or float16 input or output has
-    no kernel to read or write it, even where everything between folds."""
+    """The C API passes tensors of the dtypes kernels compute; a float16 input or output has no kernel to
+    read or write it, even where everything between folds."""
     for kind, names in (("input", inputs), ("output", outputs)):
         for name in names:
             dtype = values[name].dtype
             if dtype in _NO_KERNEL_DTYPES:
-                note = " (float64 builds only where it folds at compile time: constants, shape arithmetic)" \
-                    if dtype == "float64" else ""
                 raise UnsupportedOpError(f"{label}: graph {kind} '{name}' is {dtype}, which no kernel reads or "
-                                         f"writes; a compiled model's inputs and outputs are float32, integer or "
-                                         f"bool tensors{note}")
+                                         f"writes; a compiled model's inputs and outputs are float32, float64, "
+                                         f"integer or bool tensors")
 
 
 _NO_KERNEL_DTYPES = frozenset({"float16"})

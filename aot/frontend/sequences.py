@@ -61,7 +61,7 @@ class _Lowering:
         return int(numpy_helper.to_array(self.constants[name]).reshape(-1)[0])
 
     def where(self, node: onnx.NodeProto, index: int) -> str:
-        return f"{self.label}: node '{node.name or f'{node.op_type}_{index}'}' ({node.op_type})"
+        return _where(self.label, node, index)
 
     def lower(self, node: onnx.NodeProto, index: int) -> list[onnx.NodeProto] | None:
         """The nodes replacing `node`, or None if it stays as it is (its sequences unknown, or a
@@ -272,7 +272,6 @@ def lower_static_sequences(proto: onnx.ModelProto, label: str) -> onnx.ModelProt
             emitted[at].append(original)
         elif isinstance(elements, int):
             emitted[at].append(original)       # a SplitToSequence at run-time split points, as it was
-            kept[at] = True
         elif elements:
             emitted[at].append(onnx.helper.make_node("SequenceConstruct", elements, [name],
                                                      name=fresh_name(f"{name}/rebuilt", lowering.taken)))
@@ -302,9 +301,8 @@ def refuse_sequences(proto: onnx.ModelProto, label: str) -> None:
     for index, node in sorted(enumerate(g.node), key=lambda item: item[1].op_type in builders):
         if not _is_sequence_op(node):
             continue
-        where = f"{label}: node '{node.name or f'{node.op_type}_{index}'}' ({node.op_type})"
-        positions = {"SequenceInsert": 2, "SequenceErase": 1, "SequenceAt": 1}
-        at = positions.get(node.op_type)
+        where = _where(label, node, index)
+        at = _POSITION_INPUT.get(node.op_type)
         if at is not None and len(node.input) > at and node.input[at] and node.input[at] not in constants:
             raise UnsupportedOpError(
                 f"{where} reads or changes its sequence at position '{node.input[at]}', computed at run time; "
@@ -319,6 +317,14 @@ def refuse_sequences(proto: onnx.ModelProto, label: str) -> None:
         raise UnsupportedOpError(
             f"{where} builds or reads a sequence whose contents aot cannot follow at compile time; aot compiles "
             f"sequences only where every length and position is known at compile time")
+
+
+_POSITION_INPUT = {"SequenceInsert": 2, "SequenceErase": 1, "SequenceAt": 1}     # which input is the position
+
+
+def _where(label: str, node: onnx.NodeProto, index: int) -> str:
+    """The node as errors name it (an unnamed one as op_index)."""
+    return f"{label}: node '{node.name or f'{node.op_type}_{index}'}' ({node.op_type})"
 
 
 def _tensor_types(proto: onnx.ModelProto) -> dict[str, tuple[int, tuple[int, ...] | None]]:

@@ -201,8 +201,8 @@ def _reduce_to(rw: Rewriter, node: Node, fn: str, axes: Iterable[int], keepdims:
         return
     kept = tuple(1 if i in axes else d for i, d in enumerate(shape))
     reduced = target if keepdims else rw.like(target + "_keepdims", target, kept)
+    # global pooling, whose kernels are float32's
     if len(shape) == 4 and axes == (2, 3) and fn in ("mean", "max") and rw.values[x].dtype == "float32":
-        # global pooling
         rw.add("GlobalAveragePool" if fn == "mean" else "GlobalMaxPool", node.name, [x], [reduced])
     else:
         rw.add("Reduce", node.name, [x], [reduced], fn=fn, axes=axes)
