@@ -20,6 +20,7 @@ import numpy as np
 import onnx
 
 from aot.errors import OptionError, first_line
+from aot.reference import INDEX_RANGE
 
 IMAGES = (".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".pgm")
 
@@ -116,9 +117,18 @@ def _sample(arrays: dict[str, np.ndarray], feeds: dict, where: Path, option: str
     return sample
 
 
-def random_samples(feeds: dict, count: int = 16) -> list[dict[str, np.ndarray]]:
+def random_samples(feeds: dict, dtypes: dict[str, np.dtype] | None = None, count: int = 16
+                   ) -> list[dict[str, np.ndarray]]:
+    """--allow-random: normal noise for float inputs, small non-negative integers (as `aot run` draws them,
+    valid indices and masks) for integer ones."""
     rng = np.random.default_rng(0)
-    return [{n: rng.standard_normal(s).astype(np.float32) for n, s in feeds.items()} for _ in range(count)]
+
+    def draw(name, shape):
+        dtype = np.dtype((dtypes or {}).get(name, np.float32))
+        if np.issubdtype(dtype, np.integer) or dtype == np.bool_:
+            return rng.integers(0, 2 if dtype == np.bool_ else INDEX_RANGE, shape).astype(dtype)
+        return rng.standard_normal(shape).astype(dtype)
+    return [{n: draw(n, s) for n, s in feeds.items()} for _ in range(count)]
 
 
 def read_labels(path: Path, samples: list[dict[str, np.ndarray]]) -> np.ndarray:

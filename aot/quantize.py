@@ -35,6 +35,7 @@ import io
 import json
 import logging
 import tempfile
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -111,6 +112,7 @@ class Report:
     footprint: Footprint | None = None
     weights: tuple[WeightError, ...] = ()      # worst first
     auto_precision: dict | None = None          # --auto-precision: target dB, rounds, whether reached
+    unbounded: tuple[str, ...] = ()             # nodes kept in float: a value of theirs has no int8 scale
 
     def text(self) -> str:
         weights = "per channel" if self.per_channel else "per tensor"
@@ -127,6 +129,9 @@ class Report:
             lines.append(f"int16 activations (--int16): {', '.join(self.int16)}")
         if self.excluded:
             lines.append(f"kept in float: {', '.join(self.excluded)}")
+        if self.unbounded:
+            lines.append(f"kept in float, their values infinite or beyond {UNBOUNDED:g} (attention masks): "
+                         f"{', '.join(self.unbounded)}")
         if self.random_calibration:
             lines.append("WARNING: calibrated on random data (--allow-random): the scales fit noise, not the "
                          "model's real inputs; the errors below say little about real accuracy")
@@ -177,28 +182,32 @@ def quantize(model_path: str | Path, out: str | Path, calibration: str | Path | 
         tmp = Path(work)
         model, float_path = _float_model(model_path, freeze, input_shapes, tmp)
         feeds = _feeds(model, model_path)
+        dtypes = _dtypes(model)
         if calibration is None and not allow_random:
             raise OptionError(f"{model_path}: give --calibration DATA (an .npz of the inputs, samples on the first "
                               "axis, a directory of .npz/.npy files or ONNX test sets), or --allow-random to "
                               "calibrate on noise")
-        samples = random_samples(feeds) if calibration is None else \
-            load_calibration(Path(calibration), feeds, "--calibration", preprocess)
+        samples = random_samples(feeds, dtypes) if calibration is None else \
+            load_calibration(Path(calibration), feeds, "--calibration", preprocess, dtypes)
         compared = samples[:REPORT_SAMPLES] if evaluation is None else \
-            load_calibration(Path(evaluation), feeds, "--eval", preprocess)
+            load_calibration(Path(evaluation), feeds, "--eval", preprocess, dtypes)
         truth = read_labels(Path(labels), compared) if labels else None
         nodes, ops = _selection(model, exclude, "--exclude")
         promoted_nodes, promoted_ops = _selection(model, int16, "--int16")
         staged = tmp / "quantized.onnx"
         with progress.phase(f"calibrating {model_path.name} on {len(samples)} sample(s) and quantizing (onnxruntime)"):
-            pre, promoted = _onnxruntime_quantize(float_path, model_path, staged, samples, scheme, method,
-                                                  per_channel, nodes, ops, promoted_nodes, promoted_ops)
-        with progress.phase(f"measuring the quantized model against the float one on {len(compared)} sample(s)"):
+            pre, promoted, unbounded = _onnxruntime_quantize(float_path, model_path, staged, samples, scheme,
+                                                             method, per_channel, nodes, ops, promoted_nodes,
+                                                             promoted_ops)
+        with progress.phase(f"measuring the quantized model against the float one on {len(compared)} sample(s)"), \
+                _quiet():
             outputs, tensors = _errors(model, float_path, staged, compared, tmp, truth)
         weights = _weight_errors(pre, onnx.load(str(staged)))
         footprint = _footprint(staged, target) if target else None
         report = Report(model_path.name, scheme, method, per_channel, tuple(sorted(nodes | ops)), len(samples),
                         calibration is None, outputs, tensors, tuple(sorted(promoted)), dict(input_shapes or {}),
-                        len(compared), evaluation is not None, footprint, weights)
+                        len(compared), evaluation is not None, footprint, weights,
+                        unbounded=tuple(sorted(unbounded)))
         out.parent.mkdir(parents=True, exist_ok=True)      # only once there is something to write
         staged.replace(out)
     _write_report(report, out)
@@ -243,6 +252,7 @@ def _onnxruntime_quantize(float_path: Path, model_path: Path, staged: Path, samp
     except Exception as err:
         raise ModelError(f"{model_path}: onnxruntime's quant_pre_process failed: {first_line(err)}") from None
     pre = onnx.load(str(pre_path))
+    unbounded = _unbounded(pre, pre_path, samples[:UNBOUNDED_SAMPLES])
     wide = scheme == "a16w8"
     activations = QuantType.QInt16 if wide else QuantType.QInt8
     promoted = _promoted(pre, promoted_nodes, promoted_ops)
@@ -252,12 +262,37 @@ def _onnxruntime_quantize(float_path: Path, model_path: Path, staged: Path, samp
             weight_type=QuantType.QInt8, activation_symmetric=wide, weight_symmetric=True, per_channel=per_channel,
             tensor_quant_overrides=_overrides(pre, activations, wide, promoted),
             keep_removable_activations=bool(promoted),      # a signed int16 range would not clamp for Relu
-            op_types_to_quantize=sorted({n.op_type for n in pre.graph.node} - ops), nodes_to_exclude=sorted(nodes))
+            op_types_to_quantize=sorted({n.op_type for n in pre.graph.node} - ops),
+            nodes_to_exclude=sorted(nodes | unbounded))
         with _quiet():
             ort_quantize(str(pre_path), str(staged), config)
     except Exception as err:    # onnxruntime's own failures: one line naming the model
         raise ModelError(f"{model_path}: onnxruntime's quantizer failed: {first_line(err)}") from None
-    return pre, promoted
+    return pre, promoted, unbounded
+
+
+# A tensor holding values this large (or infinite, or NaN) has no int8 scale: the masks attention adds
+# (-inf, or float32's lowest, where a token is padding) would take every other value to one code.
+UNBOUNDED = 1e30
+UNBOUNDED_SAMPLES = 4       # calibration samples run to find them
+
+
+def _unbounded(pre: onnx.ModelProto, pre_path: Path, samples: list[dict]) -> set[str]:
+    """The nodes that read or write a float tensor with a value no int8 scale covers (UNBOUNDED), in the
+    constants or in the activations of a few calibration samples: they stay in float."""
+    from onnxruntime.quantization import qdq_loss_debug as debug
+
+    def bad(array) -> bool:
+        array = np.asarray(array)
+        return array.dtype.kind == "f" and array.size > 0 and not bool(np.all(np.abs(array) < UNBOUNDED))
+
+    names = {t.name for t in pre.graph.initializer if bad(onnx.numpy_helper.to_array(t))}
+    augmented = pre_path.with_name("pre_tensors.onnx")
+    debug.modify_model_output_intermediate_tensors(str(pre_path), str(augmented))
+    with _quiet():
+        activations = debug.collect_activations(str(augmented), iter(samples))
+    names |= {name for name, arrays in activations.items() if any(bad(a) for a in arrays)}
+    return {node.name for node in pre.graph.node if names & {*node.input, *node.output}}
 
 
 class _Reader:
@@ -284,7 +319,10 @@ def _quiet():
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            # numpy's warnings from inside onnxruntime's calibration (a tensor of -inf masks, whose scale
+            # onnxruntime computes even where the node stays in float)
+            warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"onnxruntime\.")
             yield
     finally:
         logger.setLevel(level)
@@ -410,6 +448,12 @@ def _feeds(model: onnx.ModelProto, path: Path) -> dict[str, tuple[int, ...]]:
                              f"quantizer needs static shapes: give --input-shape {vi.name}=DIMS")
         feeds[vi.name] = tuple(d.dim_value for d in dims)
     return feeds
+
+
+def _dtypes(model: onnx.ModelProto) -> dict[str, np.dtype]:
+    """The element type of each run-time input: token ids and masks stay integers."""
+    return {vi.name: np.dtype(onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
+            for vi in model.graph.input}
 
 
 def _selection(model: onnx.ModelProto, names: tuple[str, ...], option: str) -> tuple[set[str], set[str]]:
