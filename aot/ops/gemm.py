@@ -14,6 +14,7 @@ from aot.ops.conv import amx
 from aot.ops.conv.arith import _arith, _long_arith, _minus_zero_point, dot_style
 from aot.ops.conv.dense import lower_dense
 from aot.ops.conv.geometry import Geometry
+from aot.ops.rewrite import view
 from aot.registry import MATRIX_OPERANDS, Fusion, QuantForm, define
 
 
@@ -45,8 +46,8 @@ def gemm(ctx: LowerContext, node: Node, name: str) -> Kernel:
 
 
 def canonical_gemm(rw: Rewriter, node: Node) -> None:
-    if node_quant(rw.values, node) is not None:     # already x (M,K) @ w (K,N) + bias (lower_quantized)
-        rw.keep(node)
+    if node_quant(rw.values, node) is not None:     # already x (..., K) @ w (K,N) + bias (lower_quantized)
+        _integer_rows(rw, node)
         return
     a, b = node.inputs[:2]
     c = node.inputs[2] if len(node.inputs) > 2 else ""
@@ -73,6 +74,20 @@ def canonical_gemm(rw: Rewriter, node: Node) -> None:
     rw.add("Gemm", node.name, [a, w, bias], [out])
     if rest:
         rw.add("Add", node.name + "_c", [out, rest], node.outputs)
+
+
+def _integer_rows(rw: Rewriter, node: Node) -> None:
+    """An integer Gemm from a MatMul of a (..., M, K) tensor: the same product on the (rows, K) view."""
+    x, out = node.inputs[0], node.outputs[0]
+    shape = rw.values[x].shape
+    if len(shape) == 2:
+        rw.keep(node)
+        return
+    rows = int(np.prod(shape[:-1], dtype=np.int64))
+    flat = view(rw, node, x, (rows, shape[-1]))
+    product = rw.like(out + "_2d", out, (rows, rw.values[out].shape[-1]))
+    rw.keep(node.with_(inputs=(flat,) + node.inputs[1:], outputs=(product,)))
+    view(rw, node, product, rw.values[out].shape, out)
 
 
 def _split_bias(rw: Rewriter, c: str, beta: float, m: int, n: int) -> tuple[str, str]:

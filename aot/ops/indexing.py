@@ -17,7 +17,7 @@ from aot.kernel.ir import Buffer, Builder, Cast, Expr, Kernel, Var, binop, const
 from aot.ops import DTYPES, LowerContext
 from aot.ops.movement import _strides, copy_loops
 from aot.ops.rewrite import const_input, fed_input, refuse, view
-from aot.registry import ALL_DTYPES, define, same_shape
+from aot.registry import ALL_DTYPES, QuantForm, define, same_shape
 
 NUMERIC = frozenset({"float32", "int8", "uint8", "int32", "int64"})
 INDICES = frozenset({"int32", "int64"})
@@ -441,7 +441,7 @@ def _indices_like_data(graph: Graph, node: Node) -> str | None:
     return None if got == want else f"output shape {list(got)}, expected {list(want)}"
 
 
-define("Gather", canonical=canonical_gather, lower=gather, dtypes=ALL_DTYPES)
+define("Gather", canonical=canonical_gather, lower=gather, dtypes=ALL_DTYPES, quant=QuantForm.MOVE)
 define("GatherElements", canonical=canonical_gather_elements, lower=gather_elements, dtypes=ALL_DTYPES,
        check=_indices_like_data)
 define("GatherND", canonical=canonical_gather_nd, lower=gather_nd, dtypes=ALL_DTYPES)

@@ -97,6 +97,17 @@ class _Chains:
             return None
         return node.inputs[0], self.encodings[node.inputs[0]]
 
+    def constant_codes(self, rw: Rewriter, name: str) -> tuple[str, QuantParams] | None:
+        """(the codes as a constant carrying their encoding, that encoding) if `name` is a DequantizeLinear
+        of constant codes with one scale and zero point."""
+        node = self.producers.get(name)
+        if node is None or node.op != "DequantizeLinear" or node.inputs[0] not in self.graph.constants:
+            return None
+        params = _per_tensor(self.graph, node)
+        if params is None:
+            return None
+        return rw.constant(f"{node.inputs[0]}_codes", self.graph.constants[node.inputs[0]], params), params
+
     def weight(self, name: str, channel_axis: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """(integer weights, per-channel scale, per-channel zero point) of a DequantizeLinear of a constant."""
         node = self.producers.get(name)
@@ -176,18 +187,28 @@ def _match(chains: _Chains, rw: Rewriter, node: Node) -> tuple[Node, list[Node]]
     attrs = {**node.attrs, "acts": tuple(("clip", b) for b in bounds)} if bounds else node.attrs
     if form is QuantForm.MATRIX:
         return _match_matrix(chains, rw, node.with_(attrs=attrs), y, swallowed)
+    if form is QuantForm.MOVE:
+        return _match_move(chains, rw, node, y, swallowed)
     parts = [chains.dequantized(i) for i in (node.inputs if form is QuantForm.CONCAT else node.inputs[:1])]
     if form is QuantForm.BINARY:
         parts.append(chains.dequantized(node.inputs[1]))
     if any(p is None for p in parts):
         return None
-    if form is QuantForm.MOVE:      # values move without arithmetic: integer only when nothing is rescaled
-        x, params = parts[0]
-        if not params.same_as(chains.encodings[y]) or rw.values[x].dtype != rw.values[y].dtype:
-            return None
-        return node.with_(inputs=(x,) + node.inputs[1:], outputs=(y,)), swallowed
     inputs = tuple(p[0] for p in parts) + node.inputs[len(parts):]    # a Clip keeps its constant bounds
     return node.with_(inputs=inputs, outputs=(y,), attrs=attrs), swallowed
+
+
+def _match_move(chains: _Chains, rw: Rewriter, node: Node, y: str, swallowed: list[Node]
+                ) -> tuple[Node, list[Node]] | None:
+    """An op that moves values without arithmetic, on the integer tensor (or the constant codes: an
+    embedding table) when nothing is rescaled: its input's encoding is the output's."""
+    source = chains.dequantized(node.inputs[0]) or chains.constant_codes(rw, node.inputs[0])
+    if source is None:
+        return None
+    x, params = source
+    if not params.same_as(chains.encodings[y]) or rw.values[x].dtype != rw.values[y].dtype:
+        return None
+    return node.with_(inputs=(x,) + node.inputs[1:], outputs=(y,)), swallowed
 
 
 def _requantize(chains: _Chains, node: Node) -> tuple[Node, list[Node]] | None:
@@ -235,7 +256,8 @@ def _recurrent_codes(chains: _Chains, rw: Rewriter, node: Node) -> tuple[Node, l
 def _match_matrix(chains: _Chains, rw: Rewriter, node: Node, y: str, swallowed: list[Node]) \
         -> tuple[Node, list[Node]] | None:
     """Conv, Gemm, MatMul by a constant: integer weights with per-output-channel parameters (Gemm and
-    MatMul as (K, N) with channels last) and an int32 bias (or a float one, as the model has it)."""
+    MatMul as (K, N) with channels last) and an int32 bias (or a float one, as the model has it). A MatMul
+    of a (..., M, K) tensor becomes a Gemm of that rank, which canonicalize views as (rows, K)."""
     x = chains.dequantized(node.inputs[0])
     if x is None:
         return None
@@ -262,7 +284,7 @@ def _match_matrix(chains: _Chains, rw: Rewriter, node: Node, y: str, swallowed: 
     if node.op in ("Gemm", "MatMul") and channel_axis == 0:
         weights, channel_axis = weights.T, 1       # (K, N): output channels last
     op = "Conv" if node.op == "Conv" else "Gemm"
-    if op == "Gemm" and len(rw.values[xq].shape) != 2:
+    if node.op == "Gemm" and len(rw.values[xq].shape) != 2:
         return None
     bias = _bias(chains, node, x_params.scale, w_scale)
     if bias is False:
