@@ -131,15 +131,15 @@ def _calibrate(model, make_input, passes: int = 4):
     return model.eval()
 
 
-def _image_model(build):
+def _image_model(build, size: int = IMAGE, outputs: tuple[str, ...] = ("output",)):
     import torch
 
     def make():
         torch.manual_seed(0)
         model = build()
-        batch = lambda: (torch.randn(4, 3, IMAGE, IMAGE),)
+        batch = lambda: (torch.randn(4, 3, size, size),)
         model = _calibrate(model, batch)
-        return model, (torch.randn(1, 3, IMAGE, IMAGE),), ["input"], ["output"]
+        return model, (torch.randn(1, 3, size, size),), ["input"], list(outputs)
     return make
 
 
@@ -147,14 +147,60 @@ def _tv(name: str):
     return _image_model(lambda: getattr(_torchvision().models, name)(weights=None))
 
 
-def _timm(name: str, reparameterize: bool = False, **kwargs):
+class _Keys:
+    """A module returning a dict as a module returning those entries as a tuple."""
+
+    def __new__(cls, model, keys):
+        import torch
+
+        class Wrapped(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.model = model
+
+            def forward(self, x):
+                out = self.model(x)
+                return tuple(out[k] for k in keys)
+        return Wrapped()
+
+
+def _tv_segmentation(name: str):
+    """torchvision's MobileNetV3 segmentation heads (no auxiliary loss), the 'out' map."""
+    build = lambda: _Keys(getattr(_torchvision().models.segmentation, name)(weights=None, weights_backbone=None),
+                          ["out"])
+    return _image_model(build, size=128)
+
+
+def _ssdlite_head():
+    """SSDlite320-MobileNetV3's backbone and head: the raw box regressions and class logits, as a firmware
+    deploys it (anchor decoding and non-maximum suppression, whose output size depends on the data, run
+    after the model)."""
+    def build():
+        import torch
+
+        detector = _torchvision().models.detection.ssdlite320_mobilenet_v3_large(
+            weights=None, weights_backbone=None, num_classes=91)
+
+        class Head(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.backbone, self.head = detector.backbone, detector.head
+
+            def forward(self, x):
+                out = self.head(list(self.backbone(x).values()))
+                return out["bbox_regression"], out["cls_logits"]
+        return Head()
+    return _image_model(build, size=192, outputs=("bbox_regression", "cls_logits"))
+
+
+def _timm(name: str, reparameterize: bool = False, size: int = IMAGE, **kwargs):
     def build():
         _torchvision()
         import timm
 
         model = timm.create_model(name, pretrained=False, **kwargs)
         return model
-    make = _image_model(build)
+    make = _image_model(build, size=size)
     if not reparameterize:
         return make
 
@@ -293,6 +339,66 @@ def _hf_vit():
         ["last_hidden_state"]
 
 
+def _whisper_encoder():
+    import torch
+    from transformers import WhisperConfig
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+    torch.manual_seed(0)
+    config = WhisperConfig(d_model=128, encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=256,
+                           num_mel_bins=80, max_source_positions=50)
+    model = WhisperEncoder(config).eval()
+    frames = 2 * config.max_source_positions     # the encoder takes exactly this many mel frames
+    return _Tuple(model, ["last_hidden_state"]), (torch.randn(1, 80, frames),), ["input_features"], \
+        ["last_hidden_state"]
+
+
+def _wav2vec2():
+    import torch
+    from transformers import Wav2Vec2Config, Wav2Vec2Model
+
+    torch.manual_seed(0)
+    config = Wav2Vec2Config(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256,
+                            conv_dim=(64,) * 7, num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4,
+                            do_stable_layer_norm=True, feat_extract_norm="layer")
+    model = Wav2Vec2Model(config).eval()
+    return _Tuple(model, ["last_hidden_state"]), (torch.randn(1, 4000),), ["input_values"], ["last_hidden_state"]
+
+
+def _t5_encoder():
+    import torch
+    from transformers import T5Config, T5EncoderModel
+
+    torch.manual_seed(0)
+    config = T5Config(vocab_size=VOCAB, d_model=128, d_kv=32, d_ff=256, num_layers=2, num_heads=4)
+    model = T5EncoderModel(config).eval()
+    return _Tuple(model, ["last_hidden_state"]), _tokens(), ["input_ids", "attention_mask"], ["last_hidden_state"]
+
+
+def _ast():
+    import torch
+    from transformers import ASTConfig, ASTModel
+
+    torch.manual_seed(0)
+    config = ASTConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256,
+                       num_mel_bins=64, max_length=100)
+    model = ASTModel(config).eval()
+    return _Tuple(model, ["last_hidden_state"]), (torch.randn(1, 100, 64),), ["input_values"], \
+        ["last_hidden_state"]
+
+
+def _deit():
+    import torch
+    from transformers import DeiTConfig, DeiTModel
+
+    torch.manual_seed(0)
+    config = DeiTConfig(image_size=64, patch_size=16, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=256)
+    model = DeiTModel(config, add_pooling_layer=False).eval()
+    return _Tuple(model, ["last_hidden_state"]), (torch.randn(1, 3, 64, 64),), ["pixel_values"], \
+        ["last_hidden_state"]
+
+
 MODELS = {
     "mobilenet_v2": _tv("mobilenet_v2"),
     "mobilenet_v3_small": _tv("mobilenet_v3_small"),
@@ -302,11 +408,27 @@ MODELS = {
     "efficientnet_b0": _tv("efficientnet_b0"),
     "timm_mobileone_s0": _timm("mobileone_s0", reparameterize=True),
     "timm_vit_tiny": _timm("vit_tiny_patch16_224", img_size=IMAGE),
+    "ssdlite320_head": _ssdlite_head(),
+    "lraspp_mobilenet_v3": _tv_segmentation("lraspp_mobilenet_v3_large"),
+    "deeplabv3_mobilenet_v3": _tv_segmentation("deeplabv3_mobilenet_v3_large"),
+    "timm_mobilenetv4_small": _timm("mobilenetv4_conv_small"),
+    "timm_efficientnet_lite0": _timm("tf_efficientnet_lite0"),
+    "timm_ghostnet": _timm("ghostnet_100"),
+    "timm_fastvit_t8": _timm("fastvit_t8", reparameterize=True),
+    "timm_edgenext_xxs": _timm("edgenext_xx_small"),
+    "timm_mobilevit_xxs": _timm("mobilevit_xxs", size=128),
+    "timm_levit_128s": _timm("levit_128s", size=128, img_size=128),
+    "timm_deit_tiny": _timm("deit_tiny_patch16_224", img_size=IMAGE),
     "hf_bert": _bert,
     "hf_distilbert": _distilbert,
     "hf_gpt2": _gpt2,
     "hf_gpt2_past": _gpt2_past,
     "hf_vit": _hf_vit,
+    "hf_deit": _deit,
+    "hf_whisper_encoder": _whisper_encoder,
+    "hf_wav2vec2": _wav2vec2,
+    "hf_t5_encoder": _t5_encoder,
+    "hf_ast": _ast,
 }
 
 # Integer inputs: (lo, hi) of the random draw, or "mask" for ones with the last positions zero.
