@@ -187,8 +187,9 @@ def bench(model, board: str | Board | DeviceBoard | None = None, target: str | T
           freeze: dict[str, FreezeValue] | None = None, target_dirs: Sequence[str | os.PathLike] = (),
           board_dirs: Sequence[str | os.PathLike] = (), memory: dict[str, int] | None = None,
           records: str | os.PathLike | None = None, reference: str = "onnxruntime", count: bool = True,
-          tflite_arithmetic: str | None = None) -> BenchResult:
-    """Build `model` for the board's target (or `target`), time it there and check its outputs.
+          tflite_arithmetic: str | None = None, inputs: dict[str, np.ndarray] | None = None) -> BenchResult:
+    """Build `model` for the board's target (or `target`), time it there and check its outputs: on
+    `inputs` (one array per model input) if given, else on random ones (`seed`).
     `input_shapes`, `freeze`, `memory`, `knobs`, `records` and `tflite_arithmetic` are as for aot.build.
     Board and target names are looked up in `board_dirs` and `target_dirs` first (see aot.remote.board and
     aot.target); a board's memory regions, if it declares any, replace its target's.
@@ -216,7 +217,7 @@ def bench(model, board: str | Board | DeviceBoard | None = None, target: str | T
                               "--warmup); --number and --min-repeat-ms do not apply")
         return _bench_on_device(model, brd, tgt, repeat, warmup, build_dir, timeout, accept_new_host_key, seed,
                                 knobs, input_shapes, freeze, memory, records, reference, count, profile,
-                                tflite_arithmetic)
+                                tflite_arithmetic, inputs)
     if brd and brd.regions:
         tgt = dataclasses.replace(tgt, regions=brd.regions)
     if tgt.os == "none":
@@ -234,7 +235,7 @@ def bench(model, board: str | Board | DeviceBoard | None = None, target: str | T
         defines = (f"{artifact.name.upper()}_PROFILE",) if profile else ()
         local.link(tgt, [work / "timing.c", artifact.source], [artifact.object], artifact.dir, exe,
                    f"the timing harness for {artifact.name}", defines)
-        feeds = checks.random_inputs(artifact.model.proto, seed)
+        feeds = _feeds(artifact, inputs, seed)
         ins, outs = wrapper.io_tensors(artifact.program)
         files = [exe, *local.write_inputs(ins, feeds, work)]
         args = [str(warmup), str(number), str(repeat), f"{min_repeat_ms:g}"]
@@ -261,10 +262,16 @@ def bench(model, board: str | Board | DeviceBoard | None = None, target: str | T
                            used, reason)
 
 
+def _feeds(artifact, inputs: dict | None, seed: int) -> dict[str, np.ndarray]:
+    proto = artifact.model.proto
+    return checks.random_inputs(proto, seed) if inputs is None else \
+        checks.validate_inputs(proto, inputs, artifact.model.label)
+
+
 def _bench_on_device(model, brd: DeviceBoard, tgt: Target, repeat: int, warmup: int, build_dir, timeout: float,
                      accept_new_host_key: bool, seed: int, knobs, input_shapes, freeze, memory, records,
                      reference: str, count: bool, profile: bool = False,
-                     tflite_arithmetic: str | None = None) -> BenchResult:
+                     tflite_arithmetic: str | None = None, inputs: dict | None = None) -> BenchResult:
     from aot.device.run import run_on_board as run_on_device
 
     with tempfile.TemporaryDirectory(prefix="aot-bench-") as tmp:
@@ -274,7 +281,7 @@ def _bench_on_device(model, brd: DeviceBoard, tgt: Target, repeat: int, warmup: 
                              records=records, tflite_arithmetic=tflite_arithmetic)
         except PlanError as err:
             raise PlanError(f"on board {brd.name} (its [flash], and its [ram] less the stack): {err}") from None
-        feeds = checks.random_inputs(artifact.model.proto, seed)
+        feeds = _feeds(artifact, inputs, seed)
         with progress.phase(f"running {artifact.model.label} on board {brd.name} ({warmup} + {repeat} runs)"):
             run = run_on_device(artifact, brd, feeds, warmup, repeat, timeout, count, accept_new_host_key)
         estimate, steps = None, []

@@ -194,6 +194,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--min-repeat-ms", type=float, default=0.0)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--json", help="write every measurement and the check to this file")
+    p.add_argument("--inputs", help=".npz file with one array per model input, timed and checked (default: "
+                   "random, as `aot run`'s; real token ids and attention masks go here)")
     p.add_argument("--reference", default="onnxruntime", metavar="onnxruntime|onnx|litert|tflite-micro|none",
                    help="what the outputs are compared with, as for `aot run` (a mismatch is not arbitrated "
                    "here: `aot run` does that)")
@@ -432,14 +434,19 @@ def _build(args) -> int:
     return 0
 
 
+def _npz_inputs(path: str | None) -> dict[str, np.ndarray] | None:
+    """--inputs FILE.npz: one array per model input."""
+    if not path:
+        return None
+    try:
+        with np.load(path) as data:
+            return {k: data[k] for k in data.files}
+    except (OSError, ValueError) as err:
+        raise OptionError(f"--inputs {path}: cannot read it as .npz: {err}") from None
+
+
 def _run(args) -> int:
-    inputs = None
-    if args.inputs:
-        try:
-            with np.load(args.inputs) as data:
-                inputs = {k: data[k] for k in data.files}
-        except (OSError, ValueError) as err:
-            raise OptionError(f"--inputs {args.inputs}: cannot read it as .npz: {err}") from None
+    inputs = _npz_inputs(args.inputs)
     board = api.device_board(args.board, args.board_dir) if args.board else None
     target = get_target(board.target if board else args.target, args.target_dir)
     if args.json and not args.bisect:
@@ -626,7 +633,8 @@ def _bench(args) -> int:
                    min_repeat_ms=args.min_repeat_ms, warmup=args.warmup, build_dir=args.build_dir,
                    timeout=args.timeout, accept_new_host_key=args.accept_new_host_key, knobs=_knobs(args),
                    profile=args.profile, input_shapes=_shapes(args), freeze=_freeze(args), memory=args.memory,
-                   records=args.records, reference=args.reference, tflite_arithmetic=args.tflite_arithmetic)
+                   records=args.records, reference=args.reference, tflite_arithmetic=args.tflite_arithmetic,
+                   inputs=_npz_inputs(args.inputs))
     if len(boards) > 1 and all(b is not None for b in boards):
         # a farm: the boards work at once, each on its own queue of models, one measurement at a time
         from concurrent.futures import ProcessPoolExecutor

@@ -6,7 +6,7 @@ import subprocess
 import numpy as np
 import pytest
 from onnx import helper
-from oracle import make_model, onnxruntime_outputs, random_inputs
+from oracle import make_model, make_typed_model, onnxruntime_outputs, random_inputs
 
 import aot
 from aot.bench import bench
@@ -121,3 +121,37 @@ def test_cli_bench_profile(tmp_path):
     steps = json.loads(report.read_text())["results"][0]["profile"]
     assert [s["node"] for s in steps if s["op"].startswith("Conv")] == ["conv1", "conv2"]
     assert all(s["ms"] > 0 for s in steps)
+
+
+def test_bench_times_and_checks_the_inputs_given(tmp_path):
+    """Indices into a 2-row table: random inputs (integers in [0, 4)) are out of range for onnxruntime, the
+    given ones are in range and checked; a missing input is one line and a non-zero exit."""
+    import json
+    import sys
+
+    import onnx
+
+    from aot.errors import OptionError
+
+    nodes = [helper.make_node("Gather", ["table", "idx"], ["y"], name="gather")]
+    model = make_typed_model(nodes, [("idx", onnx.TensorProto.INT64, [4])], [("y", onnx.TensorProto.FLOAT, [4, 3])],
+                             inits=[("table", np.arange(6, dtype=np.float32).reshape(2, 3))])
+    with pytest.raises(aot.RunError, match="indices"):
+        bench(model, target="host", repeat=2)
+    result = bench(model, target="host", repeat=2, inputs={"idx": np.array([0, 1, 1, 0], np.int64)})
+    assert result.ok and result.comparisons
+    with pytest.raises(OptionError, match="no value given for input 'idx'"):
+        bench(model, target="host", repeat=2, inputs={"x": np.zeros(4, np.int64)})
+    path, feeds, report = tmp_path / "gather.onnx", tmp_path / "idx.npz", tmp_path / "bench.json"
+    onnx.save(model, path)
+    np.savez(feeds, idx=np.array([1, 1, 0, 0], np.int64))
+    proc = subprocess.run([sys.executable, "-m", "aot", "bench", str(path), "--repeat", "2", "--inputs", str(feeds),
+                           "--json", str(report)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    (check,) = json.loads(report.read_text())["results"][0]["check"]
+    assert check["ok"] and check["output"] == "y"
+    np.savez(feeds, other=np.zeros(4, np.int64))
+    proc = subprocess.run([sys.executable, "-m", "aot", "bench", str(path), "--repeat", "2", "--inputs", str(feeds)],
+                          capture_output=True, text=True)
+    assert proc.returncode != 0 and "no value given for input 'idx'" in proc.stderr
+    assert "Traceback" not in proc.stderr
