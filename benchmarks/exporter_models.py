@@ -12,10 +12,16 @@ The models (random weights, nothing is downloaded; BatchNorm statistics come fro
 of random data in train mode, so activations are not ~1e-9):
 
     torchvision   mobilenet_v2, mobilenet_v3_small, resnet18, squeezenet1_1, shufflenet_v2_x0_5,
-                  efficientnet_b0                                     (1x3x96x96)
-    timm          mobileone_s0 (reparameterized, as deployed), vit_tiny_patch16_224 at img_size 96
-    transformers  BERT, DistilBERT, GPT-2 (with an attention mask), GPT-2 with past key/values,
-                  ViT (64x64)                  small configs: hidden 128, 2 layers, 4 heads, FFN 256
+                  efficientnet_b0 (1x3x96x96); SSDlite320-MobileNetV3's backbone and head (192x192: the
+                  raw boxes and logits, decoding and NMS left to the firmware); LRASPP and DeepLabV3 on
+                  MobileNetV3-Large (128x128)
+    timm          mobileone_s0 and fastvit_t8 (reparameterized, as deployed), vit_tiny_patch16_224 and
+                  deit_tiny_patch16_224 at img_size 96, mobilenetv4_conv_small, tf_efficientnet_lite0,
+                  ghostnet_100, edgenext_xx_small (96x96), mobilevit_xxs, levit_128s (128x128)
+    transformers  BERT, DistilBERT, GPT-2 (with an attention mask), GPT-2 with past key/values, T5
+                  encoder (16 tokens); ViT, DeiT (64x64); the Whisper encoder (80 mel bins x 100 frames);
+                  Wav2Vec2 (4,000 samples); AST (100 frames x 64 mel bins)
+                  small configs: hidden 128, 2 layers, 4 heads, FFN 256
 
 Token ids are drawn from the vocabulary, attention masks are ones with the last positions zero.
 
@@ -31,6 +37,13 @@ Run:
     .venv/bin/python benchmarks/exporter_models.py [/tmp/exported] [--target host] [--only REGEX]
         [--jobs 1] [--timeout 900] [--no-export] [--json out.json] [--repros /tmp/exporter_repros]
     .venv/bin/python benchmarks/exporter_models.py --no-export --target cortex-m4 --memory flash=48M,ram=16M
+    .venv/bin/python benchmarks/exporter_models.py --no-export --int8 --speed --arm64 /tmp/arm64py
+
+--int8 checks each file's `aot quantize` (FILE.int8.onnx beside it, calibrated on 16 draws of the random
+inputs) instead of the file, with its SQNR against the float model and how many kernels run on integers
+and how many in float. --speed times aot against onnxruntime on the host (bench.py's measurement, one
+thread each, the inputs the check used); --arm64 DIR counts both sides' instructions per inference under
+qemu-aarch64 for --cpu (arm_peer.py's counts: onnxruntime's aarch64 wheel in the tree arm64_python.sh makes).
 
 (for a Cortex-M4 the image models' float weights need more than its 4 MB of flash: --memory raises the
 limits of the build, which qemu's board runs)
@@ -56,6 +69,7 @@ of onnxruntime's outputs. Below the table, every failure is listed with a comman
 from __future__ import annotations
 
 import argparse
+import math
 import multiprocessing
 import multiprocessing.connection
 import re
@@ -94,6 +108,12 @@ class Row:
     scale: float | None = None
     note: str = ""
     command: str = ""
+    sqnr_db: float | None = None        # --int8: the quantized model against the float one (worst output)
+    kernels: str = ""                   # --int8: integer kernels / kernels left in float
+    aot_ms: float | None = None         # --speed: one inference on the host, one thread
+    ort_ms: float | None = None
+    aot_insns: float | None = None      # --arm64: instructions per inference under qemu-aarch64
+    ort_insns: float | None = None
 
 
 # --- the models (built only in the export processes: the parent never imports torch) ------------------
@@ -542,8 +562,44 @@ def parse_memory(text: str | None) -> dict[str, int] | None:
     return {key.strip(): parse_size(value.strip()) for key, value in (part.split("=", 1) for part in text.split(","))}
 
 
-def check_file(path: str, target: str, timeout: float, memory: dict[str, int] | None = None) -> dict:
-    """Build for `target`, run through the C API and compare with onnxruntime; never raises."""
+CALIBRATION = 16        # --int8: samples (feeds_for's draws) onnxruntime's quantizer calibrates on
+
+
+def int8_path(path: str) -> str:
+    return str(Path(path).with_suffix(".int8.onnx"))
+
+
+def quantize_file(path: str, proto) -> float:
+    """`aot quantize` of an exported file beside it (FILE.int8.onnx), calibrated on CALIBRATION draws of
+    feeds_for; the worst output's SQNR against the float model, on those samples."""
+    from aot.quantize import quantize
+
+    draws = [feeds_for(proto, seed) for seed in range(1, CALIBRATION + 1)]
+    with tempfile.TemporaryDirectory(prefix="aot-exporter-calibration-") as tmp:
+        calibration = Path(tmp) / "calibration.npz"
+        np.savez(calibration, **{name: np.concatenate([d[name] for d in draws]) for name in draws[0]})
+        report = quantize(path, int8_path(path), calibration=calibration)
+    return min(o.sqnr_db for o in report.outputs)
+
+
+def kernel_split(program) -> str:
+    """'integer kernels/kernels in float' of a quantized build, counted as its report counts them."""
+    from aot.graph.node_quant import node_quant
+    from aot.registry import op_def
+
+    graph = program.graph
+    computing = [c.node for c in program.calls if not op_def(c.node.op).moves_values
+                 and c.node.op not in ("Quantize", "Dequantize")]
+    integer = sum(bool(node_quant(graph.values, n)) for n in computing)
+    in_float = sum(not node_quant(graph.values, n) and graph.values[n.outputs[0]].dtype == "float32"
+                   for n in computing)
+    return f"{integer}/{in_float}"
+
+
+def check_file(path: str, target: str, timeout: float, memory: dict[str, int] | None = None,
+               int8: bool = False) -> dict:
+    """Build for `target` (with `int8`, the file's `aot quantize` first), run through the C API and compare
+    with onnxruntime; never raises."""
     import onnx
 
     import aot
@@ -556,10 +612,15 @@ def check_file(path: str, target: str, timeout: float, memory: dict[str, int] | 
         got["opset"] = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
         feeds = feeds_for(proto)
         np.savez(Path(path).with_suffix(".inputs.npz"), **feeds)
+        if int8:
+            got["sqnr_db"] = round(quantize_file(path, proto), 2)
+            path = got["path"] = int8_path(path)
         with tempfile.TemporaryDirectory(prefix="aot-exporter-") as tmp:
             start = time.monotonic()
             artifact = aot.build(path, target=target, out_dir=Path(tmp) / "build", memory=memory)
             got["build_seconds"] = round(time.monotonic() - start, 1)
+            if int8:
+                got["kernels"] = kernel_split(artifact.program)
             check = aot.check(artifact, feeds, timeout=timeout)
             if check.comparisons:
                 got["max_abs"] = max(c.max_abs for c in check.comparisons)
@@ -607,12 +668,13 @@ def _reason(err: Exception) -> str:
     return head
 
 
-def _check_worker(path: str, target: str, timeout: float, memory, conn) -> None:
-    conn.send(check_file(path, target, timeout, memory))
+def _check_worker(path: str, target: str, timeout: float, memory, int8: bool, conn) -> None:
+    conn.send(check_file(path, target, timeout, memory, int8))
     conn.close()
 
 
-def check_all(rows: list[Row], target: str, jobs: int, timeout: float, memory: dict[str, int] | None = None) -> None:
+def check_all(rows: list[Row], target: str, jobs: int, timeout: float, memory: dict[str, int] | None = None,
+              int8: bool = False) -> None:
     """Fill in each exported row, every file in its own forked worker, `jobs` at a time."""
     context = multiprocessing.get_context("fork")
     pending = [r for r in rows if r.path]
@@ -631,7 +693,8 @@ def check_all(rows: list[Row], target: str, jobs: int, timeout: float, memory: d
         while pending and len(running) < jobs:
             row = pending.pop(0)
             receive, send = context.Pipe(duplex=False)
-            process = context.Process(target=_check_worker, args=(row.path, target, timeout, memory, send), daemon=True)
+            process = context.Process(target=_check_worker, args=(row.path, target, timeout, memory, int8, send),
+                                      daemon=True)
             process.start()
             send.close()
             running[receive] = (process, row, time.monotonic())
@@ -649,6 +712,62 @@ def check_all(rows: list[Row], target: str, jobs: int, timeout: float, memory: d
                 finish(conn, row, {"status": "timeout", "message": f"over {timeout:g} s"})
 
 
+# --- speed ----------------------------------------------------------------------------------------------
+
+def time_rows(rows: list[Row], min_time: float) -> None:
+    """--speed: each matching file's inference on the host, aot's C harness against onnxruntime (one thread
+    each, bench.py's measurement), in this process, one after the other."""
+    import bench
+    import onnx
+
+    from aot.bench import bench as aot_bench
+
+    for row in rows:
+        if row.status != "ok":
+            continue
+        feeds = dict(np.load(Path(row.path.replace(".int8.onnx", ".onnx")).with_suffix(".inputs.npz")))
+        result = aot_bench(row.path, target="host", repeat=bench.REPEAT, min_repeat_ms=min_time * 1e3 / bench.REPEAT,
+                           inputs=feeds)
+        row.aot_ms = result.stats.median
+        row.ort_ms = bench.time_onnxruntime(onnx.load(row.path), feeds, min_time)
+        print(f"  timed {row.model} {row.exporter}: aot {row.aot_ms:.3f} ms, onnxruntime {row.ort_ms:.3f} ms",
+              file=sys.stderr, flush=True)
+
+
+def count_rows(rows: list[Row], arm64: Path, cpu: str, extra: int) -> None:
+    """--arm64: instructions per inference under qemu-aarch64 for `cpu`, aot against onnxruntime's aarch64
+    wheel (arm_peer.py's counts)."""
+    import arm_peer
+    import onnx
+
+    from aot.run.count import build_plugin
+
+    with tempfile.TemporaryDirectory(prefix="aot-exporter-arm-") as tmp:
+        work = Path(tmp)
+        plugin = build_plugin(work)
+        script = work / "ort_run.py"
+        script.write_text(arm_peer.ORT_SCRIPT)
+        for i, row in enumerate(rows):
+            if row.status != "ok":
+                continue
+            inputs = Path(row.path.replace(".int8.onnx", ".onnx")).with_suffix(".inputs.npz")
+            run = work / str(i)
+            run.mkdir()
+            ours, good = arm_peer.aot_count(onnx.load(row.path), cpu, dict(np.load(inputs)), plugin, run, extra)
+            if not good:
+                row.status, row.message = "WRONG", f"outputs differ from onnxruntime's on {cpu}"
+                continue
+            theirs = arm_peer.ort_count(Path(row.path), inputs, cpu, arm64, plugin, script,
+                                        max(extra, math.ceil(arm_peer.MIN_EXTRA_INSNS / ours)))
+            row.aot_insns, row.ort_insns = ours, theirs
+            print(f"  counted {row.model} {row.exporter} on {cpu}: aot {ours / 1e6:.1f} M, onnxruntime "
+                  f"{theirs / 1e6:.1f} M", file=sys.stderr, flush=True)
+
+
+def geomean(ratios: list[float]) -> float:
+    return math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else float("nan")
+
+
 # --- report ----------------------------------------------------------------------------------------------
 
 def status_text(row: Row, width: int = 110) -> str:
@@ -658,15 +777,35 @@ def status_text(row: Row, width: int = 110) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
-def markdown(rows: list[Row]) -> str:
-    lines = ["| model | exporter | nodes | status | build s | max abs err | output scale |",
-             "|---|---|---:|---|---:|---:|---:|"]
+def markdown(rows: list[Row], cpu: str = "") -> str:
+    int8 = any(r.sqnr_db is not None for r in rows)
+    speed = any(r.aot_ms is not None for r in rows)
+    arm = any(r.aot_insns is not None for r in rows)
+    head = ["model", "exporter", "nodes", "status", "build s", "max abs err", "output scale"]
+    head += ["SQNR dB", "int/float kernels"] if int8 else []
+    head += ["aot ms", "ort ms", "aot/ort"] if speed else []
+    head += [f"{cpu} aot M insns", f"{cpu} ort M insns", f"{cpu} aot/ort"] if arm else []
+    lines = ["| " + " | ".join(head) + " |", "|---|---|---:|---|" + "---:|" * (len(head) - 4)]
     for r in rows:
         exporter = f"{r.exporter} (opset {r.opset})" if r.opset else r.exporter
-        lines.append(f"| {r.model} | {exporter} | {r.nodes or ''} | {status_text(r)} | "
-                     f"{r.build_seconds or ''} | "
-                     f"{'' if r.max_abs is None else f'{r.max_abs:.2g}'} | "
-                     f"{'' if r.scale is None else f'{r.scale:.3g}'} |")
+        cells = [r.model, exporter, str(r.nodes or ""), status_text(r), str(r.build_seconds or ""),
+                 "" if r.max_abs is None else f"{r.max_abs:.2g}", "" if r.scale is None else f"{r.scale:.3g}"]
+        if int8:
+            cells += ["" if r.sqnr_db is None else f"{r.sqnr_db:.1f}", r.kernels]
+        if speed:
+            cells += ["" if r.aot_ms is None else f"{r.aot_ms:.3f}", "" if r.ort_ms is None else f"{r.ort_ms:.3f}",
+                      f"{r.aot_ms / r.ort_ms:.2f}" if r.aot_ms and r.ort_ms else ""]
+        if arm:
+            cells += ["" if r.aot_insns is None else f"{r.aot_insns / 1e6:.1f}",
+                      "" if r.ort_insns is None else f"{r.ort_insns / 1e6:.1f}",
+                      f"{r.aot_insns / r.ort_insns:.2f}" if r.aot_insns and r.ort_insns else ""]
+        lines.append("| " + " | ".join(cells) + " |")
+    if speed:
+        lines.append(f"\ngeometric mean of aot/onnxruntime on the host: "
+                     f"{geomean([r.aot_ms / r.ort_ms for r in rows if r.aot_ms and r.ort_ms]):.2f}")
+    if arm:
+        lines.append(f"geometric mean of aot/onnxruntime instructions on {cpu}: "
+                     f"{geomean([r.aot_insns / r.ort_insns for r in rows if r.aot_insns and r.ort_insns]):.2f}")
     return "\n".join(lines)
 
 
@@ -690,6 +829,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-export", action="store_true", help="check the files a previous run exported")
     parser.add_argument("--json", type=Path, help="write every row to this file")
     parser.add_argument("--repros", type=Path, help="write the failures' repro commands to DIR/README.md")
+    parser.add_argument("--int8", action="store_true", help="check each file's `aot quantize` (FILE.int8.onnx, "
+                        f"calibrated on {CALIBRATION} random draws) instead, with its SQNR against the float model")
+    parser.add_argument("--speed", action="store_true", help="time the files that matched on the host: aot "
+                        "against onnxruntime, one thread each (run on a quiet machine, --jobs 1)")
+    parser.add_argument("--min-time", type=float, default=1.0, help="--speed: seconds per measurement series")
+    parser.add_argument("--arm64", type=Path, help="count instructions per inference under qemu-aarch64, aot "
+                        "against onnxruntime's aarch64 wheel in this arm64 Python tree (arm64_python.sh DIR)")
+    parser.add_argument("--cpu", default="cortex-a76", help="--arm64: the core (arm_peer.py's CPUS; default "
+                        "cortex-a76, aot's aarch64-dotprod build)")
+    parser.add_argument("--extra", type=int, default=20, help="--arm64: extra inferences whose count is divided out")
     args = parser.parse_args(argv)
 
     wall = time.monotonic()
@@ -704,7 +853,11 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(Row(name, exporter, path) if path else
                         Row(name, exporter, status="export failed", message=error))
     exported = time.monotonic()
-    check_all(rows, args.target, max(1, args.jobs), args.timeout, parse_memory(args.memory))
+    check_all(rows, args.target, max(1, args.jobs), args.timeout, parse_memory(args.memory), args.int8)
+    if args.speed:
+        time_rows(rows, args.min_time)
+    if args.arm64:
+        count_rows(rows, args.arm64, args.cpu, args.extra)
     for r in rows:
         if r.path and r.status not in ("ok",):
             r.command = repro_command(r, args.target, args.memory)
@@ -716,7 +869,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"aot {aot.__version__}, target {args.target}, onnx {onnx.__version__}, "
           f"onnxruntime {onnxruntime.__version__}, exported to {args.out}\n")
-    print(markdown(rows))
+    print(markdown(rows, args.cpu if args.arm64 else ""))
     notes = [f"- {r.model} {r.exporter}: {r.note}" for r in rows if r.note]
     failures = [r for r in rows if r.status != "ok"]
     if notes:
