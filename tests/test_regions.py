@@ -428,3 +428,27 @@ def test_without_regions_nothing_names_one(split):
     whole, _ = split
     assert whole.program.regions == () and all(loc.region == "" for loc in whole.program.locations.values())
     assert "region" not in json.dumps(whole.plan) and "regions" not in whole.metadata["workspace"]
+
+
+def test_a_build_larger_than_the_emulated_boards_memory_says_so_first(tmp_path):
+    """--memory may raise a limit above what qemu's board has: the build passes, the harness link cannot,
+    and the error leads with the region that overflowed rather than 'failed:' and the linker's output."""
+    import shutil
+
+    if shutil.which("arm-none-eabi-gcc") is None:
+        pytest.skip("arm-none-eabi-gcc is not installed")
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = np.zeros((64, 70000), np.float32)      # 17.1 MiB: more than the MPS2 board's 16 MiB
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "big",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 70000])],
+                              [numpy_helper.from_array(weight, "w")])
+    path = tmp_path / "big.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    proc = subprocess.run([sys.executable, "-m", "aot", "run", str(path), "--target", "cortex-m4", "--memory",
+                           "flash=20M"], capture_output=True, text=True)
+    assert proc.returncode != 0
+    first = proc.stderr.splitlines()[0]
+    assert "does not fit the memory" in first and "region PSRAM overflowed by" in first, first
+    assert "Traceback" not in proc.stderr

@@ -7,6 +7,7 @@ wrapper and object; inputs and outputs cross as raw files in the program's worki
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import tempfile
@@ -78,6 +79,13 @@ def link(tgt: Target, sources: list[Path], objects: list[Path], include: Path, e
             cmd.insert(-2, "-static")
         proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
+        overflow = re.search(r"region `?([^' ]+)'? overflowed by (\d+) bytes", proc.stderr)
+        if overflow and tgt.os == "none":
+            script = tgt.linker_script if own_script else f"aot's {tgt.linker_script}"
+            raise RunError(f"compiling {what} ({tgt.name}) failed: the program does not fit the memory its linker "
+                           f"script ({script}) gives the emulated board: region {overflow[1]} overflowed by "
+                           f"{int(overflow[2]):,} bytes (a --memory limit above the board's own lets the build "
+                           f"through but not the link)\n{proc.stderr.strip()}")
         raise RunError(f"compiling {what} ({tgt.name}) failed:\n{proc.stderr.strip()}")
 
 
