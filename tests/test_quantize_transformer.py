@@ -112,11 +112,12 @@ def test_the_padding_mask_stays_in_float_and_the_rest_quantizes(quantized):
 
 
 def test_products_and_the_embedding_table_run_on_integers(quantized):
-    """The six products by constant weights (on (1, tokens, hidden) tensors) are integer Gemms and the
-    embedding table is gathered as its int8 codes: weights in about a quarter of the float bytes."""
+    """The six products by constant weights (on (1, tokens, hidden) tensors) are integer Gemms, attention's
+    two products of computed tensors integer MatMuls, and the embedding table is gathered as its int8
+    codes: weights in about a quarter of the float bytes."""
     d, _ = quantized
     counts = integer_ops(str(d / "encoder_int8.onnx"))
-    assert counts.get("Gemm") == 6, counts
+    assert counts.get("Gemm") == 6 and counts.get("MatMul") == 2, counts
     program = aot.build(str(d / "encoder_int8.onnx"), out_dir=None).program
     table = [c for c in program.calls if c.node.op == "Gather" and c.node.name == "embed"]
     assert table and program.graph.values[table[0].node.inputs[0]].dtype == "int8"
@@ -145,7 +146,8 @@ def test_the_encoder_products_use_the_targets_dot_products(quantized, target, tm
 
 
 @pytest.mark.qemu
-@pytest.mark.parametrize("target", ["aarch64-dotprod", "cortex-m55"])
+@pytest.mark.parametrize("target", ["aarch64-dotprod", "cortex-m55", "cortex-m0plus"])
 def test_the_quantized_encoder_matches_onnxruntime_on_arm(quantized, target):
+    """Helium and the dot product; the Cortex-M0+ (no FPU) requantizes by fixed-point multipliers."""
     d, _ = quantized
     assert_within_one_step(str(d / "encoder_int8.onnx"), target=target)

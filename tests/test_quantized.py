@@ -645,3 +645,20 @@ def test_quantized_recurrent_layers_keep_their_weight_codes(scheme, tmp_path):
 @pytest.mark.parametrize("target", ["cortex-m4", "cortex-m55", "cortex-m0plus"])
 def test_quantized_recurrent_layers_on_cortex_m(target, tmp_path):
     assert aot.check(_quantized_recurrent(recurrent_models.crnn(), tmp_path), target=target).ok
+
+
+@pytest.mark.parametrize("case", ["test_qlinearmatmul_2D_uint8_float32", "test_qlinearmatmul_3D_int8_float32"])
+def test_qlinear_matmul_of_two_computed_tensors_is_one_integer_kernel(case):
+    """ONNX's own QLinearMatMul tests (scales and zero points frozen: the tests feed them): one integer
+    MatMul kernel, equal to the stored outputs."""
+    from onnx.backend.test.case.node import collect_testcases
+
+    (test,) = [c for c in collect_testcases("QLinearMatMul") if c.name == case]
+    (inputs, (expected,)), = test.data_sets[:1]
+    feeds = {vi.name: v for vi, v in zip(test.model.graph.input, inputs)}
+    frozen = {k: v for k, v in feeds.items() if k not in ("a", "b")}
+    program = aot.build(test.model, freeze=frozen, out_dir=None).program
+    assert [c.node.op for c in program.calls] == ["MatMul"]
+    assert node_quant(program.graph.values, program.calls[0].node) is not None
+    (got,) = aot.run(test.model, inputs={"a": feeds["a"], "b": feeds["b"]}, freeze=frozen).values()
+    np.testing.assert_array_equal(got, expected)

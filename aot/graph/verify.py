@@ -44,7 +44,8 @@ def verify(graph: Graph, stage: str) -> Graph:
         problem = definition.check(graph, node) if definition.check else None
         if problem:
             raise fail(node, problem)
-        if definition.quant is QuantForm.MATRIX and node_quant(graph.values, node) is not None:
+        if definition.quant is QuantForm.MATRIX and node_quant(graph.values, node) is not None \
+                and node.inputs[1] in graph.constants:      # (a MatMul of two computed tensors has no weight)
             weight = graph.values[node.inputs[1]].quant
             if weight is None or weight.axis is None:
                 raise fail(node, f"integer op without per-channel parameters on its weight '{node.inputs[1]}'")

@@ -1,16 +1,20 @@
 """MatMul of two computed tensors (attention-style products), batched with numpy broadcasting of the
-batch dimensions; vectorized along N. A MatMul by a constant 2-D matrix becomes a Gemm."""
+batch dimensions; vectorized along N; in float, or on two int8/uint8 operands summed in int32. A MatMul by
+a constant 2-D matrix becomes a Gemm."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from aot.graph.ir import Graph, Node, Rewriter
-from aot.kernel.ir import Builder, Expr, Kernel, const, fma
+from aot.graph.node_quant import Quant, node_quant
+from aot.graph.quant import fixed_point
+from aot.kernel.ir import Broadcast, Builder, Cast, Expr, Kernel, const, fma
 from aot.ops import LowerContext
 from aot.ops.conv.blocks import channel_blocks
 from aot.ops.elementwise import broadcast_strides
 from aot.ops.epilogue import apply
+from aot.ops.quantized import narrows_by_halves, quantize, requantize_fixed, widen
 from aot.ops.rewrite import view
 from aot.registry import Fusion, QuantForm, define
 
@@ -18,6 +22,32 @@ from aot.registry import Fusion, QuantForm, define
 def _macs(graph: Graph, node: Node) -> int:
     out = graph.shape(node.outputs[0])
     return int(np.prod(out, dtype=np.int64)) * graph.shape(node.inputs[0])[-1]
+
+
+def _integer_product(ctx: LowerContext, node: Node, quant: Quant):
+    """(load of an a element, load of a b vector, multiply-accumulate, the stored result) for two int8/uint8
+    operands: (a - a_zp) * (b - b_zp) summed in int32, requantized as onnxruntime's QLinearMatMul does
+    (float32 multiplier a_scale * b_scale / y_scale, ties to even), or by a fixed-point multiplier without
+    an FPU."""
+    q = quant
+    halving = narrows_by_halves(ctx.target)
+    if ctx.target.fpu:
+        scale = float(np.float32(q.x_scale) * np.float32(q.b_scale) / np.float32(q.y_scale))
+
+        def result(acc: Expr) -> Expr:
+            return quantize(Cast(acc, "f32") * scale, q.y_zp, q.qmin, q.qmax, q.y_dtype, halving)
+    else:
+        m0, shift = (int(v[0]) for v in fixed_point(np.array([q.x_scale * q.b_scale / q.y_scale])))
+
+        def result(acc: Expr) -> Expr:
+            return requantize_fixed(acc, const(m0, "i32", acc.lanes), const(shift, "i32", acc.lanes), q.y_zp,
+                                    q.qmin, q.qmax, q.y_dtype)
+    return (lambda v: widen(v) - q.x_zp, lambda v: widen(v) - q.b_zp,
+            lambda a, bv, acc: acc + (Broadcast(a, bv.lanes) if bv.lanes > 1 else a) * bv, result, "i32")
+
+
+def _float_product(acts, dtype: str):
+    return (lambda v: v, lambda v: v, lambda a, bv, acc: fma(a, bv, acc), lambda acc: apply(acts, acc), dtype)
 
 
 def matmul(ctx: LowerContext, node: Node, name: str) -> Kernel:
@@ -31,7 +61,9 @@ def matmul(ctx: LowerContext, node: Node, name: str) -> Kernel:
     a_strides = broadcast_strides(ashape[:-2], batch)     # in matrices
     b_strides = broadcast_strides(bshape[:-2], batch)
     o_strides = broadcast_strides(batch, batch)
-    acts = node.attrs.get("acts", ())
+    quant = node_quant(ctx.graph.values, node)
+    load_a, load_b, mac, result, acc_dtype = (_integer_product(ctx, node, quant) if quant is not None
+                                              else _float_product(node.attrs.get("acts", ()), a.dtype))
     b = Builder()
 
     def product(a_off: Expr, b_off: Expr, o_off: Expr) -> None:
@@ -39,14 +71,14 @@ def matmul(ctx: LowerContext, node: Node, name: str) -> Kernel:
             for blk in channel_blocks(n, ctx.target.lanes, 4):
                 with b.loop("cb", 0, blk.count) as cb:
                     col = b.let("col", blk.start + cb * blk.width)
-                    accs = [b.local("acc", const(0.0, a.dtype, blk.lanes)) for _ in range(blk.nr)]
+                    accs = [b.local("acc", const(0, acc_dtype, blk.lanes)) for _ in range(blk.nr)]
                     with b.loop("k", 0, k) as r:
-                        av = b.let("a", a[a_off + i * k + r])
+                        av = b.let("a", load_a(a[a_off + i * k + r]))
                         for j, acc in enumerate(accs):
                             idx = b_off + r * n + col + j * blk.lanes
-                            b.assign(acc, fma(av, bm.vec(idx, blk.lanes), acc))
+                            b.assign(acc, mac(av, load_b(bm.vec(idx, blk.lanes)), acc))
                     for j, acc in enumerate(accs):
-                        b.store(out, o_off + i * n + col + j * blk.lanes, apply(acts, acc))
+                        b.store(out, o_off + i * n + col + j * blk.lanes, result(acc))
 
     def batches(depth: int, a_off, b_off, o_off) -> None:
         if depth == len(batch):
@@ -94,7 +126,7 @@ def canonical_matmul(rw: Rewriter, node: Node) -> None:
         if out2 != out:
             view(rw, node, out2, oshape, out)
         return
-    rw.keep(node.with_(attrs={}))
+    rw.keep(node if node_quant(rw.values, node) is not None else node.with_(attrs={}))
 
 
 define("MatMul", canonical=canonical_matmul, lower=matmul, macs=_macs, fusion=Fusion.ANCHOR,

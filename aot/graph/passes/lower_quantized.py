@@ -257,7 +257,8 @@ def _match_matrix(chains: _Chains, rw: Rewriter, node: Node, y: str, swallowed: 
         -> tuple[Node, list[Node]] | None:
     """Conv, Gemm, MatMul by a constant: integer weights with per-output-channel parameters (Gemm and
     MatMul as (K, N) with channels last) and an int32 bias (or a float one, as the model has it). A MatMul
-    of a (..., M, K) tensor becomes a Gemm of that rank, which canonicalize views as (rows, K)."""
+    of a (..., M, K) tensor becomes a Gemm of that rank, which canonicalize views as (rows, K); a MatMul of two
+    dequantized int8 tensors stays a MatMul, on the integers."""
     x = chains.dequantized(node.inputs[0])
     if x is None:
         return None
@@ -270,6 +271,12 @@ def _match_matrix(chains: _Chains, rw: Rewriter, node: Node, y: str, swallowed: 
             return None
         channel_axis = 0 if node.attrs.get("transB", 0) else 1
         w = chains.weight(node.inputs[1], channel_axis)
+    elif node.inputs[1] not in chains.graph.constants and chains.dequantized(node.inputs[1]) is not None:
+        # MatMul of two computed tensors (attention's products): int32 sums of the two integer operands
+        b, _ = chains.dequantized(node.inputs[1])
+        if {rw.values[xq].dtype, rw.values[b].dtype} - {"int8", "uint8"}:
+            return None
+        return node.with_(inputs=(xq, b), outputs=(y,)), swallowed
     else:       # MatMul by a constant (K, N) matrix
         w = chains.weight(node.inputs[1], -1)
         channel_axis = 1
