@@ -230,8 +230,13 @@ def _float_model(path: Path, freeze: dict | None, input_shapes: dict | None, tmp
         model = freeze_inputs(model, freeze, path.name)[0]
     if input_shapes:
         model = _fix_shapes(model, input_shapes, path)
-    if freeze or input_shapes:
+    if freeze or input_shapes or _has_external_data(path):
+        # onnxruntime's pre-processing copies the model elsewhere and loses weights kept beside it (the
+        # dynamo exporter's FILE.onnx.data): a model under protobuf's 2 GB goes to it whole
         float_path = tmp / "float.onnx"
+        if model.ByteSize() >= 2**31 - 2**20:
+            raise OptionError(f"{path}: {model.ByteSize() / 2**30:.1f} GB with its weights: aot quantize takes "
+                              "models under 2 GB (one protobuf file)")
         onnx.save(model, float_path)
     _check_loads(float_path, path)
     return model, float_path
@@ -351,6 +356,12 @@ def _load(path: Path) -> onnx.ModelProto:
         return onnx.load(str(path))
     except Exception as err:        # onnx raises DecodeError and others: a file that is not a model
         raise ModelError(f"{path}: not an ONNX model ({err})") from None
+
+
+def _has_external_data(path: Path) -> bool:
+    """Whether the model keeps weights in files beside it (read without loading them)."""
+    model = onnx.load(str(path), load_external_data=False)
+    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
 
 
 def _fix_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], path: Path) -> onnx.ModelProto:

@@ -341,3 +341,18 @@ def test_freeze_binds_an_input_before_quantizing(tmp_path):
     proc = aot_cli("quantize", tmp_path / "net.onnx", "--allow-random", "--freeze", "volume=1", "-o",
                    tmp_path / "o" / "q.onnx")
     assert proc.returncode == 1 and "--freeze names 'volume'" in proc.stderr and not (tmp_path / "o").exists()
+
+
+def test_a_model_with_its_weights_in_a_file_beside_it(tmp_path):
+    """The dynamo exporter's layout (FILE.onnx + FILE.onnx.data): onnxruntime's pre-processing, which copies
+    the model elsewhere, gets it whole, and the result compiles."""
+    path = tmp_path / "net.onnx"
+    onnx.save(small_cnn(), path, save_as_external_data=True, all_tensors_to_one_file=True,
+              location="net.onnx.data", size_threshold=0)
+    assert (tmp_path / "net.onnx.data").exists()
+    rng = np.random.default_rng(4)
+    np.savez(tmp_path / "calib.npz", x=rng.random((8, 3, 8, 8)).astype(np.float32))
+    out = tmp_path / "q" / "net_int8.onnx"
+    proc = aot_cli("quantize", path, "--calibration", tmp_path / "calib.npz", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    assert aot.check(str(out)).ok
