@@ -201,3 +201,27 @@ def test_a_nan_reference_does_not_pass_a_wrong_output():
     assert compare(model, inputs, off, reference).kind == "wrong"
     right = {"y": _mvn(inputs["x"].astype(np.float64)).astype(np.float32)}
     assert compare(model, inputs, right, reference).kind == "reference-wrong"
+
+
+def test_a_layer_norm_with_its_stash_type_written_out_evaluates_in_float64():
+    """The dynamo exporter writes LayerNormalization's stash_type=1 (float) explicitly. onnx.reference's
+    LayerNormalization computes in its input's type and takes no other stash_type, so the widened node keeps
+    it (a float64 stash_type stopped the arbitration of int8 ViTs at their first LayerNorm)."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 3, 8))
+    scale, bias = rng.standard_normal(8), rng.standard_normal(8)
+    node = helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-1, epsilon=1e-5,
+                            stash_type=TensorProto.FLOAT)
+    graph = helper.make_graph([node], "ln", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, x.shape)],
+                              [onnx.numpy_helper.from_array(scale.astype(np.float32), "s"),
+                               onnx.numpy_helper.from_array(bias.astype(np.float32), "b")])
+    wide = widen_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    from onnx.reference import ReferenceEvaluator
+
+    got = ReferenceEvaluator(wide).run(None, {"x": x})[0]
+    mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+    expected = (x - mean) / np.sqrt(var + np.float64(np.float32(1e-5))) * scale.astype(np.float32) \
+        + bias.astype(np.float32)
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, expected, rtol=1e-12)

@@ -57,7 +57,8 @@ def widen_node(node: onnx.NodeProto, opset: int | None = None,
             value = np.float64(attr.f) if attr.name == "value_float" else np.array(attr.floats, np.float64)
             attr.CopyFrom(helper.make_attribute("value", numpy_helper.from_array(np.asarray(value))))
         elif (attr.name in ("to", "dtype", "output_dtype", "output_datatype", "stash_type")
-              and attr.type == AttributeProto.INT and attr.i in FLOATS):
+              and attr.type == AttributeProto.INT and attr.i in FLOATS
+              and not (attr.name == "stash_type" and node.op_type == "LayerNormalization")):
             attr.i = TensorProto.DOUBLE
         elif attr.type == AttributeProto.GRAPH:
             _widen_graph(attr.g, opset, bodies)
