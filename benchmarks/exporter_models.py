@@ -636,7 +636,9 @@ def check_file(path: str, target: str, timeout: float, memory: dict[str, int] | 
                 return got
             judged = aot.check(path, feeds, target=target, timeout=timeout, memory=memory)
             if judged.ok:
-                got["status"], got["note"] = "ok", f"arbitrated in float64 ({what}): aot is right"
+                cleared = len(judged.arbitration.verdicts) if judged.arbitration else 0
+                got["status"], got["note"] = "ok", (f"arbitrated in float64 ({what}): aot is right at each of "
+                                                    f"the {cleared} nodes where it diverges")
             else:
                 got["status"], got["message"] = "WRONG", what
                 wrong = judged.arbitration.wrong if judged.arbitration is not None else None
@@ -810,7 +812,7 @@ def markdown(rows: list[Row], cpu: str = "") -> str:
 
 
 def repro_command(row: Row, target: str, memory: str | None = None) -> str:
-    inputs = Path(row.path).with_suffix(".inputs.npz")
+    inputs = Path(row.path.replace(".int8.onnx", ".onnx")).with_suffix(".inputs.npz")
     limits = f" --memory {memory}" if memory else ""
     return f".venv/bin/aot run {row.path} --target {target} --inputs {inputs}{limits}"
 
