@@ -167,27 +167,10 @@ def _tv(name: str):
     return _image_model(lambda: getattr(_torchvision().models, name)(weights=None))
 
 
-class _Keys:
-    """A module returning a dict as a module returning those entries as a tuple."""
-
-    def __new__(cls, model, keys):
-        import torch
-
-        class Wrapped(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.model = model
-
-            def forward(self, x):
-                out = self.model(x)
-                return tuple(out[k] for k in keys)
-        return Wrapped()
-
-
 def _tv_segmentation(name: str):
     """torchvision's MobileNetV3 segmentation heads (no auxiliary loss), the 'out' map."""
-    build = lambda: _Keys(getattr(_torchvision().models.segmentation, name)(weights=None, weights_backbone=None),
-                          ["out"])
+    build = lambda: _Tuple(getattr(_torchvision().models.segmentation, name)(weights=None, weights_backbone=None),
+                           ["out"], return_dict=None)
     return _image_model(build, size=128)
 
 
@@ -247,10 +230,13 @@ def _small(config_class, **kwargs):
 
 
 class _Tuple:
-    """A transformers model as a module returning plain tensors (no ModelOutput, no cache)."""
+    """A model returning a dict (a transformers ModelOutput, torchvision's segmentation heads) as a module
+    returning those entries as plain tensors; `return_dict` is passed to a transformers model."""
 
-    def __new__(cls, model, keys):
+    def __new__(cls, model, keys, return_dict: bool | None = True):
         import torch
+
+        options = {} if return_dict is None else {"return_dict": return_dict}
 
         class Wrapped(torch.nn.Module):
             def __init__(self):
@@ -258,7 +244,7 @@ class _Tuple:
                 self.model = model
 
             def forward(self, *args):
-                out = self.model(*args, return_dict=True)
+                out = self.model(*args, **options)
                 return tuple(out[k] for k in keys)
         return Wrapped().eval()
 
@@ -347,16 +333,20 @@ def _gpt2_past():
     return WithPast().eval(), (ids, mask, *past), names, outputs
 
 
-def _hf_vit():
-    import torch
-    from transformers import ViTConfig, ViTModel
+def _hf_image(kind: str):
+    """transformers' ViT or DeiT (kind 'ViT' or 'DeiT') on 64x64 images, without the pooler."""
+    def make():
+        import torch
+        import transformers
 
-    torch.manual_seed(0)
-    config = ViTConfig(image_size=64, patch_size=16, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
-                       intermediate_size=256)
-    model = ViTModel(config, add_pooling_layer=False).eval()
-    return _Tuple(model, ["last_hidden_state"]), (torch.randn(1, 3, 64, 64),), ["pixel_values"], \
-        ["last_hidden_state"]
+        torch.manual_seed(0)
+        config = getattr(transformers, f"{kind}Config")(image_size=64, patch_size=16, hidden_size=128,
+                                                        num_hidden_layers=2, num_attention_heads=4,
+                                                        intermediate_size=256)
+        model = getattr(transformers, f"{kind}Model")(config, add_pooling_layer=False).eval()
+        return _Tuple(model, ["last_hidden_state"]), (torch.randn(1, 3, 64, 64),), ["pixel_values"], \
+            ["last_hidden_state"]
+    return make
 
 
 def _whisper_encoder():
@@ -407,18 +397,6 @@ def _ast():
         ["last_hidden_state"]
 
 
-def _deit():
-    import torch
-    from transformers import DeiTConfig, DeiTModel
-
-    torch.manual_seed(0)
-    config = DeiTConfig(image_size=64, patch_size=16, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=256)
-    model = DeiTModel(config, add_pooling_layer=False).eval()
-    return _Tuple(model, ["last_hidden_state"]), (torch.randn(1, 3, 64, 64),), ["pixel_values"], \
-        ["last_hidden_state"]
-
-
 MODELS = {
     "mobilenet_v2": _tv("mobilenet_v2"),
     "mobilenet_v3_small": _tv("mobilenet_v3_small"),
@@ -443,8 +421,8 @@ MODELS = {
     "hf_distilbert": _distilbert,
     "hf_gpt2": _gpt2,
     "hf_gpt2_past": _gpt2_past,
-    "hf_vit": _hf_vit,
-    "hf_deit": _deit,
+    "hf_vit": _hf_image("ViT"),
+    "hf_deit": _hf_image("DeiT"),
     "hf_whisper_encoder": _whisper_encoder,
     "hf_wav2vec2": _wav2vec2,
     "hf_t5_encoder": _t5_encoder,
