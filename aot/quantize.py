@@ -47,6 +47,7 @@ from aot.calibration import load_calibration, random_samples, read_labels
 from aot.errors import ModelError, OptionError, first_line
 from aot.frontend.onnx import freeze_inputs
 from aot.frontend.tflite import is_tflite
+from aot.version import __version__
 
 METHODS = ("minmax", "entropy", "percentile")
 SCHEMES = {"int8": "int8 activations", "a16w8": "int16 activations (symmetric), int8 weights"}
@@ -178,6 +179,7 @@ def quantize(model_path: str | Path, out: str | Path, calibration: str | Path | 
     (a name or a Target) adds the footprint of aot's build of the result."""
     model_path, out = Path(model_path), Path(out)
     _check_options(method, scheme, int16, labels, evaluation)
+    _check_outputs(model_path, out)
     with tempfile.TemporaryDirectory() as work:
         tmp = Path(work)
         model, float_path = _float_model(model_path, freeze, input_shapes, tmp)
@@ -209,6 +211,7 @@ def quantize(model_path: str | Path, out: str | Path, calibration: str | Path | 
                         len(compared), evaluation is not None, footprint, weights,
                         unbounded=tuple(sorted(unbounded)))
         out.parent.mkdir(parents=True, exist_ok=True)      # only once there is something to write
+        _mark(staged)
         staged.replace(out)
     _write_report(report, out)
     return report
@@ -216,9 +219,45 @@ def quantize(model_path: str | Path, out: str | Path, calibration: str | Path | 
 
 def _write_report(report: Report, out: Path) -> None:
     """OUT.quantize_report.txt and .json beside the quantized model."""
+    _, text, data = _outputs(out)
+    text.write_text(report.text())
+    data.write_text(json.dumps(asdict(report), indent=1) + "\n")
+
+
+MARK = "aot.quantize"       # metadata key of the models aot quantize writes: a later run may replace them
+
+
+def _outputs(out: Path) -> tuple[Path, Path, Path]:
+    """The quantized model and its two reports."""
     stem = Path(out).with_suffix("")
-    Path(f"{stem}.quantize_report.txt").write_text(report.text())
-    Path(f"{stem}.quantize_report.json").write_text(json.dumps(asdict(report), indent=1) + "\n")
+    return Path(out), Path(f"{stem}.quantize_report.txt"), Path(f"{stem}.quantize_report.json")
+
+
+def _check_outputs(model_path: Path, out: Path) -> None:
+    """Refuse, before any work, to write over a file aot quantize did not write: the model given, a file
+    of the user's that has the output's name, or its reports' (an earlier run's outputs are replaced)."""
+    for path in _outputs(out):
+        if path.exists() and (path.resolve() == model_path.resolve() or not _ours(path)):
+            raise OptionError(f"{path}: already exists and was not written by aot quantize; it replaces only "
+                              "its own outputs: give another -o, or move the file")
+
+
+def _ours(path: Path) -> bool:
+    try:
+        if path.suffix == ".onnx":
+            model = onnx.load(str(path), load_external_data=False)
+            return any(p.key == MARK for p in model.metadata_props)
+        if path.suffix == ".json":
+            return {"model", "scheme", "outputs"} <= set(json.loads(path.read_text()))
+        return path.read_text().startswith("quantized ")
+    except Exception:  # noqa: BLE001 - a file that cannot be read as ours is not ours
+        return False
+
+
+def _mark(path: Path) -> None:
+    model = onnx.load(str(path), load_external_data=False)
+    model.metadata_props.add(key=MARK, value=__version__)
+    onnx.save(model, str(path))
 
 
 def _float_model(path: Path, freeze: dict | None, input_shapes: dict | None, tmp: Path) -> tuple[onnx.ModelProto, Path]:

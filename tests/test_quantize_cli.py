@@ -356,3 +356,25 @@ def test_a_model_with_its_weights_in_a_file_beside_it(tmp_path):
     proc = aot_cli("quantize", path, "--calibration", tmp_path / "calib.npz", "-o", out)
     assert proc.returncode == 0, proc.stderr
     assert aot.check(str(out)).ok
+
+
+def test_files_aot_quantize_did_not_write_are_never_replaced(model_file, tmp_path):
+    """A file of the user's at -o, or where a report goes, or the model itself as -o: refused in one line
+    before any work, the file untouched; an earlier run's outputs are replaced."""
+    rng = np.random.default_rng(4)
+    np.savez(tmp_path / "calib.npz", x=rng.random((4, 3, 8, 8)).astype(np.float32))
+    calibration = ("--calibration", tmp_path / "calib.npz")
+    mine = tmp_path / "mine.onnx"
+    mine.write_text("my notes")
+    report = tmp_path / "other.quantize_report.txt"
+    report.write_text("my report")
+    for out, kept in ((mine, mine), (tmp_path / "other.onnx", report), (model_file, model_file)):
+        before = kept.read_bytes()
+        proc = aot_cli("quantize", model_file, *calibration, "-o", out)
+        assert proc.returncode != 0 and "was not written by aot quantize" in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and kept.read_bytes() == before
+    out = tmp_path / "q.onnx"
+    for _ in range(2):
+        proc = aot_cli("quantize", model_file, *calibration, "-o", out)
+        assert proc.returncode == 0, proc.stderr
+    assert aot.check(str(out)).ok
