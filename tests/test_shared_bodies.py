@@ -3,9 +3,10 @@ object holds it once, each kernel calls it with its own weights, the outputs sta
 instructions and cycles measured per kernel still belong to the kernel that ran them."""
 
 import numpy as np
+import onnx
 import pytest
-from onnx import helper
-from oracle import assert_matches_onnxruntime, make_model, random_inputs
+from onnx import TensorProto, helper, numpy_helper
+from oracle import assert_matches_onnxruntime, make_model, onnxruntime_outputs, random_inputs
 
 import aot
 from aot.codegen.elf import functions
@@ -154,3 +155,90 @@ def test_a_build_without_shared_bodies_gives_each_kernel_its_own(tmp_path):
     assert not [name for name in funcs if name.endswith(".shared")]
     assert all(size > 32 for name, size in funcs.items() if "_conv" in name), funcs
     assert aot.check(repeated_blocks(), target="cortex-m4", knobs={"share_bodies": False}).ok
+
+
+def quantized_blocks(blocks: int = 3) -> onnx.ModelProto:
+    """int8 x -> `blocks` int8 3x3 convolutions of one shape (QDQ), each with its weights and its own
+    output scale and zero point (numbers in the code, not weights) -> int8 y."""
+    rng = np.random.default_rng(5)
+    nodes, inits, x = [], [], "x"
+    scales, zero_points = [0.05, 0.11, 0.07, 0.09], [-7, 3, 12, -2]
+    for i in range(blocks):
+        nodes += [helper.make_node("DequantizeLinear", [x, f"s{i}", f"z{i}"], [f"xf{i}"]),
+                  helper.make_node("DequantizeLinear", [f"w{i}", f"ws{i}"], [f"wf{i}"], axis=0),
+                  helper.make_node("Conv", [f"xf{i}", f"wf{i}"], [f"c{i}"], name=f"conv{i}", pads=[1, 1, 1, 1]),
+                  helper.make_node("QuantizeLinear", [f"c{i}", f"s{i + 1}", f"z{i + 1}"], [f"q{i}"])]
+        inits += [numpy_helper.from_array(rng.integers(-127, 128, (8, 8, 3, 3)).astype(np.int8), f"w{i}"),
+                  numpy_helper.from_array(rng.uniform(0.002, 0.01, 8).astype(np.float32), f"ws{i}")]
+        x = f"q{i}"
+    for i in range(blocks + 1):
+        inits += [numpy_helper.from_array(np.float32(scales[i]), f"s{i}"),
+                  numpy_helper.from_array(np.int8(zero_points[i]), f"z{i}")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.INT8, [1, 8, 10, 10])],
+                              [helper.make_tensor_value_info(x, TensorProto.INT8, [1, 8, 10, 10])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("target", ["host", "cortex-m4", "cortex-m0plus"])
+def test_quantized_blocks_of_other_zero_points_share_one_body_and_match_onnxruntime(target, tmp_path):
+    """The three convolutions differ in their weights and in the numbers of their requantization (the
+    output scale and zero point): the numbers go to a table each reads, and one body serves the three."""
+    model = quantized_blocks()
+    artifact = aot.build(model, target=target, out_dir=tmp_path / "b", name="net")
+    funcs = kernel_functions(artifact)
+    shared = [name for name in funcs if name.endswith(".shared")]
+    assert len(shared) == 1, funcs
+    # a call with the weights and the table (the planner may give one of them other code, running in place)
+    calls = [name for name, size in funcs.items() if "_conv" in name and size < 100]
+    assert len(calls) >= 2 and funcs[shared[0]] > 1000, funcs
+    x = np.random.default_rng(1).integers(-128, 128, (1, 8, 10, 10)).astype(np.int8)
+    expected = onnxruntime_outputs(model, {"x": x})
+    got = aot.run(model, inputs={"x": x}, target=target)
+    np.testing.assert_array_equal(got["q2"], expected["q2"])
+
+
+def test_numbers_of_indices_bounds_and_divisors_stay_in_the_code():
+    from aot.kernel import ir as k
+    from aot.kernel import literals
+
+    def kernel(name: str, offset: int, divisor: int, added: int, lanes: int = 1) -> k.Kernel:
+        x, y = k.Buffer("in0", "i32", 16), k.Buffer("out0", "i32", 8)
+        b = k.Builder()
+        with b.loop("i", 0, 8 - offset) as i:
+            b.store(y, i, k.binop("div", x[i + offset], k.const(divisor, "i32")) + k.const(added, "i32"))
+        return k.Kernel(name, (x, y), b.block())
+
+    first, second = kernel("a", 1, 3, 5), kernel("b", 1, 3, 9)
+    a, b = literals.loose_structure(first), literals.loose_structure(second)
+    assert a.key is not None and [c.value for c in a.numbers] == [5]      # not the offset, bound or divisor
+    assert b.key == a.key
+    assert literals.loose_structure(kernel("c", 2, 3, 5)).key != a.key    # another index and bound
+    assert literals.loose_structure(kernel("d", 1, 4, 5)).key != a.key    # another divisor
+    assert literals.differing([a, b]) == [[0]]
+    tabled = [literals.with_table(first, a, [[0]]), literals.with_table(second, b, [[0]])]
+    assert k.structure(tabled[0]) == k.structure(tabled[1]) is not None
+    assert k.structure(first) != k.structure(second)
+    assert [buf.data.tolist() for buf in k.constants(tabled[1])] == [[9]]
+    assert "numbers_i32" in k.dump(tabled[1])
+
+
+def test_a_number_met_at_several_places_takes_one_slot():
+    from aot.kernel import ir as k
+    from aot.kernel import literals
+
+    def kernel(name: str, zero_point: int, scale: float) -> k.Kernel:
+        x, y = k.Buffer("in0", "i32", 8), k.Buffer("out0", "f32", 8)
+        b = k.Builder()
+        with b.loop("i", 0, 4) as i:      # the zero point written twice, as two constants
+            b.store(y, i, k.Cast(x[i] - k.const(zero_point, "i32"), "f32") * k.const(scale, "f32"))
+            b.store(y, i + 4, k.Cast(x[i + 4] - k.const(zero_point, "i32"), "f32") * k.const(0.5, "f32"))
+        return k.Kernel(name, (x, y), b.block())
+
+    kernels = [kernel("a", 3, 0.25), kernel("b", -1, 0.75)]
+    loose = [literals.loose_structure(kern) for kern in kernels]
+    slots = literals.differing(loose)
+    assert sorted(len(s) for s in slots) == [1, 2]          # the zero point's two places, the scale; not 0.5
+    tabled = [literals.with_table(kern, lo, slots) for kern, lo in zip(kernels, loose)]
+    assert {buf.name: buf.data.tolist() for buf in k.constants(tabled[1])} == {
+        "b_numbers_f32": [0.75], "b_numbers_i32": [-1]}
+    assert k.structure(tabled[0]) == k.structure(tabled[1])

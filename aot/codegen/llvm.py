@@ -23,6 +23,7 @@ from aot.codegen.relocatable import CannotJoin, data_object, join
 from aot.errors import InternalError
 from aot.isa import INT_SIMD
 from aot.kernel import ir as k
+from aot.kernel import literals
 from aot.kernel.verify import verify_kernel
 from aot.schedule import input_pixels
 from aot.target import Target
@@ -189,8 +190,10 @@ class ModuleBuilder:
 
     def _source(self, kernels: list[k.Kernel]) -> str:
         """The LLVM IR text of a module of `kernels` (built in a builder of its own). A kernel of the
-        structure of one before it (k.structure: the same code but for its weights) is not built again:
-        it calls the body the first one's function becomes (see _text)."""
+        structure of one before it (the same code but for its weights, and for numbers that move to a
+        table: see _twins) is not built again: it calls the body the first one's function becomes (see
+        _text)."""
+        kernels, twins = _twins(kernels, self.module.name) if self.share else (kernels, {})
         for kernel in kernels:
             verify_kernel(kernel, self.target.pointer_bits)
         part = ModuleBuilder(self.module.name, self.target, self.vectorize, self.opt_level, self.share,
@@ -200,13 +203,9 @@ class ModuleBuilder:
             for kernel in kernels:
                 part._function(kernel)
             return str(part.module)
-        first: dict[tuple, k.Kernel] = {}
         alike: dict[str, k.Kernel] = {}     # a kernel not built -> the one of its structure that was
-        looks = [likeness(kernel, self.module.name) for kernel in kernels]
-        alikes = Counter(looks)
-        for kernel, look in zip(kernels, looks):    # one that looks like no other has no twin: not walked
-            structure = k.structure(kernel) if alikes[look] > 1 else None
-            built = first.setdefault(structure, kernel) if structure is not None else kernel
+        for kernel in kernels:
+            built = twins.get(kernel.name, kernel)
             if built is kernel:
                 part._function(kernel)
                 continue
@@ -361,6 +360,36 @@ class ModuleBuilder:
 
 DATA_WEIGHTS = 4096         # weights of this many bytes or more are joined to the object as data
 SECTIONS_JOINED = 60_000    # (at most 4 sections per kernel and one per weight buffer; ELF numbers 65,279)
+
+
+def _twins(kernels: list[k.Kernel], model: str) -> tuple[list[k.Kernel], dict[str, k.Kernel]]:
+    """The kernels, those alike but for some numbers rewritten to read them from a table of their own
+    (aot/kernel/literals.py), and for each kernel that need not be built, the first of its structure,
+    which is. Only kernels that look alike (parts.likeness) are walked."""
+    looks = [likeness(kernel, model) for kernel in kernels]
+    alikes = Counter(looks)
+    groups: dict[tuple, list[int]] = {}
+    loose: dict[int, literals.Loose] = {}
+    for i, (kernel, look) in enumerate(zip(kernels, looks)):
+        if alikes[look] > 1:
+            loose[i] = literals.loose_structure(kernel)
+            if loose[i].key is not None:
+                groups.setdefault(loose[i].key, []).append(i)
+    kernels = list(kernels)
+    twins: dict[str, k.Kernel] = {}
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        slots = literals.differing([loose[i] for i in members])
+        if slots:
+            tabled = [literals.with_table(kernels[i], loose[i], slots) for i in members]
+            if any(t is None for t in tabled):
+                continue
+            for i, t in zip(members, tabled):
+                kernels[i] = t
+        for i in members[1:]:
+            twins[kernels[i].name] = kernels[members[0]]
+    return kernels, twins
 
 
 def _joined_as_data(buf: k.Buffer) -> bool:

@@ -592,7 +592,7 @@ def _contents(kernel: Kernel) -> tuple[tuple[Buffer, ...], int]:
         elif isinstance(node, tuple):
             stack.extend(reversed(node))
         elif isinstance(node, (Expr, Stmt)):
-            stack.extend(getattr(node, name) for name in _field_names(type(node))[::-1])
+            stack.extend(getattr(node, name) for name in field_names(type(node))[::-1])
     _CONTENTS[kernel] = result = (tuple(found.values()), len(seen))
     return result
 
@@ -612,33 +612,39 @@ def structure(kernel: Kernel) -> tuple | None:
             if key in seen:
                 return ("ref", seen[key])
             seen[key] = len(seen)
-            return (type(node).__name__, *[of(getattr(node, name)) for name in _field_names(type(node))])
-        if isinstance(node, str):
-            return ("str", node)
+            return (type(node).__name__, *[of(getattr(node, name)) for name in field_names(type(node))])
+        if isinstance(node, tuple):
+            return tuple([of(item) for item in node])
         if isinstance(node, Buffer):
             if node.is_const:
                 return ("weights", weights[node.name], node.dtype, node.size)
             return ("buffer", node.name, node.dtype, node.size)
-        if isinstance(node, tuple):
-            return tuple([of(item) for item in node])
-        if isinstance(node, (float, np.floating)):
-            return (type(node).__name__, float(node).hex())
-        if node is None or isinstance(node, (bool, int, np.integer, np.bool_)):
-            return (type(node).__name__, node.item() if isinstance(node, np.generic) else node)
-        raise _Unknown
+        return leaf_structure(node)
     try:
         return (of(kernel.params), of(kernel.stack), bool(kernel.reuse), of(kernel.body))
-    except _Unknown:
+    except UnknownStructure:
         return None
 
 
+def leaf_structure(node: object) -> tuple:
+    """A field that is not a node, a tuple or a buffer, as structure() compares it: strings and numbers by
+    type and exact value; anything else raises UnknownStructure."""
+    if isinstance(node, str):
+        return ("str", node)
+    if isinstance(node, (float, np.floating)):
+        return (type(node).__name__, float(node).hex())
+    if node is None or isinstance(node, (bool, int, np.integer, np.bool_)):
+        return (type(node).__name__, node.item() if isinstance(node, np.generic) else node)
+    raise UnknownStructure
+
+
 @functools.cache
-def _field_names(cls: type) -> tuple[str, ...]:
+def field_names(cls: type) -> tuple[str, ...]:
     """The names of a node class's fields, in order (dataclasses.fields is slow to ask per node)."""
     return tuple(f.name for f in fields(cls))
 
 
-class _Unknown(Exception):
+class UnknownStructure(Exception):
     """A value in a kernel body that structure() does not know how to compare."""
 
 
