@@ -507,6 +507,16 @@ class _Bytes(ir.Constant):
         return f'c"{text.tobytes().decode("ascii")}"'
 
 
+class _Splat(ir.Constant):
+    """A vector of one number printed as LLVM's `splat (i32 2)`, not lane by lane: a 16-lane
+    requantization's constants are most of an int8 convolution's IR text, which Python prints and
+    LLVM parses."""
+
+    def _get_reference(self) -> str:
+        scalar = self.constant[0]
+        return f"splat ({scalar.type} {scalar.get_reference()})"
+
+
 class _FunctionEmitter:
     def __init__(self, mb: ModuleBuilder, fn: ir.Function, params: dict[k.Buffer, ir.Argument]):
         self.mb = mb
@@ -663,7 +673,7 @@ class _FunctionEmitter:
         b = self.b
         if isinstance(e, k.Const):
             scalar = ir.Constant(self.mb.scalar(e.dtype), e.value)
-            return scalar if e.lanes == 1 else ir.Constant(self.mb.type_of(e.dtype, e.lanes), [scalar] * e.lanes)
+            return scalar if e.lanes == 1 else _Splat(self.mb.type_of(e.dtype, e.lanes), [scalar] * e.lanes)
         if isinstance(e, k.Var):
             if e.name in self.slots:
                 return b.load(self.slots[e.name])
