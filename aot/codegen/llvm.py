@@ -145,7 +145,7 @@ class ModuleBuilder:
     def _weights_as_data(self) -> bool:
         """Whether the larger weights go to a data object: unless the object would hold more sections
         than an ELF object numbers without an extended index table (which the joiner does not take)."""
-        sections = sum(4 + len(k.constants(kernel)) for kernel in self.kernels)
+        sections = sum(4 + literals.TABLES + len(k.constants(kernel)) for kernel in self.kernels)
         return sections < SECTIONS_JOINED
 
     def intrinsic(self, name: str, ty: ir.Type, arity: int) -> ir.Function:
@@ -359,7 +359,8 @@ class ModuleBuilder:
 
 
 DATA_WEIGHTS = 4096         # weights of this many bytes or more are joined to the object as data
-SECTIONS_JOINED = 60_000    # (at most 4 sections per kernel and one per weight buffer; ELF numbers 65,279)
+SECTIONS_JOINED = 60_000    # (at most 4 sections per kernel, its tables of numbers (literals.TABLES) and one per
+                            # weight buffer; ELF numbers 65,279)
 
 
 def _twins(kernels: list[k.Kernel], model: str) -> tuple[list[k.Kernel], dict[str, k.Kernel]]:

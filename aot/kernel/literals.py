@@ -31,6 +31,7 @@ _MOVABLE = frozenset({"f32", "f64", "i64", "i32", "i16", "i8", "u8"})
 _NUMPY = {"f32": np.float32, "f64": np.float64, "i64": np.int64, "i32": np.int32, "i16": np.int16, "i8": np.int8,
           "u8": np.uint8}
 TABLE_BYTES = 4096      # a kernel's table stays smaller: weights this large are joined to the object as data
+TABLES = 2              # tables a kernel may have (ModuleBuilder counts the object's sections with them)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,10 +95,12 @@ def differing(group: list[Loose]) -> list[list[int]]:
 def with_table(kernel: k.Kernel, loose: Loose, slots: list[list[int]]) -> k.Kernel | None:
     """The kernel with the numbers at the positions of each slot (of its loose structure) read from its
     slot of constant buffers of its own, one per type (named after the kernel); None if a table would be
-    as large as weights joined as data."""
+    as large as weights joined as data, or the numbers are of more than TABLES types."""
     by_dtype: dict[str, list[list[int]]] = {}
     for positions in slots:
         by_dtype.setdefault(loose.numbers[positions[0]].dtype, []).append(positions)
+    if len(by_dtype) > TABLES:
+        return None
     replacement: dict[int, k.Expr] = {}
     for dtype, columns in sorted(by_dtype.items()):
         data = np.array([_value(loose.numbers[positions[0]]) for positions in columns], dtype=_NUMPY[dtype])

@@ -492,8 +492,8 @@ define("Concat", canonical=canonical_concat, lower=concat, layout=Layout.FOLLOW,
 define("Pad", canonical=canonical_pad, lower=pad, layout=Layout.FOLLOW, axis_attrs={"pads": AxisAttr.PADS},
        dtypes=frozenset({"float32", "int32", "int64"}))
 define("Slice", canonical=canonical_slice, lower=slice_, layout=Layout.FOLLOW, moves_values=True, dtypes=ALL_DTYPES,
-       axis_attrs={"starts": AxisAttr.PER_AXIS, "steps": AxisAttr.PER_AXIS})
-define("Split", canonical=canonical_split, dtypes=ALL_DTYPES)
+       axis_attrs={"starts": AxisAttr.PER_AXIS, "steps": AxisAttr.PER_AXIS}, quant=QuantForm.MOVE)
+define("Split", canonical=canonical_split, dtypes=ALL_DTYPES, quant=QuantForm.MOVE)
 # Copy is aot's own (no ONNX model has it): fold_constants makes one to compute a constant at run time
 # that onnx.reference cannot evaluate, and canonicalize keeps it.
 define("Copy", canonical=lambda rw, node: rw.keep(node), lower=copy, moves_values=True, dtypes=ALL_DTYPES,

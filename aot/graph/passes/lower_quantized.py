@@ -178,6 +178,8 @@ def _match(chains: _Chains, rw: Rewriter, node: Node) -> tuple[Node, list[Node]]
         # made from constants only: fold_constants evaluates the float op with ONNX semantics. The integer
         # form would fold as the float op too, but on the codes, without the rescale between encodings.
         return None
+    if form is QuantForm.MOVE and len(node.outputs) > 1:
+        return _match_split(chains, rw, node)
     out = chains.quantized_output(node.outputs[0])
     if out is None:
         return None
@@ -209,6 +211,23 @@ def _match_move(chains: _Chains, rw: Rewriter, node: Node, y: str, swallowed: li
     if not params.same_as(chains.encodings[y]) or rw.values[x].dtype != rw.values[y].dtype:
         return None
     return node.with_(inputs=(x,) + node.inputs[1:], outputs=(y,)), swallowed
+
+
+def _match_split(chains: _Chains, rw: Rewriter, node: Node) -> tuple[Node, list[Node]] | None:
+    """A Split whose outputs are each quantized as its input is: the Split on the integer tensor."""
+    swallowed: list[Node] = []
+    ys: list[str] = []
+    for output in node.outputs:
+        out = chains.quantized_output(output)
+        if out is None or out[1]:
+            return None
+        swallowed += out[0]
+        ys.append(out[2])
+    moved = _match_move(chains, rw, node.with_(outputs=(ys[0],)), ys[0], swallowed)
+    if moved is None or any(not chains.encodings[y].same_as(chains.encodings[ys[0]])
+                            or rw.values[y].dtype != rw.values[ys[0]].dtype for y in ys):
+        return None
+    return moved[0].with_(outputs=tuple(ys)), swallowed
 
 
 def _requantize(chains: _Chains, node: Node) -> tuple[Node, list[Node]] | None:
