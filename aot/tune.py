@@ -229,7 +229,8 @@ def measure(job: Job) -> Outcome:
 def _compile(program: Program, target: Target, knobs: Knobs, out: Path) -> Artifact:
     out.mkdir(parents=True)
     mb = ModuleBuilder(program.name, target, vectorize=knobs.simd, opt_level=knobs.opt_level,
-                       share=knobs.share_bodies, float_lsr_limit=knobs.float_lsr_limit)
+                       share=knobs.share_bodies, float_lsr_limit=knobs.float_lsr_limit,
+                       share_numbers=knobs.share_numbers)
     for call in program.calls:
         mb.add_kernel(call.kernel)
     obj = mb.emit_object()

@@ -242,3 +242,12 @@ def test_a_number_met_at_several_places_takes_one_slot():
     assert {buf.name: buf.data.tolist() for buf in k.constants(tabled[1])} == {
         "b_numbers_f32": [0.75], "b_numbers_i32": [-1]}
     assert k.structure(tabled[0]) == k.structure(tabled[1])
+
+
+def test_share_numbers_false_keeps_each_kernels_numbers_in_its_code(tmp_path):
+    artifact = aot.build(quantized_blocks(), target="cortex-m4", out_dir=tmp_path / "b", name="net",
+                         knobs={"share_numbers": False})
+    funcs = kernel_functions(artifact)
+    assert not [name for name in funcs if "_numbers_" in name or name.endswith(".shared")], funcs
+    assert all(size > 100 for name, size in funcs.items() if "_conv" in name), funcs
+    assert "share_numbers" in (tmp_path / "b" / "metadata.json").read_text()

@@ -75,11 +75,12 @@ class ModuleBuilder:
     larger ones only declared, their bytes joined to the object as data)."""
 
     def __init__(self, name: str, target: Target, vectorize: bool = True, opt_level: int = 3, share: bool = True,
-                 float_lsr_limit: int = -1):
+                 float_lsr_limit: int = -1, share_numbers: bool = True):
         self.target = target
         self.vectorize = vectorize      # False: LLVM's loop and SLP vectorizers stay off (scalar builds)
         self.opt_level = opt_level      # LLVM's pipeline: O2 or O3
         self.share = share              # kernels alike share one body (_text); False: each has its own
+        self.share_numbers = share_numbers  # and kernels alike but for numbers, read from a table (_twins)
         self.float_lsr_limit = float_lsr_limit      # see Knobs.float_lsr_limit
         self.data_weights = True        # larger weights declared only, joined to the object as data
         self.tm = target_machine(target)
@@ -193,11 +194,11 @@ class ModuleBuilder:
         structure of one before it (the same code but for its weights, and for numbers that move to a
         table: see _twins) is not built again: it calls the body the first one's function becomes (see
         _text)."""
-        kernels, twins = _twins(kernels, self.module.name) if self.share else (kernels, {})
+        kernels, twins = _twins(kernels, self.module.name, self.share_numbers) if self.share else (kernels, {})
         for kernel in kernels:
             verify_kernel(kernel, self.target.pointer_bits)
         part = ModuleBuilder(self.module.name, self.target, self.vectorize, self.opt_level, self.share,
-                             self.float_lsr_limit)
+                             self.float_lsr_limit, self.share_numbers)
         part.data_weights = self._weights_as_data()
         if not self.share:
             for kernel in kernels:
@@ -363,17 +364,19 @@ SECTIONS_JOINED = 60_000    # (at most 4 sections per kernel, its tables of numb
                             # weight buffer; ELF numbers 65,279)
 
 
-def _twins(kernels: list[k.Kernel], model: str) -> tuple[list[k.Kernel], dict[str, k.Kernel]]:
+def _twins(kernels: list[k.Kernel], model: str, numbers: bool = True
+           ) -> tuple[list[k.Kernel], dict[str, k.Kernel]]:
     """The kernels, those alike but for some numbers rewritten to read them from a table of their own
-    (aot/kernel/literals.py), and for each kernel that need not be built, the first of its structure,
-    which is. Only kernels that look alike (parts.likeness) are walked."""
+    (aot/kernel/literals.py; unless not `numbers`: then only kernels of one structure are alike), and for
+    each kernel that need not be built, the first of its structure, which is. Only kernels that look
+    alike (parts.likeness) are walked."""
     looks = [likeness(kernel, model) for kernel in kernels]
     alikes = Counter(looks)
     groups: dict[tuple, list[int]] = {}
     loose: dict[int, literals.Loose] = {}
     for i, (kernel, look) in enumerate(zip(kernels, looks)):
         if alikes[look] > 1:
-            loose[i] = literals.loose_structure(kernel)
+            loose[i] = literals.loose_structure(kernel) if numbers else literals.Loose(k.structure(kernel), ())
             if loose[i].key is not None:
                 groups.setdefault(loose[i].key, []).append(i)
     kernels = list(kernels)
